@@ -1,0 +1,298 @@
+"""The ``attnviz`` command: subcommands over the core; no subcommand opens the window.
+
+Heads, rows and columns are numbered from 1 here, as in the window; a row or a key column
+may also be named by its token. A bad file or flag exits with status 2 and one line on
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from attnviz.core.engine import HEAD_MATRICES, Result, compute
+from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 2^32)")
+    return value
+
+
+def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
+    p.add_argument("file", nargs="?", metavar="FILE", help="a .attn.json scenario")
+    p.add_argument(
+        "--preset", metavar="NAME", help="a preset instead of a file (see 'attnviz presets')"
+    )
+    p.add_argument("--n", type=_positive, help="tokens, for the sized presets (gpt2-small)")
+    p.add_argument("--seed", type=_seed, help="random seed, for the sized presets")
+    if overrides:
+        p.add_argument("--mask", choices=MASKS, help="override the mask strategy")
+        p.add_argument("--no-scale", action="store_true", help="do not divide scores by √d_k")
+        p.add_argument("--no-projections", action="store_true", help="Q = K = V = X, no W_O")
+        p.add_argument("--positional", choices=POSITIONALS, help="override the position encoding")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attnviz", description="A desktop lab for transformer attention.")
+    parser.add_argument("--version", action="version", version=f"attnviz {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compute", help="compute every intermediate and print it")
+    _add_source(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also compare the torch engine and scaled_dot_product_attention with NumPy",
+    )
+
+    sub.add_parser("presets", help="list the presets")
+
+    p = sub.add_parser("explain", help="print the worked arithmetic of one cell")
+    _add_source(p)
+    p.add_argument("--matrix", required=True, help=f"one of {', '.join(_explainable())}")
+    p.add_argument("--head", type=_positive, help="head number (from 1), for per-head matrices")
+    p.add_argument("--row", required=True, help="row number (from 1) or token")
+    p.add_argument("--col", required=True, help="column number (from 1), or token for key columns")
+    return parser
+
+
+def _version() -> str:
+    from attnviz import __version__
+
+    return __version__
+
+
+def _explainable() -> tuple[str, ...]:
+    from attnviz.core.explain import EXPLAINABLE
+
+    return EXPLAINABLE
+
+
+def load_source(args: argparse.Namespace) -> Scenario:
+    """The scenario the flags name: FILE, --preset or the worked example, then overrides."""
+    from attnviz.core import presets
+
+    if args.file and args.preset:
+        raise UsageError("give either FILE or --preset, not both")
+    if args.file:
+        if args.n is not None or args.seed is not None:
+            raise UsageError("--n and --seed apply to presets, not to files")
+        from attnviz.core.files import load_scenario
+
+        s = load_scenario(args.file)
+    else:
+        s = presets.make_preset(args.preset or "worked-example", args.n, args.seed)
+    changes: dict[str, object] = {}
+    if getattr(args, "mask", None):
+        changes["mask"] = args.mask
+    if getattr(args, "no_scale", False):
+        changes["scale"] = False
+    if getattr(args, "no_projections", False):
+        changes["projections"] = False
+    if getattr(args, "positional", None):
+        changes["positional"] = args.positional
+    return s.with_settings(**changes) if changes else s
+
+
+# Text tables --------------------------------------------------------------------------
+
+
+def _cell(v: float) -> str:
+    return "-inf" if v == -np.inf else f"{v:.4f}"
+
+
+def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> str:
+    """An aligned table with row and column labels."""
+    cells = [[_cell(float(v)) for v in row] for row in a]
+    width = max([len(c) for c in cols] + [len(c) for row in cells for c in row])
+    label = max(len(r) for r in rows)
+    lines = [title, " " * label + "  " + "  ".join(c.rjust(width) for c in cols)]
+    for r, row in zip(rows, cells, strict=True):
+        lines.append(r.ljust(label) + "  " + "  ".join(c.rjust(width) for c in row))
+    return "\n".join(lines)
+
+
+def format_result(s: Scenario, r: Result) -> str:
+    st = s.settings
+    toks = list(r.tokens)
+    numbered = [str(i + 1) for i in range(max(r.d_k * r.n_heads, s.d_model))]
+    out = [
+        f"attnviz: {r.n_heads} head(s), n = {s.n}, d_model = {s.d_model}, d_k = {r.d_k}; "
+        f"mask {st.mask}, scale {'on' if st.scale else 'off'}, projections "
+        f"{'on' if st.projections else 'off'}, position {st.positional}"
+        + (f", dropout {st.dropout} (seed {st.dropout_seed})" if st.dropout else ""),
+        "",
+    ]
+    for h in range(r.n_heads):
+        out.append(f"== head {h + 1} ==")
+        for name in HEAD_MATRICES:
+            a = r.matrix(name, h)
+            cols = (
+                toks
+                if a.shape[1] == s.n and name in ("scores", "scaled", "masked", "weights")
+                else numbered[: a.shape[1]]
+            )
+            out += [table(f"{name}:", a, toks, cols), ""]
+        stats = np.stack([r.leak[h], r.row_sum[h], r.entropy[h]], axis=1)
+        out += [table("per row:", stats, toks, ["leak", "row sum", "entropy"]), ""]
+    out += [table("concat:", r.concat, toks, numbered[: r.concat.shape[1]]), ""]
+    out += [table("output:", r.final, toks, numbered[: r.final.shape[1]])]
+    return "\n".join(out)
+
+
+def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
+    """The JSON form: the scenario as saved, per-head intermediates, concat and output."""
+    from attnviz.core.files import scenario_to_dict
+
+    def rows(a: np.ndarray) -> list[list[Any]]:
+        return [["-inf" if v == -np.inf else v for v in row] for row in a.tolist()]
+
+    heads = []
+    for h in range(r.n_heads):
+        head: dict[str, Any] = {name: rows(r.matrix(name, h)) for name in HEAD_MATRICES}
+        head.update(
+            leak=r.leak[h].tolist(), row_sum=r.row_sum[h].tolist(), entropy=r.entropy[h].tolist()
+        )
+        heads.append(head)
+    return {
+        "scenario": scenario_to_dict(s),
+        "heads": heads,
+        "concat": rows(r.concat),
+        "output": rows(r.final),
+    }
+
+
+# Commands -----------------------------------------------------------------------------
+
+
+def cmd_compute(args: argparse.Namespace) -> int:
+    s = load_source(args)
+    r = compute(s)
+    if args.format == "json":
+        data = result_to_dict(s, r)
+        if args.check:
+            data["check"] = _check(s)
+        print(json.dumps(data, allow_nan=False))
+        return 0
+    print(format_result(s, r))
+    if args.check:
+        c = _check(s)
+        print(
+            f"\ncheck on {c['device']}, {c['dtype']}: torch engine vs NumPy {c['torch']:.3g}; "
+            + (f"SDPA vs NumPy {c['sdpa']:.3g}" if c["sdpa"] is not None else c["sdpa_note"])
+        )
+    return 0
+
+
+def _check(s: Scenario) -> dict[str, Any]:
+    from attnviz.core.torch_engine import cross_check
+
+    c = cross_check(s, "auto", "float64")
+    return {
+        "device": c.device,
+        "dtype": c.dtype,
+        "torch": c.torch_diff,
+        "sdpa": c.sdpa_diff,
+        "sdpa_note": c.sdpa_note,
+    }
+
+
+def cmd_presets(_: argparse.Namespace) -> int:
+    from attnviz.core.presets import PRESETS
+
+    width = max(map(len, PRESETS))
+    for p in PRESETS.values():
+        print(f"{p.name.ljust(width)}  {p.summary}")
+    return 0
+
+
+def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int:
+    """A 1-based number or a token label -> 0-based index."""
+    if text.lstrip("-").isdigit():
+        i = int(text)
+        if not 1 <= i <= size:
+            raise UsageError(f"--{what} {i}: expected 1 to {size}")
+        return i - 1
+    if labels is None:
+        raise UsageError(f"--{what} {text!r}: expected a number from 1 to {size}")
+    hits = [i for i, t in enumerate(labels) if t == text]
+    if not hits:
+        raise UsageError(f"--{what} {text!r}: no token has that name ({', '.join(labels)})")
+    if len(hits) > 1:
+        raise UsageError(f"--{what} {text!r}: {len(hits)} tokens have that name; use a number")
+    return hits[0]
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from attnviz.core.explain import EXPLAINABLE, explain, format_text
+
+    s = load_source(args)
+    r = compute(s)
+    if args.matrix not in EXPLAINABLE:
+        raise UsageError(f"--matrix {args.matrix!r}: expected one of {', '.join(EXPLAINABLE)}")
+    head = None
+    if args.matrix in HEAD_MATRICES:
+        if args.head is None:
+            raise UsageError(f"--matrix {args.matrix} needs --head (1 to {r.n_heads})")
+        if args.head > r.n_heads:
+            raise UsageError(f"--head {args.head}: the scenario has {r.n_heads} head(s)")
+        head = args.head - 1
+    elif args.head is not None:
+        raise UsageError(f"--matrix {args.matrix} is not per head: leave out --head")
+    shape = r.matrix(args.matrix, head).shape
+    keyed = args.matrix in ("scores", "scaled", "masked", "weights")
+    row = _index(args.row, shape[0], r.tokens, "row")
+    col = _index(args.col, shape[1], r.tokens if keyed else None, "col")
+    print(format_text(explain(s, r, args.matrix, head, row, col)))
+    return 0
+
+
+COMMANDS = {"compute": cmd_compute, "presets": cmd_presets, "explain": cmd_explain}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 0
+        return COMMANDS[args.command](args)
+    except (UsageError, ScenarioError) as e:
+        print(f"attnviz: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,194 @@
+"""The reference engine: every intermediate of (multi-head) attention in float64.
+
+``compute(scenario)`` returns a frozen ``Result``. Heads are stacked on the first axis,
+so everything is vectorised over heads and tokens. Symbols follow the brief:
+``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, masked, ``softmax`` along keys,
+head output ``weights · V``, ``concat`` in head order, final ``concat · W_O``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.core.scenario import Scenario, Settings
+
+HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
+LAYER_MATRICES = ("X", "concat", "final")
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """Every intermediate of one computation; all arrays are read-only float64.
+
+    Per-head arrays have the head on axis 0: ``Q``, ``K``, ``V`` and ``output`` are
+    (h, n, d_k); ``scores``, ``scaled``, ``masked`` and ``weights`` are (h, n, n).
+    Per-row statistics are (h, n):
+
+    - ``leak``: total weight on future tokens (keys j > i);
+    - ``row_sum``: total weight of the row (1, except after drop-after-softmax or dropout);
+    - ``entropy``: entropy in nats of the row's softmax distribution (before
+      drop-after-softmax and dropout);
+    - ``empty_rows``: True where every score of the row is masked (−∞). Such a row has
+      no distribution: its weights, output and entropy are defined as 0, never NaN.
+
+    With projections off there is one head with Q = K = V = X, ``concat`` is its output
+    and ``final`` equals ``concat`` (no W_O).
+    """
+
+    tokens: tuple[str, ...]
+    settings: Settings
+    X: np.ndarray  # the input actually used: X plus the positional encoding, if any
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    masked: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+    concat: np.ndarray
+    final: np.ndarray
+    future: np.ndarray  # (n, n) bool: key j lies after query i
+    keep: np.ndarray | None  # (h, n, n) bool dropout mask, None without dropout
+    leak: np.ndarray
+    row_sum: np.ndarray
+    entropy: np.ndarray
+    empty_rows: np.ndarray
+
+    @property
+    def n_heads(self) -> int:
+        return self.Q.shape[0]
+
+    @property
+    def d_k(self) -> int:
+        return self.Q.shape[2]
+
+    @property
+    def scale_factor(self) -> float:
+        """What raw scores are divided by: √d_k, or 1 with scaling off."""
+        return float(np.sqrt(self.d_k)) if self.settings.scale else 1.0
+
+    def matrix(self, name: str, head: int | None = None) -> np.ndarray:
+        """One intermediate as a 2-D array; head (0-based) for the per-head ones."""
+        if name in HEAD_MATRICES:
+            if head is None or not 0 <= head < self.n_heads:
+                raise KeyError(f"{name}: head {head} does not exist")
+            return getattr(self, name)[head]
+        if name in LAYER_MATRICES:
+            return getattr(self, name)
+        raise KeyError(f"unknown matrix {name!r}")
+
+
+def sinusoidal(n: int, d_model: int) -> np.ndarray:
+    """Sinusoidal position encoding: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...)."""
+    pos = np.arange(n)[:, None]
+    pair = np.arange(d_model) // 2
+    angle = pos / np.power(10000.0, 2 * pair / d_model)
+    return np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+def future_mask(n: int) -> np.ndarray:
+    """(n, n) bool, True where key j comes after query i."""
+    return np.triu(np.ones((n, n), dtype=bool), k=1)
+
+
+def dropout_keep(settings: Settings, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The seeded dropout keep-mask (True = kept), or None when dropout is off."""
+    if settings.dropout == 0:
+        return None
+    rng = np.random.default_rng(settings.dropout_seed)
+    return rng.random(shape) >= settings.dropout
+
+
+def softmax_rows(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Softmax along the last axis of scores that may hold −∞.
+
+    Subtracts the row maximum first. Returns (weights, row max m, sum of exp(s − m) Z,
+    empty) where ``empty`` flags rows whose every score is −∞: their weights are 0.
+    """
+    m = masked.max(axis=-1)
+    empty = np.isneginf(m)
+    if empty.any():
+        m = np.where(empty, 0.0, m)
+    weights = np.exp(masked - m[..., None])
+    Z = weights.sum(axis=-1)
+    weights /= np.where(empty, 1.0, Z)[..., None]
+    return weights, m, Z, empty
+
+
+def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
+    """The scores softmax sees: −∞ (causal) or 0 (causal-zero) on future keys."""
+    if mask == "causal":
+        return np.where(future, -np.inf, scaled)
+    if mask == "causal-zero":
+        return np.where(future, 0.0, scaled)
+    return scaled  # none, and drop-after-softmax (which acts on the weights)
+
+
+def _frozen(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.flags.writeable = False
+
+
+def compute(s: Scenario) -> Result:
+    """Every intermediate of attention over the scenario, in float64."""
+    st = s.settings
+    X = s.X + sinusoidal(s.n, s.d_model) if st.positional == "sinusoidal" else s.X
+    if st.projections:
+        Q, K, V = X @ s.W_Q, X @ s.W_K, X @ s.W_V
+    else:
+        Q = K = V = X[None]
+    d_k = Q.shape[2]
+    scores = Q @ K.transpose(0, 2, 1)
+    scaled = scores / np.sqrt(d_k) if st.scale else scores
+    future = future_mask(s.n)
+    masked = mask_scores(scaled, st.mask, future)
+
+    p, m, Z, empty = softmax_rows(masked)
+    # Entropy −Σ p log p with log p = s − m − log Z, as a reduction (no log per cell).
+    # Under causal, p is exactly 0 where masked is −∞, so the finite scaled stands in.
+    finite = scaled if st.mask == "causal" else masked
+    with np.errstate(divide="ignore"):
+        entropy = np.where(empty, 0.0, np.log(Z) + m - np.einsum("hij,hij->hi", p, finite))
+
+    weights = p
+    if st.mask == "drop-after-softmax":
+        weights[:, future] = 0.0
+    keep = dropout_keep(st, weights.shape)
+    if keep is not None:
+        weights *= keep
+        weights /= 1.0 - st.dropout
+
+    output = weights @ V
+    h, n = output.shape[:2]
+    concat = output.transpose(1, 0, 2).reshape(n, h * d_k)
+    final = concat @ s.W_O if st.projections else concat
+    row_sum = weights.sum(axis=-1)
+    leak = np.einsum("hij,ij->hi", weights, future.astype(np.float64))
+
+    arrays = (X, Q, K, V, scores, scaled, masked, weights, output, concat, final)
+    arrays += (future, leak, row_sum, entropy, empty)
+    _frozen(*arrays, *(() if keep is None else (keep,)))
+    return Result(
+        tokens=s.tokens,
+        settings=st,
+        X=X,
+        Q=Q,
+        K=K,
+        V=V,
+        scores=scores,
+        scaled=scaled,
+        masked=masked,
+        weights=weights,
+        output=output,
+        concat=concat,
+        final=final,
+        future=future,
+        keep=keep,
+        leak=leak,
+        row_sum=row_sum,
+        entropy=entropy,
+        empty_rows=empty,
+    )

@@ -1,0 +1,421 @@
+"""Scenario files (``.attn.json``) and matrix files (CSV, ``.npy``).
+
+Loading never executes anything from a file (no pickles), checks every shape and number,
+and raises ``FileFormatError`` (one type for every bad file) whose message names the
+problem and where, e.g. ``heads[2].W_K: expected 4×2, got 4×3``. Nothing is returned
+half-loaded. Writes are atomic: a temporary file in the same folder, then a rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnviz.core.scenario import (
+    LIMITS,
+    WEIGHT_NAMES,
+    Scenario,
+    ScenarioError,
+    Settings,
+    check_values,
+    from_heads,
+)
+
+FORMAT = "attnviz-scenario"
+VERSION = 1
+SUFFIX = ".attn.json"
+MAX_FILE_BYTES = 256 * 2**20
+MAX_MATRIX_CELLS = 2**24
+TOP_KEYS = {"format", "version", "tokens", "X", "heads", "W_O", "settings"}
+SETTINGS_KEYS_ORDER = ("projections", "scale", "mask", "positional", "dropout", "dropout_seed")
+SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
+
+
+class FileFormatError(ScenarioError):
+    """A file could not be loaded; the message names the problem and where."""
+
+
+# Scenario <-> dict --------------------------------------------------------------------
+
+
+def _rows(a: np.ndarray) -> list[list[float]]:
+    return a.tolist()  # type: ignore[no-any-return]
+
+
+def scenario_to_dict(s: Scenario) -> dict[str, Any]:
+    """Exactly what a save writes."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "tokens": list(s.tokens),
+        "X": _rows(s.X),
+        "heads": [
+            {name: _rows(getattr(s, name)[h]) for name in WEIGHT_NAMES} for h in range(s.n_heads)
+        ],
+        "W_O": _rows(s.W_O),
+        "settings": {name: getattr(s.settings, name) for name in SETTINGS_KEYS_ORDER},
+    }
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "×".join(map(str, shape))
+
+
+def _matrix(where: str, value: Any) -> np.ndarray:
+    """A list of equal-length lists of finite numbers, as a float64 array."""
+    if not isinstance(value, list) or not value:
+        raise FileFormatError(f"{where}: expected a non-empty list of rows")
+    width = None
+    for r, row in enumerate(value):
+        if not isinstance(row, list):
+            raise FileFormatError(f"{where}[{r + 1}]: expected a row (a list of numbers)")
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise FileFormatError(f"{where}: row {r + 1} has {len(row)} numbers, row 1 has {width}")
+        if not set(map(type, row)) <= {int, float}:
+            c = next(c for c, v in enumerate(row) if type(v) not in (int, float))
+            raise FileFormatError(
+                f"{where}[{r + 1}][{c + 1}]: expected a number, "
+                f"got {type(row[c]).__name__} {row[c]!r:.40}"
+            )
+    if not width:
+        raise FileFormatError(f"{where}: rows are empty")
+    if len(value) * width > MAX_MATRIX_CELLS:
+        raise FileFormatError(f"{where}: {len(value)}×{width} is over {MAX_MATRIX_CELLS} cells")
+    try:
+        array = np.array(value, dtype=np.float64)
+    except OverflowError:
+        raise FileFormatError(f"{where}: a number is too large") from None
+    try:
+        check_values(where, array)
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+    return array
+
+
+def _expect_shape(where: str, array: np.ndarray, shape: tuple[int, int]) -> None:
+    if array.shape != shape:
+        raise FileFormatError(f"{where}: expected {_shape(shape)}, got {_shape(array.shape)}")
+
+
+def _settings(value: Any) -> Settings:
+    if not isinstance(value, dict):
+        raise FileFormatError("settings: expected an object")
+    unknown = sorted(set(value) - SETTINGS_KEYS)
+    if unknown:
+        raise FileFormatError(
+            f"settings.{unknown[0]}: unknown setting; known: {', '.join(SETTINGS_KEYS_ORDER)}"
+        )
+    if "dropout" in value and type(value["dropout"]) is int:
+        value = {**value, "dropout": float(value["dropout"])}
+    try:
+        return Settings(**value)
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+
+
+def scenario_from_dict(data: Any) -> Scenario:
+    """Check and convert a parsed .attn.json document."""
+    if not isinstance(data, dict):
+        raise FileFormatError("expected a JSON object at the top")
+    if data.get("format") != FORMAT:
+        raise FileFormatError(f"format: expected {FORMAT!r}, got {data.get('format')!r:.40}")
+    version = data.get("version")
+    if type(version) is not int or version != VERSION:
+        raise FileFormatError(
+            f"version: {version!r:.20} is not supported (this attnviz reads {VERSION})"
+        )
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise FileFormatError(f"{unknown[0]}: unknown field")
+    for key in ("tokens", "X", "heads", "W_O"):
+        if key not in data:
+            raise FileFormatError(f"{key}: missing")
+
+    tokens = data["tokens"]
+    if not isinstance(tokens, list) or not tokens:
+        raise FileFormatError("tokens: expected a non-empty list of text labels")
+    if len(tokens) > LIMITS.tokens:
+        raise FileFormatError(f"tokens: {len(tokens)} tokens; the limit is {LIMITS.tokens}")
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str):
+            raise FileFormatError(f"tokens[{i + 1}]: expected text, got {t!r:.40}")
+
+    X = _matrix("X", data["X"])
+    n, d_model = len(tokens), X.shape[1]
+    _expect_shape("X", X, (n, d_model))
+
+    heads = data["heads"]
+    if not isinstance(heads, list) or not heads:
+        raise FileFormatError("heads: expected a non-empty list of heads")
+    if len(heads) > LIMITS.heads:
+        raise FileFormatError(f"heads: {len(heads)} heads; the limit is {LIMITS.heads}")
+    parsed: list[dict[str, np.ndarray]] = []
+    d_k = None
+    for h, head in enumerate(heads):
+        where = f"heads[{h + 1}]"
+        if not isinstance(head, dict):
+            raise FileFormatError(f"{where}: expected an object with W_Q, W_K, W_V")
+        if set(head) != set(WEIGHT_NAMES):
+            extra = sorted(set(head) - set(WEIGHT_NAMES))
+            missing = sorted(set(WEIGHT_NAMES) - set(head))
+            problem = f"{extra[0]}: unknown field" if extra else f"{missing[0]}: missing"
+            raise FileFormatError(f"{where}.{problem}")
+        mats = {}
+        for name in WEIGHT_NAMES:
+            m = _matrix(f"{where}.{name}", head[name])
+            d_k = m.shape[1] if d_k is None else d_k
+            _expect_shape(f"{where}.{name}", m, (d_model, d_k))
+            mats[name] = m
+        parsed.append(mats)
+    assert d_k is not None
+    W_O = _matrix("W_O", data["W_O"])
+    _expect_shape("W_O", W_O, (len(heads) * d_k, d_model))
+    settings = _settings(data.get("settings", {}))
+    try:
+        return from_heads(tokens, X, parsed, W_O, settings)
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+
+
+# JSON text ----------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise FileFormatError(f"{name} is not a finite number")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise FileFormatError(f"{key}: appears twice")
+        out[key] = value
+    return out
+
+
+def scenario_to_json(s: Scenario) -> str:
+    """Human-readable JSON: one matrix row per line."""
+
+    def matrix(rows: list[list[float]], indent: str) -> str:
+        inner = f",\n{indent}  ".join(json.dumps(r) for r in rows)
+        return f"[\n{indent}  {inner}\n{indent}]"
+
+    d = scenario_to_dict(s)
+    heads = ",\n".join(
+        "    {\n"
+        + ",\n".join(f'      "{name}": {matrix(head[name], "      ")}' for name in WEIGHT_NAMES)
+        + "\n    }"
+        for head in d["heads"]
+    )
+    parts = [
+        f'  "format": {json.dumps(FORMAT)}',
+        f'  "version": {VERSION}',
+        f'  "tokens": {json.dumps(d["tokens"], ensure_ascii=False)}',
+        f'  "X": {matrix(d["X"], "  ")}',
+        f'  "heads": [\n{heads}\n  ]',
+        f'  "W_O": {matrix(d["W_O"], "  ")}',
+        f'  "settings": {json.dumps(d["settings"])}',
+    ]
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def scenario_from_json(text: str | bytes) -> Scenario:
+    """Parse and check .attn.json text."""
+    if len(text) > MAX_FILE_BYTES:
+        raise FileFormatError(f"larger than {MAX_FILE_BYTES // 2**20} MiB")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FileFormatError(f"not UTF-8 text (byte {e.start + 1})") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as e:
+        raise FileFormatError(
+            f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
+        ) from None
+    except RecursionError:
+        raise FileFormatError("nested too deeply to be a scenario") from None
+    except ValueError as e:  # e.g. an integer with too many digits
+        if isinstance(e, FileFormatError):
+            raise
+        raise FileFormatError(f"not valid JSON: {e}") from None
+    return scenario_from_dict(data)
+
+
+# Paths --------------------------------------------------------------------------------
+
+
+def _read(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> bytes:
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise FileFormatError(f"{path}: larger than {limit // 2**20} MiB")
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except OSError as e:
+        raise FileFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _with_path(path: str | os.PathLike[str], load: Callable[[], Any]) -> Any:
+    try:
+        return load()
+    except FileFormatError as e:
+        raise FileFormatError(f"{Path(path).name}: {e}") from None
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read a .attn.json file; raises FileFormatError naming the file and the problem."""
+    data = _read(path)
+    return _with_path(path, lambda: scenario_from_json(data))  # type: ignore[no-any-return]
+
+
+def atomic_write(
+    path: str | os.PathLike[str], write: Callable[[Any], None], binary: bool = False
+) -> None:
+    """Write through a temporary file in the same folder, then rename over path."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(
+            fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
+        ) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
+    """Write s as .attn.json, atomically."""
+    text = scenario_to_json(s)
+    atomic_write(path, lambda f: f.write(text))
+
+
+# Matrices: CSV and .npy ---------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def parse_number(text: str) -> float:
+    """A finite decimal number (also with the Unicode minus sign); ValueError otherwise."""
+    t = text.strip().replace("\u2212", "-")
+    if not _NUMBER.fullmatch(t):
+        raise ValueError(f"{text.strip()!r:.40} is not a number")
+    value = float(t)
+    if not math.isfinite(value) or abs(value) > LIMITS.abs_value:
+        raise ValueError(f"{text.strip()!r:.40} is outside ±{LIMITS.abs_value:g}")
+    return value
+
+
+def matrix_from_csv(text: str) -> np.ndarray:
+    """Comma-separated rows of numbers (blank lines ignored) as a float64 array."""
+    rows = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = []
+        for col, cell in enumerate(line.split(","), start=1):
+            try:
+                row.append(parse_number(cell))
+            except ValueError as e:
+                raise FileFormatError(f"line {line_no}, column {col}: {e}") from None
+        if rows and len(row) != len(rows[0]):
+            raise FileFormatError(
+                f"line {line_no} has {len(row)} numbers, the first row has {len(rows[0])}"
+            )
+        rows.append(row)
+        if len(rows) * len(row) > MAX_MATRIX_CELLS:
+            raise FileFormatError(f"more than {MAX_MATRIX_CELLS} numbers")
+    if not rows:
+        raise FileFormatError("no numbers in the file")
+    return np.array(rows, dtype=np.float64)
+
+
+def matrix_to_csv(a: np.ndarray) -> str:
+    """Rows of comma-separated numbers that read back exactly."""
+    return "".join(",".join(repr(float(v)) for v in row) + "\n" for row in np.asarray(a))
+
+
+def _npy(data: bytes) -> np.ndarray:
+    import io
+
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        header = (
+            np.lib.format.read_array_header_1_0(f)
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0(f)
+        )
+    except (ValueError, OSError, SyntaxError, TypeError) as e:
+        raise FileFormatError(f"not a .npy array: {e}") from None
+    shape, _, dtype = header
+    if dtype.hasobject:
+        raise FileFormatError("holds Python objects (pickles are never loaded)")
+    if dtype.kind not in "fiu":
+        raise FileFormatError(f"holds {dtype} values; expected real numbers")
+    if len(shape) != 2:
+        raise FileFormatError(f"expected a 2-D matrix, got shape {shape}")
+    if math.prod(shape) > MAX_MATRIX_CELLS:
+        raise FileFormatError(f"{_shape(shape)} is over {MAX_MATRIX_CELLS} cells")
+    try:
+        f.seek(0)
+        array = np.load(f, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise FileFormatError(f"cannot read the array: {e}") from None
+    array = array.astype(np.float64)
+    try:
+        check_values("matrix", array)
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+    return array
+
+
+def load_matrix(path: str | os.PathLike[str]) -> np.ndarray:
+    """A matrix from .csv or .npy (chosen by suffix); FileFormatError on any problem."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".npy"):
+        raise FileFormatError(f"{Path(path).name}: expected a .csv or .npy file")
+    data = _read(path)
+    if suffix == ".npy":
+        return _with_path(path, lambda: _npy(data))  # type: ignore[no-any-return]
+
+    def csv() -> np.ndarray:
+        try:
+            return matrix_from_csv(data.decode("utf-8-sig"))
+        except UnicodeDecodeError as e:
+            raise FileFormatError(f"not UTF-8 text (byte {e.start + 1})") from None
+
+    return _with_path(path, csv)  # type: ignore[no-any-return]
+
+
+def save_matrix(path: str | os.PathLike[str], a: np.ndarray) -> None:
+    """Write a matrix as .csv or .npy (chosen by suffix), atomically; never a pickle."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".npy":
+        atomic_write(
+            path,
+            lambda f: np.save(f, np.asarray(a, dtype=np.float64), allow_pickle=False),
+            binary=True,
+        )
+    elif suffix == ".csv":
+        text = matrix_to_csv(a)
+        atomic_write(path, lambda f: f.write(text))
+    else:
+        raise FileFormatError(f"{Path(path).name}: expected a .csv or .npy file")
