@@ -83,16 +83,22 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def check_values(where: str, values: np.ndarray, limit: float = LIMITS.abs_value) -> None:
-    """Raise ScenarioError naming the first cell that is not a finite number within limit."""
+def check_values(
+    where: str, values: np.ndarray, limit: float = LIMITS.abs_value, origin: tuple[int, ...] = ()
+) -> None:
+    """Raise ScenarioError naming the first cell that is not a finite number within limit.
+
+    origin is the block's position in its matrix, so that the message names the real cell.
+    """
     if values.size == 0:
         return
     # max of |v| is NaN when any entry is NaN, so one comparison catches NaN, ±inf and size.
     if np.abs(values).max() <= limit:
         return
     bad = np.argwhere(~(np.abs(values) <= limit))[0]
-    value = values[tuple(bad)]
-    cell = ",".join(str(int(i) + 1) for i in bad)
+    value = float(values[tuple(bad)])
+    offset = origin or (0,) * len(bad)
+    cell = ",".join(str(int(i) + o + 1) for i, o in zip(bad, offset, strict=True))
     problem = "is not a finite number" if not np.isfinite(value) else f"exceeds ±{limit:g}"
     raise ScenarioError(f"{where}[{cell}]: {value!r} {problem}")
 
@@ -204,7 +210,7 @@ class Scenario:
                 f"{matrix_label(name, head)}: a {rows}×{cols} block at row {row + 1}, "
                 f"column {col + 1} does not fit a {target.shape[0]}×{target.shape[1]} matrix"
             )
-        check_values(matrix_label(name, head), values)
+        check_values(matrix_label(name, head), values, origin=(row, col))
         full = np.array(getattr(self, name))
         block = full[head] if name in WEIGHT_NAMES else full
         block[row : row + rows, col : col + cols] = values

@@ -1,0 +1,129 @@
+"""The NumPy engine on the worked example, against hand arithmetic and a plain reference."""
+
+import math
+
+import numpy as np
+import pytest
+import reference as ref
+
+from attnviz.core.engine import compute, sinusoidal, softmax_rows
+from attnviz.core.presets import worked_example
+from attnviz.core.scenario import Settings
+
+
+def test_worked_example_by_hand():
+    r = compute(worked_example())
+    # Head 1, token "she": x = [0.9, 0.1, -0.3, 0.2].
+    # Q = x·W_Q[:,1] = 0.09 + 0.07 - 0.09 - 0.18 = -0.11
+    #     x·W_Q[:,2] = 0.27 - 0.09 + 0.21 + 0.14 = 0.53
+    assert r.Q[0, 0] == pytest.approx([-0.11, 0.53])
+    # K = 0.81 + 0.06 + 0.27 + 0.04 = 1.18;  -0.81 - 0.03 - 0.21 - 0.08 = -1.13
+    assert r.K[0, 0] == pytest.approx([1.18, -1.13])
+    # S = -0.11·1.18 + 0.53·(-1.13) = -0.1298 - 0.5989 = -0.7287; scaled by √2
+    assert r.scores[0, 0, 0] == pytest.approx(-0.7287)
+    assert r.scaled[0, 0, 0] == pytest.approx(-0.7287 / math.sqrt(2))
+    # Under the causal mask "she" sees only itself: weight 1, output = its value row.
+    assert r.weights[0, 0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    # V = 0.45 + 0.01 + 0.09 + 0.14 = 0.69;  -0.18 + 0.06 - 0.12 + 0.02 = -0.22
+    assert r.output[0, 0] == pytest.approx([0.69, -0.22])
+    assert np.isneginf(r.masked[0, 0, 1:]).all()
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "causal-zero", "drop-after-softmax"])
+@pytest.mark.parametrize("scale", [True, False])
+def test_worked_example_against_reference(mask, scale):
+    r = compute(worked_example(Settings(mask=mask, scale=scale)))
+    weights, concat, final = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O, mask, scale)
+    for h in range(2):
+        np.testing.assert_allclose(r.weights[h], weights[h], atol=1e-14)
+    np.testing.assert_allclose(r.concat, concat, atol=1e-14)
+    np.testing.assert_allclose(r.final, final, atol=1e-14)
+
+
+def test_heads_concatenated_in_order():
+    r = compute(worked_example())
+    np.testing.assert_array_equal(r.concat[:, 0:2], r.output[0])
+    np.testing.assert_array_equal(r.concat[:, 2:4], r.output[1])
+
+
+def test_stage_one_has_one_head_of_x():
+    r = compute(worked_example(Settings(projections=False, scale=False, mask="none")))
+    X = ref.X
+    S = X @ X.T
+    e = np.exp(S - S.max(axis=1, keepdims=True))
+    W = e / e.sum(axis=1, keepdims=True)
+    assert r.n_heads == 1
+    np.testing.assert_allclose(r.scores[0], S, atol=1e-15)
+    np.testing.assert_allclose(r.final, W @ X, atol=1e-15)
+    np.testing.assert_array_equal(r.final, r.concat)
+
+
+def test_leak_row_sum_and_entropy_per_mask():
+    causal = compute(worked_example(Settings(mask="causal")))
+    zero = compute(worked_example(Settings(mask="causal-zero")))
+    drop = compute(worked_example(Settings(mask="drop-after-softmax")))
+    _, W_zero, _ = ref.head(ref.X, ref.W_Q[0], ref.W_K[0], ref.W_V[0], "causal-zero")
+    assert causal.leak.max() == 0.0
+    np.testing.assert_allclose(zero.leak[0], np.triu(W_zero, 1).sum(axis=1), atol=1e-15)
+    assert (zero.leak[:, :-1] > 0).all() and (zero.leak[:, -1] == 0).all()
+    np.testing.assert_allclose(causal.row_sum, 1.0, atol=1e-15)
+    assert (drop.row_sum[:, :-1] < 1).all()
+    # Entropy of the first row under causal is 0 (one visible key); last row by hand.
+    assert causal.entropy[:, 0] == pytest.approx([0.0, 0.0], abs=1e-12)
+    w = causal.weights[0, 3]
+    assert causal.entropy[0, 3] == pytest.approx(-(w * np.log(w)).sum())
+
+
+def test_last_row_unchanged_by_causal_mask():
+    none = compute(worked_example(Settings(mask="none")))
+    causal = compute(worked_example(Settings(mask="causal")))
+    np.testing.assert_allclose(none.weights[:, -1], causal.weights[:, -1], atol=1e-15)
+
+
+def test_sinusoidal_encoding_added_to_x():
+    r = compute(worked_example(Settings(positional="sinusoidal")))
+    # pos 1, d_model 4: [sin(1), cos(1), sin(1/100), cos(1/100)]
+    pe1 = [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]
+    np.testing.assert_allclose(r.X[1] - ref.X[1], pe1, atol=1e-15)
+    np.testing.assert_allclose(r.X[0] - ref.X[0], [0, 1, 0, 1], atol=1e-15)
+    assert sinusoidal(3, 5).shape == (3, 5)
+
+
+def test_dropout_is_seeded_and_rescales():
+    s = worked_example(Settings(mask="none", dropout=0.5, dropout_seed=7))
+    a, b = compute(s), compute(s)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    plain = compute(worked_example(Settings(mask="none")))
+    kept = a.keep
+    assert kept is not None and 0 < kept.sum() < kept.size
+    np.testing.assert_allclose(a.weights, plain.weights * kept / 0.5, atol=1e-15)
+    other = compute(s.with_settings(dropout_seed=8))
+    assert not np.array_equal(other.keep, kept)
+
+
+def test_fully_masked_row_is_flagged_not_nan():
+    S = np.array([[[0.5, -np.inf], [-np.inf, -np.inf]]])
+    w, _, _, empty = softmax_rows(S)
+    assert empty.tolist() == [[False, True]]
+    assert w.tolist() == [[[1.0, 0.0], [0.0, 0.0]]]
+
+
+def test_softmax_survives_large_scores():
+    # exp(1000) overflows; subtracting the row maximum first must not.
+    w, *_ = softmax_rows(np.array([[[1000.0, 999.0, 0.0]]]))
+    e = np.exp([0.0, -1.0, -1000.0])
+    np.testing.assert_allclose(w[0, 0], e / e.sum())
+
+
+def test_brief_saturation_example():
+    w, *_ = softmax_rows(np.array([[[2.0, 1.0, 0.0, -1.0]]]))
+    np.testing.assert_allclose(w[0, 0], [0.64, 0.24, 0.09, 0.03], atol=0.005)
+    w8, *_ = softmax_rows(np.array([[[16.0, 8.0, 0.0, -8.0]]]))
+    assert w8[0, 0, 0] > 0.999
+
+
+def test_result_is_read_only():
+    r = compute(worked_example())
+    for name in ("Q", "scores", "weights", "final", "leak"):
+        with pytest.raises(ValueError):
+            getattr(r, name)[0] = 1.0

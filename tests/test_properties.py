@@ -1,0 +1,121 @@
+"""Properties of attention over random shapes and values (hypothesis)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from attnviz.core.engine import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
+from attnviz.core.explain import explain
+from attnviz.core.scenario import MASKS, Scenario, Settings, permute_tokens
+
+values = st.floats(-2, 2, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def scenarios(draw, masks=MASKS, positional=("none", "sinusoidal")):
+    n = draw(st.integers(1, 6))
+    d_model = draw(st.integers(1, 6))
+    h = draw(st.integers(1, 3))
+    d_k = draw(st.integers(1, 4))
+
+    def mat(*shape):
+        return draw(hnp.arrays(np.float64, shape, elements=values))
+
+    s = Settings(
+        projections=draw(st.booleans()),
+        scale=draw(st.booleans()),
+        mask=draw(st.sampled_from(masks)),
+        positional=draw(st.sampled_from(positional)),
+    )
+    return Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=mat(n, d_model),
+        W_Q=mat(h, d_model, d_k),
+        W_K=mat(h, d_model, d_k),
+        W_V=mat(h, d_model, d_k),
+        W_O=mat(h * d_k, d_model),
+        settings=s,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_rows_sum_to_one_and_masks_hold(s):
+    r = compute(s)
+    future = np.triu(np.ones((s.n, s.n), bool), 1)
+    if s.settings.mask == "drop-after-softmax":
+        assert (r.weights.sum(axis=-1) <= 1 + 1e-12).all()
+        assert (r.weights[:, future] == 0).all()
+    else:
+        np.testing.assert_allclose(r.weights.sum(axis=-1), 1.0, atol=1e-12)
+    if s.settings.mask == "causal":
+        assert (r.weights[:, future] == 0).all()
+        assert (r.leak == 0).all()
+    if s.settings.mask == "causal-zero":
+        # Every row but the last has a future key with score 0, so weight exp(0 − m) > 0.
+        assert (r.leak[:, :-1] > 0).all()
+    assert (r.weights >= 0).all() and not r.empty_rows.any()
+    np.testing.assert_allclose(r.row_sum, r.weights.sum(axis=-1), atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 5)),
+        elements=values,
+    ),
+    st.floats(-50, 50),
+)
+def test_adding_a_constant_to_a_row_changes_no_weight(S, c):
+    shift = np.arange(S.shape[1])[None, :, None] * c  # a different constant per row
+    a, *_ = softmax_rows(S)
+    b, *_ = softmax_rows(S + shift)
+    np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios(masks=("none",), positional=("none",)), st.randoms(use_true_random=False))
+def test_without_mask_or_position_permuting_tokens_permutes_outputs(s, rnd):
+    order = list(range(s.n))
+    rnd.shuffle(order)
+    a = compute(s)
+    b = compute(permute_tokens(s, order))
+    np.testing.assert_allclose(b.final, a.final[order], atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_numpy_torch_and_sdpa_agree(s):
+    pytest.importorskip("torch")
+    from attnviz.core.torch_engine import cross_check
+
+    c = cross_check(s, "cpu", "float64")
+    assert c.torch_diff < 1e-12
+    if s.settings.mask in ("none", "causal"):
+        assert c.sdpa_diff is not None and c.sdpa_diff < 1e-12
+    else:
+        assert c.sdpa_diff is None and c.sdpa_note
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios(), st.data())
+def test_explanation_recomputes_the_cell(s, data):
+    r = compute(s)
+    name = data.draw(st.sampled_from(HEAD_MATRICES + LAYER_MATRICES))
+    head = data.draw(st.integers(0, r.n_heads - 1)) if name in HEAD_MATRICES else None
+    m = r.matrix(name, head)
+    i = data.draw(st.integers(0, m.shape[0] - 1))
+    j = data.draw(st.integers(0, m.shape[1] - 1))
+    e = explain(s, r, name, head, i, j)
+    if np.isneginf(m[i, j]):
+        assert e.value == -np.inf
+    else:
+        assert e.value == pytest.approx(m[i, j], abs=1e-12)
+    if e.terms and name not in ("weights", "X"):
+        # Sums of products: the terms' values are their factors multiplied.
+        for t in e.terms:
+            if len(t.factors) == 2 and name != "final":
+                assert t.value == pytest.approx(t.factors[0] * t.factors[1], abs=1e-15)

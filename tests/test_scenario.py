@@ -1,0 +1,135 @@
+"""Scenario validation, edits and resizing; presets; cost formulas."""
+
+import numpy as np
+import pytest
+import reference as ref
+
+from attnviz.core.cost import Cost, human_bytes, human_count
+from attnviz.core.presets import PRESETS, make_preset, random_scenario, worked_example
+from attnviz.core.scenario import (
+    LIMITS,
+    Scenario,
+    ScenarioError,
+    Settings,
+    insert_token,
+    move_token,
+    remove_token,
+    resized,
+)
+
+
+def test_worked_example_matches_brief():
+    s = worked_example()
+    assert s.tokens == ("she", "saw", "the", "cat")
+    np.testing.assert_array_equal(s.X, ref.X)
+    np.testing.assert_array_equal(s.W_K, ref.W_K)
+    np.testing.assert_array_equal(s.W_O, ref.W_O)
+    assert (s.n, s.d_model, s.n_heads, s.d_k) == (4, 4, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mask": "sideways"}, "settings.mask"),
+        ({"positional": "learned"}, "settings.positional"),
+        ({"scale": 1}, "settings.scale"),
+        ({"dropout": 1.0}, "settings.dropout"),
+        ({"dropout": -0.1}, "settings.dropout"),
+        ({"dropout_seed": -1}, "settings.dropout_seed"),
+    ],
+)
+def test_bad_settings_name_the_field(change, message):
+    with pytest.raises(ScenarioError, match=message):
+        Settings(**change)
+
+
+def test_bad_values_name_the_cell():
+    s = worked_example()
+    with pytest.raises(ScenarioError, match=r"heads\[2\]\.W_K\[3,1\]: nan"):
+        s.with_cells("W_K", 1, 2, 0, np.array([[np.nan]]))
+    with pytest.raises(ScenarioError, match=r"X\[1,2\].*exceeds"):
+        s.with_cells("X", None, 0, 1, np.array([[1e7]]))
+    with pytest.raises(ScenarioError, match="does not fit"):
+        s.with_cells("W_O", None, 3, 3, np.zeros((2, 1)))
+
+
+def test_with_cells_changes_only_that_block():
+    s = worked_example()
+    t = s.with_cells("W_Q", 1, 1, 0, np.array([[9.0, 8.0]]))
+    assert t.W_Q[1, 1].tolist() == [9.0, 8.0]
+    assert s.W_Q[1, 1].tolist() == [-0.2, -0.8]  # the original is untouched
+    assert t.X is s.X and t.W_K is s.W_K  # untouched matrices are shared
+
+
+def test_shape_errors():
+    s = worked_example()
+    with pytest.raises(ScenarioError, match="W_O: expected 4×4"):
+        Scenario(s.tokens, s.X, s.W_Q, s.W_K, s.W_V, np.zeros((3, 4)))
+    with pytest.raises(ScenarioError, match="tokens: 3 labels for 4 rows"):
+        Scenario(s.tokens[:3], s.X, s.W_Q, s.W_K, s.W_V, s.W_O)
+    with pytest.raises(ScenarioError, match="heads"):
+        resized(s, heads=LIMITS.heads + 1)
+
+
+def test_resize_keeps_values_and_pads_with_zeros():
+    s = worked_example()
+    big = resized(s, n=5, d_model=5, heads=3, d_k=3)
+    np.testing.assert_array_equal(big.X[:4, :4], ref.X)
+    assert big.X[4].tolist() == [0.0] * 5 and big.tokens[-1] == "t5"
+    np.testing.assert_array_equal(big.W_Q[:2, :4, :2], ref.W_Q)
+    # Each head's block of W_O stays with its head: head 2's rows move from 2–3 to 3–4.
+    np.testing.assert_array_equal(big.W_O[3:5, :4], ref.W_O[2:4])
+    np.testing.assert_array_equal(big.W_O[2], np.zeros(5))
+    small = resized(big, n=4, d_model=4, heads=2, d_k=2)
+    np.testing.assert_array_equal(small.W_O, ref.W_O)
+    np.testing.assert_array_equal(small.X, ref.X)
+
+
+def test_insert_remove_move_tokens():
+    s = worked_example()
+    t = insert_token(s, 1, "a", [1, 2, 3, 4])
+    assert t.tokens == ("she", "a", "saw", "the", "cat")
+    assert t.X[1].tolist() == [1, 2, 3, 4]
+    assert remove_token(t, 1).tokens == s.tokens
+    m = move_token(s, 3, 0)
+    assert m.tokens == ("cat", "she", "saw", "the")
+    np.testing.assert_array_equal(m.X[0], ref.X[3])
+    with pytest.raises(ScenarioError):
+        remove_token(resized(s, n=1), 0)
+
+
+def test_presets():
+    for name, p in PRESETS.items():
+        s = make_preset(name) if not p.sized else make_preset(name, n=8, seed=1)
+        assert s.n >= 4, name
+    assert make_preset("stage-1-simple").settings.projections is False
+    assert make_preset("stage-1-simple").settings.scale is False
+    g = make_preset("gpt2-small")
+    assert (g.n, g.d_model, g.n_heads, g.d_k) == (64, 768, 12, 64)
+    np.testing.assert_array_equal(make_preset("gpt2-small", seed=3).X, random_scenario(seed=3).X)
+    assert not np.array_equal(make_preset("gpt2-small", seed=3).X, make_preset("gpt2-small").X)
+    with pytest.raises(ScenarioError, match="does not exist"):
+        make_preset("nope")
+    with pytest.raises(ScenarioError, match="fixed size"):
+        make_preset("worked-example", n=8)
+
+
+def test_random_scenario_has_unit_variance_projections():
+    s = random_scenario(n=256, seed=0)
+    Q = s.X @ s.W_Q
+    assert 0.8 < Q.var() < 1.2
+
+
+def test_cost_formulas():
+    c = Cost(n=131072, heads=1, d_k=64)
+    assert c.scores_per_head == 131072**2  # about 17 billion
+    assert human_count(c.scores) == "17.2 billion"
+    assert c.flops == 4 * 131072**2 * 64
+    assert Cost(n=131072, heads=1, d_k=64, causal=True).flops == 2 * 131072**2 * 64
+    g = Cost(n=1024, heads=12, d_k=64)
+    assert g.score_bytes("float32") == 12 * 1024 * 1024 * 4
+    assert g.kv_cache_numbers == 2 * 1024 * 768
+    assert g.kv_cache_bytes("float16") == 2 * 1024 * 768 * 2
+    assert human_bytes(1536) == "1.5 KiB"
+    with pytest.raises(ValueError, match="n"):
+        Cost(n=0, heads=1, d_k=1)
