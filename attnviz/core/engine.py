@@ -168,9 +168,8 @@ def compute(s: Scenario) -> Result:
     row_sum = weights.sum(axis=-1)
     leak = np.einsum("hij,ij->hi", weights, future.astype(np.float64))
 
-    arrays = (X, Q, K, V, scores, scaled, masked, weights, output, concat, final)
-    arrays += (future, leak, row_sum, entropy, empty)
-    _frozen(*arrays, *(() if keep is None else (keep,)))
+    _frozen(X, Q, K, V, scores, scaled, masked, weights, output, concat, final)
+    _frozen(future, leak, row_sum, entropy, empty, *(() if keep is None else (keep,)))
     return Result(
         tokens=s.tokens,
         settings=st,

@@ -9,6 +9,7 @@ half-loaded. Writes are atomic: a temporary file in the same folder, then a rena
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -281,17 +282,13 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     return _with_path(path, lambda: scenario_from_json(data))  # type: ignore[no-any-return]
 
 
-def atomic_write(
-    path: str | os.PathLike[str], write: Callable[[Any], None], binary: bool = False
-) -> None:
-    """Write through a temporary file in the same folder, then rename over path."""
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write data to a temporary file in the same folder, then rename it over path."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(
-            fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
-        ) as f:
-            write(f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -303,8 +300,7 @@ def atomic_write(
 
 def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
     """Write s as .attn.json, atomically."""
-    text = scenario_to_json(s)
-    atomic_write(path, lambda f: f.write(text))
+    atomic_write(path, scenario_to_json(s).encode("utf-8"))
 
 
 # Matrices: CSV and .npy ---------------------------------------------------------------
@@ -325,7 +321,7 @@ def parse_number(text: str) -> float:
 
 def matrix_from_csv(text: str) -> np.ndarray:
     """Comma-separated rows of numbers (blank lines ignored) as a float64 array."""
-    rows = []
+    rows: list[list[float]] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -353,8 +349,6 @@ def matrix_to_csv(a: np.ndarray) -> str:
 
 
 def _npy(data: bytes) -> np.ndarray:
-    import io
-
     f = io.BytesIO(data)
     try:
         version = np.lib.format.read_magic(f)
@@ -409,13 +403,10 @@ def save_matrix(path: str | os.PathLike[str], a: np.ndarray) -> None:
     """Write a matrix as .csv or .npy (chosen by suffix), atomically; never a pickle."""
     suffix = Path(path).suffix.lower()
     if suffix == ".npy":
-        atomic_write(
-            path,
-            lambda f: np.save(f, np.asarray(a, dtype=np.float64), allow_pickle=False),
-            binary=True,
-        )
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(a, dtype=np.float64), allow_pickle=False)
+        atomic_write(path, buffer.getvalue())
     elif suffix == ".csv":
-        text = matrix_to_csv(a)
-        atomic_write(path, lambda f: f.write(text))
+        atomic_write(path, matrix_to_csv(a).encode("utf-8"))
     else:
         raise FileFormatError(f"{Path(path).name}: expected a .csv or .npy file")

@@ -9,8 +9,9 @@ head's ``W_Q``, ``W_K``, ``W_V`` are ``d_model × d_k``, ``W_O`` is ``(h·d_k) �
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -214,7 +215,7 @@ class Scenario:
         full = np.array(getattr(self, name))
         block = full[head] if name in WEIGHT_NAMES else full
         block[row : row + rows, col : col + cols] = values
-        return dataclasses.replace(self, **{name: full})
+        return dataclasses.replace(self, **{name: full})  # type: ignore[arg-type]
 
     def with_tokens(self, tokens: Sequence[str]) -> Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))
@@ -231,7 +232,7 @@ def matrix_label(name: str, head: int | None) -> str:
 def from_heads(
     tokens: Sequence[str],
     X: object,
-    heads: Sequence[dict[str, object]],
+    heads: Sequence[Mapping[str, Any]],
     W_O: object,
     settings: Settings | None = None,
 ) -> Scenario:
