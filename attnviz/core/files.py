@@ -13,7 +13,6 @@ import io
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from attnviz.core.scenario import (
     check_values,
     from_heads,
 )
+from attnviz.core.text import parse_number
 
 FORMAT = "attnviz-scenario"
 VERSION = 1
@@ -304,19 +304,6 @@ def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
 
 
 # Matrices: CSV and .npy ---------------------------------------------------------------
-
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def parse_number(text: str) -> float:
-    """A finite decimal number (also with the Unicode minus sign); ValueError otherwise."""
-    t = text.strip().replace("\u2212", "-")
-    if not _NUMBER.fullmatch(t):
-        raise ValueError(f"{text.strip()!r:.40} is not a number")
-    value = float(t)
-    if not math.isfinite(value) or abs(value) > LIMITS.abs_value:
-        raise ValueError(f"{text.strip()!r:.40} is outside ±{LIMITS.abs_value:g}")
-    return value
 
 
 def matrix_from_csv(text: str) -> np.ndarray:

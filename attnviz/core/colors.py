@@ -1,0 +1,81 @@
+"""Colour maps shared by the window's heatmaps and the exported figures.
+
+Scores and every other signed matrix use a diverging map centred at 0 with symmetric
+levels; weights use a sequential map from 0 to 1. Masked (−∞) cells get their own grey
+and are hatched, so they never read as a number.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# ColorBrewer RdBu, reversed: negative blue, zero near-white, positive red.
+DIVERGING = (
+    "#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+    "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f",
+)  # fmt: skip
+# ColorBrewer YlGnBu: 0 pale yellow, 1 deep blue.
+SEQUENTIAL = (
+    "#ffffd9", "#edf8b1", "#c7e9b4", "#7fcdbb", "#41b6c4",
+    "#1d91c0", "#225ea8", "#253494", "#081d58",
+)  # fmt: skip
+MASKED_FILL = "#c8c8c8"
+MASKED_HATCH = "#8c8c8c"
+PROBABILITY_VIEWS = ("weights",)
+
+
+def kind_for(view: str) -> str:
+    """'sequential' for weights (0 to 1), 'diverging' for everything else."""
+    return "sequential" if view in PROBABILITY_VIEWS else "diverging"
+
+
+def stops(kind: str) -> np.ndarray:
+    """The map's colours as an (k, 3) uint8 array, evenly spaced from low to high."""
+    table = SEQUENTIAL if kind == "sequential" else DIVERGING
+    return np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in table], dtype=np.uint8)
+
+
+def levels(values: np.ndarray, kind: str) -> tuple[float, float]:
+    """Colour-bar limits: (0, 1) for weights; ±max|finite value| (at least a tiny span)."""
+    if kind == "sequential":
+        return 0.0, 1.0
+    finite = values[np.isfinite(values)]
+    top = float(np.abs(finite).max()) if finite.size else 0.0
+    top = top if top > 0 else 1.0
+    return -top, top
+
+
+def rgb(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:
+    """Colours for values as (..., 3) uint8; non-finite values get the masked grey."""
+    table = stops(kind).astype(np.float64)
+    lo, hi = lims
+    t = np.clip((np.nan_to_num(values, nan=lo, neginf=lo, posinf=hi) - lo) / (hi - lo), 0, 1)
+    pos = t * (len(table) - 1)
+    i = np.minimum(pos.astype(int), len(table) - 2)
+    f = (pos - i)[..., None]
+    out = table[i] * (1 - f) + table[i + 1] * f
+    out[~np.isfinite(values)] = stops_hex(MASKED_FILL)
+    return np.rint(out).astype(np.uint8)
+
+
+def stops_hex(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def text_color(fill: np.ndarray) -> str:
+    """Black or white, whichever reads better on fill (by relative luminance)."""
+    r, g, b = (float(c) / 255 for c in fill[:3])
+    return "#000000" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "#ffffff"
+
+
+def cell_text(value: float) -> str:
+    """How a value is printed inside a heatmap cell."""
+    if value == -math.inf:
+        return "−∞"
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 100:
+        return f"{value:.3g}"
+    return f"{value:.2f}".replace("-", "−")

@@ -1,0 +1,228 @@
+"""Heatmap figures as true-vector SVG: a rectangle and a label per cell.
+
+``spec_for(result, view, head)`` decides what a heatmap shows (values, labels, colour
+map); ``to_svg(spec)`` draws it with axis labels and a colour bar. The window exports
+PNG by rendering this same SVG, so both formats show the same picture.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+import numpy as np
+
+from attnviz.core import colors
+from attnviz.core.engine import HEAD_MATRICES, Result
+
+VIEWS = (*HEAD_MATRICES, "X", "concat", "final")
+SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")
+TITLES = {
+    "Q": "Q = X W_Q",
+    "K": "K = X W_K",
+    "V": "V = X W_V",
+    "scores": "raw scores Q Kᵀ",
+    "scaled": "scaled scores",
+    "masked": "masked scores",
+    "weights": "weights (softmax)",
+    "output": "head output",
+    "X": "input X",
+    "concat": "concat of heads",
+    "final": "output (concat W_O)",
+}
+FONT = "DejaVu Sans, Arial, Helvetica, sans-serif"
+
+
+@dataclass(frozen=True, eq=False)
+class HeatmapSpec:
+    """Everything needed to draw one heatmap, independent of how it is drawn."""
+
+    title: str
+    values: np.ndarray
+    row_labels: tuple[str, ...]
+    col_labels: tuple[str, ...]
+    row_title: str
+    col_title: str
+    kind: str
+    levels: tuple[float, float]
+
+
+def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
+    """The heatmap of one intermediate; head is 0-based for per-head views."""
+    if view not in VIEWS:
+        raise KeyError(f"view {view!r}: expected one of {', '.join(VIEWS)}")
+    values = result.matrix(view, head if view in HEAD_MATRICES else None)
+    tokens = tuple(result.tokens)
+    if view in SQUARE_VIEWS:
+        cols, row_title, col_title = tokens, "query", "key"
+    else:
+        cols = tuple(str(j + 1) for j in range(values.shape[1]))
+        row_title, col_title = "token", "feature"
+    title = TITLES[view]
+    if view in HEAD_MATRICES:
+        title = f"head {head + 1 if head is not None else '?'} · {title}"
+    kind = colors.kind_for(view)
+    return HeatmapSpec(
+        title, values, tokens, cols, row_title, col_title, kind, colors.levels(values, kind)
+    )
+
+
+def _hex(rgb: np.ndarray) -> str:
+    return "#" + "".join(f"{int(c):02x}" for c in rgb[:3])
+
+
+def _fmt_tick(v: float) -> str:
+    return f"{v:.3g}".replace("-", "−")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Positions of the parts of a figure, in SVG user units (px at scale 1)."""
+
+    cell: float
+    label_font: float
+    value_font: float  # 0 when cells are too small for values
+    left: float
+    top: float
+    width: float
+    height: float
+    rotate_cols: bool
+
+
+def layout(spec: HeatmapSpec) -> Layout:
+    rows, cols = spec.values.shape
+    cell = min(56.0, max(4.0, 640.0 / max(rows, cols)))
+    label_font = min(13.0, max(6.0, cell * 0.6))
+    value_font = min(13.0, cell * 0.3) if cell >= 30 else 0.0
+    char = 0.62 * label_font
+    row_w = max(len(s) for s in spec.row_labels) * char
+    col_w = max(len(s) for s in spec.col_labels) * char
+    rotate = col_w > cell * 0.9
+    left = 30 + row_w + 8
+    top = 34 + (col_w if rotate else label_font) + 22
+    width = left + cols * cell + 110
+    height = top + rows * cell + 24
+    return Layout(cell, label_font, value_font, left, top, width, height, rotate)
+
+
+def _label_every(cell: float, font: float) -> int:
+    """Show every k-th tick label so that labels do not overlap."""
+    return max(1, math.ceil(font * 1.1 / cell))
+
+
+def to_svg(spec: HeatmapSpec) -> str:
+    """The heatmap as an SVG document."""
+    L = layout(spec)
+    rows, cols = spec.values.shape
+    fills = colors.rgb(spec.values, spec.kind, spec.levels)
+    masked = ~np.isfinite(spec.values)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{L.width:.0f}" height="{L.height:.0f}"'
+        f' viewBox="0 0 {L.width:.1f} {L.height:.1f}" font-family="{FONT}">',
+        "<defs>",
+        '<pattern id="hatch" patternUnits="userSpaceOnUse" width="6" height="6"'
+        ' patternTransform="rotate(45)">'
+        f'<rect width="6" height="6" fill="{colors.MASKED_FILL}"/>'
+        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{colors.MASKED_HATCH}" stroke-width="2"/>'
+        "</pattern>",
+        _gradient(spec.kind),
+        "</defs>",
+        f'<rect width="{L.width:.1f}" height="{L.height:.1f}" fill="#ffffff"/>',
+        f'<text x="{L.left:.1f}" y="22" font-size="15" font-weight="bold">'
+        f"{escape(spec.title)}</text>",
+    ]
+    # Cells: one rectangle each, labelled with a <title> (and the value when it fits).
+    out.append('<g id="cells" shape-rendering="crispEdges">')
+    for i in range(rows):
+        y = L.top + i * L.cell
+        for j in range(cols):
+            v = float(spec.values[i, j])
+            fill = "url(#hatch)" if masked[i, j] else _hex(fills[i, j])
+            shown = "−∞" if v == -math.inf else repr(v)
+            label = f"{spec.row_labels[i]} → {spec.col_labels[j]}: {shown}"
+            out.append(
+                f'<rect x="{L.left + j * L.cell:.2f}" y="{y:.2f}" width="{L.cell:.2f}"'
+                f' height="{L.cell:.2f}" fill="{fill}"><title>{escape(label)}</title></rect>'
+            )
+    out.append("</g>")
+    if L.value_font:
+        out.append(f'<g id="values" font-size="{L.value_font:.1f}" text-anchor="middle">')
+        for i in range(rows):
+            for j in range(cols):
+                color = "#000000" if masked[i, j] else colors.text_color(fills[i, j])
+                x, y = L.left + (j + 0.5) * L.cell, L.top + (i + 0.5) * L.cell
+                text = colors.cell_text(float(spec.values[i, j]))
+                out.append(
+                    f'<text x="{x:.2f}" y="{y:.2f}" dy="0.35em" fill="{color}">{text}</text>'
+                )
+        out.append("</g>")
+    out += _axes(spec, L)
+    out += _colorbar(spec, L, bool(masked.any()))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _axes(spec: HeatmapSpec, L: Layout) -> list[str]:
+    rows, cols = spec.values.shape
+    step = _label_every(L.cell, L.label_font)
+    out = [f'<g id="axes" font-size="{L.label_font:.1f}" fill="#222222">']
+    for i in range(0, rows, step):
+        y = L.top + (i + 0.5) * L.cell
+        out.append(
+            f'<text x="{L.left - 6:.1f}" y="{y:.2f}" dy="0.35em" text-anchor="end">'
+            f"{escape(spec.row_labels[i])}</text>"
+        )
+    for j in range(0, cols, step):
+        x = L.left + (j + 0.5) * L.cell
+        label = escape(spec.col_labels[j])
+        if L.rotate_cols:
+            out.append(
+                f'<text transform="translate({x:.2f},{L.top - 6:.1f}) rotate(-90)"'
+                f' dy="0.35em">{label}</text>'
+            )
+        else:
+            out.append(f'<text x="{x:.2f}" y="{L.top - 6:.1f}" text-anchor="middle">{label}</text>')
+    grid_mid_y = L.top + rows * L.cell / 2
+    out.append(
+        f'<text transform="translate(14,{grid_mid_y:.1f}) rotate(-90)" text-anchor="middle"'
+        f' font-style="italic" font-size="12">{escape(spec.row_title)}</text>'
+    )
+    out.append(
+        f'<text x="{L.left + cols * L.cell / 2:.1f}" y="42" text-anchor="middle"'
+        f' font-style="italic" font-size="12">{escape(spec.col_title)}</text>'
+    )
+    out.append("</g>")
+    return out
+
+
+def _gradient(kind: str) -> str:
+    table = colors.SEQUENTIAL if kind == "sequential" else colors.DIVERGING
+    parts = ['<linearGradient id="bar" x1="0" y1="1" x2="0" y2="0">']
+    for k, color in enumerate(table):
+        parts.append(f'<stop offset="{k / (len(table) - 1):.4f}" stop-color="{color}"/>')
+    parts.append("</linearGradient>")
+    return "".join(parts)
+
+
+def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
+    rows, cols = spec.values.shape
+    x = L.left + cols * L.cell + 20
+    height = max(rows * L.cell, 60.0)
+    lo, hi = spec.levels
+    ticks = [lo, hi] if spec.kind == "sequential" else [lo, 0.0, hi]
+    out = [
+        '<g id="colorbar" font-size="11" fill="#222222">',
+        f'<rect x="{x:.1f}" y="{L.top:.1f}" width="14" height="{height:.1f}" fill="url(#bar)"'
+        ' stroke="#666666" stroke-width="0.5"/>',
+    ]
+    for t in ticks:
+        y = L.top + (hi - t) / (hi - lo) * height
+        out.append(f'<path d="M{x + 14:.1f},{y:.1f}h4" stroke="#666666"/>')
+        out.append(f'<text x="{x + 21:.1f}" y="{y:.1f}" dy="0.35em">{_fmt_tick(t)}</text>')
+    if any_masked:
+        y = L.top + height + 6
+        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill="url(#hatch)"/>')
+        out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">−∞</text>')
+    out.append("</g>")
+    return out
