@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -169,7 +170,7 @@ def format_result(s: Scenario, r: Result) -> str:
         stats = np.stack([r.leak[h], r.row_sum[h], r.entropy[h]], axis=1)
         out += [table("per row:", stats, toks, ["leak", "row sum", "entropy"]), ""]
     out += [table("concat:", r.concat, toks, numbered[: r.concat.shape[1]]), ""]
-    out += [table("output:", r.final, toks, numbered[: r.final.shape[1]])]
+    out += [table("final output (concat W_O):", r.final, toks, numbered[: r.final.shape[1]])]
     return "\n".join(out)
 
 
@@ -241,7 +242,7 @@ def cmd_presets(_: argparse.Namespace) -> int:
 
 def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int:
     """A 1-based number or a token label -> 0-based index."""
-    if text.lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]+", text):
         i = int(text)
         if not 1 <= i <= size:
             raise UsageError(f"--{what} {i}: expected 1 to {size}")
@@ -250,7 +251,9 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
         raise UsageError(f"--{what} {text!r}: expected a number from 1 to {size}")
     hits = [i for i, t in enumerate(labels) if t == text]
     if not hits:
-        raise UsageError(f"--{what} {text!r}: no token has that name ({', '.join(labels)})")
+        raise UsageError(
+            f"--{what} {text!r}: no token has that name ({', '.join(map(repr, labels))})"
+        )
     if len(hits) > 1:
         raise UsageError(f"--{what} {text!r}: {len(hits)} tokens have that name; use a number")
     return hits[0]
@@ -292,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return COMMANDS[args.command](args)
     except (UsageError, ScenarioError) as e:
-        print(f"attnviz: {e}", file=sys.stderr)
+        message = str(e).replace("\n", "\\n")  # one line, whatever a file held
+        print(f"attnviz: {message}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0

@@ -8,6 +8,8 @@ head output ``weights · V``, ``concat`` in head order, final ``concat · W_O``.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,18 +134,35 @@ def _frozen(*arrays: np.ndarray) -> None:
         a.flags.writeable = False
 
 
-def compute(s: Scenario) -> Result:
-    """Every intermediate of attention over the scenario, in float64."""
-    st = s.settings
-    X = s.X + sinusoidal(s.n, s.d_model) if st.positional == "sinusoidal" else s.X
-    if st.projections:
-        Q, K, V = X @ s.W_Q, X @ s.W_K, X @ s.W_V
-    else:
-        Q = K = V = X[None]
+def _input(s: Scenario) -> np.ndarray:
+    """X plus the position encoding, if any."""
+    if s.settings.positional == "sinusoidal":
+        return s.X + sinusoidal(s.n, s.d_model)
+    return s.X
+
+
+def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """X @ W[h] for every head as one GEMM: (n, d) @ (h, d, d_k) -> (h, n, d_k).
+
+    numpy's broadcast matmul over a stack does not reach BLAS; one wide product does.
+    """
+    h, d, d_k = W.shape
+    flat = X @ W.transpose(1, 0, 2).reshape(d, h * d_k)
+    return np.ascontiguousarray(flat.reshape(X.shape[0], h, d_k).transpose(1, 0, 2))
+
+
+def _attend(
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    st: Settings,
+    future: np.ndarray,
+    keep: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """Scores, masks, softmax, outputs and row statistics for a stack of heads."""
     d_k = Q.shape[2]
-    scores = Q @ K.transpose(0, 2, 1)
+    scores = Q @ np.ascontiguousarray(K.transpose(0, 2, 1))
     scaled = scores / np.sqrt(d_k) if st.scale else scores
-    future = future_mask(s.n)
     masked = mask_scores(scaled, st.mask, future)
 
     p, m, Z, empty = softmax_rows(masked)
@@ -156,38 +175,109 @@ def compute(s: Scenario) -> Result:
     weights = p
     if st.mask == "drop-after-softmax":
         weights[:, future] = 0.0
-    keep = dropout_keep(st, weights.shape)
     if keep is not None:
         weights *= keep
         weights /= 1.0 - st.dropout
+    return {
+        "Q": Q,
+        "K": K,
+        "V": V,
+        "scores": scores,
+        "scaled": scaled,
+        "masked": masked,
+        "weights": weights,
+        "output": weights @ V,
+        "leak": np.einsum("hij,ij->hi", weights, future.astype(np.float64)),
+        "row_sum": weights.sum(axis=-1),
+        "entropy": entropy,
+        "empty_rows": empty,
+    }
 
-    output = weights @ V
-    h, n = output.shape[:2]
+
+def _finish(
+    s: Scenario,
+    X: np.ndarray,
+    heads: dict[str, np.ndarray],
+    future: np.ndarray,
+    keep: np.ndarray | None,
+) -> Result:
+    """Concatenate the heads, mix them with W_O, freeze every array."""
+    output = heads["output"]
+    h, n, d_k = output.shape
     concat = output.transpose(1, 0, 2).reshape(n, h * d_k)
-    final = concat @ s.W_O if st.projections else concat
-    row_sum = weights.sum(axis=-1)
-    leak = np.einsum("hij,ij->hi", weights, future.astype(np.float64))
-
-    _frozen(X, Q, K, V, scores, scaled, masked, weights, output, concat, final)
-    _frozen(future, leak, row_sum, entropy, empty, *(() if keep is None else (keep,)))
+    final = concat @ s.W_O if s.settings.projections else concat
+    _frozen(X, concat, final, future, *heads.values(), *(() if keep is None else (keep,)))
     return Result(
         tokens=s.tokens,
-        settings=st,
+        settings=s.settings,
         X=X,
-        Q=Q,
-        K=K,
-        V=V,
-        scores=scores,
-        scaled=scaled,
-        masked=masked,
-        weights=weights,
-        output=output,
         concat=concat,
         final=final,
         future=future,
         keep=keep,
-        leak=leak,
-        row_sum=row_sum,
-        entropy=entropy,
-        empty_rows=empty,
+        **heads,
     )
+
+
+def compute(s: Scenario) -> Result:
+    """Every intermediate of attention over the scenario, in float64."""
+    X = _input(s)
+    if s.settings.projections:
+        Q, K, V = _project(X, s.W_Q), _project(X, s.W_K), _project(X, s.W_V)
+    else:
+        Q = K = V = X[None]
+    future = future_mask(s.n)
+    keep = dropout_keep(s.settings, (Q.shape[0], s.n, s.n))
+    return _finish(s, X, _attend(Q, K, V, s.settings, future, keep), future, keep)
+
+
+def update(
+    prev: Result,
+    s: Scenario,
+    x_rows: Iterable[int] = (),
+    heads: Iterable[int] = (),
+    w_o: bool = False,
+) -> Result:
+    """compute(s), reusing prev where only the named parts of the scenario changed.
+
+    prev must come from a scenario that differs from s only in the given rows of X,
+    the given heads' W_Q/W_K/W_V, and (w_o) W_O. An X row changes that row of every
+    head's Q, K and V; a head's weights change that head only; W_O changes the final
+    output only. Anything else (settings, sizes, no projections) is a full compute.
+    """
+    st = s.settings
+    rows, changed = sorted(set(x_rows)), sorted(set(heads))
+    same_shape = prev.X.shape == s.X.shape and prev.Q.shape == (s.n_heads, s.n, s.d_k)
+    if prev.settings != st or not same_shape or not st.projections:
+        return compute(s)
+    X = _input(s)
+    if not rows and not changed:
+        final = prev.concat @ s.W_O if w_o else prev.final
+        _frozen(final)
+        return dataclasses.replace(prev, tokens=s.tokens, final=final)
+    Q, K, V = np.array(prev.Q), np.array(prev.K), np.array(prev.V)
+    for name, stack in (("W_Q", Q), ("W_K", K), ("W_V", V)):
+        W = getattr(s, name)
+        if rows:
+            stack[:, rows] = _project(X[rows], W)
+        for h in changed:
+            stack[h] = X @ W[h]
+    affected = list(range(s.n_heads)) if rows else changed
+    keep = prev.keep
+    part = _attend(
+        Q[affected],
+        K[affected],
+        V[affected],
+        st,
+        prev.future,
+        None if keep is None else keep[affected],
+    )
+    if len(affected) == s.n_heads:
+        new = part
+    else:
+        new = {}
+        for name, value in part.items():
+            whole = np.array(getattr(prev, name))
+            whole[affected] = value
+            new[name] = whole
+    return _finish(s, X, new, prev.future, keep)

@@ -67,6 +67,11 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
     }
 
 
+def _name(key: str) -> str:
+    """A key from a file as it can appear in a one-line message."""
+    return key if key.isidentifier() else repr(key)
+
+
 def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(map(str, shape))
 
@@ -115,7 +120,8 @@ def _settings(value: Any) -> Settings:
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
-            f"settings.{unknown[0]}: unknown setting; known: {', '.join(SETTINGS_KEYS_ORDER)}"
+            f"settings.{_name(unknown[0])}: unknown setting; "
+            f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
     if "dropout" in value and type(value["dropout"]) is int:
         value = {**value, "dropout": float(value["dropout"])}
@@ -138,7 +144,7 @@ def scenario_from_dict(data: Any) -> Scenario:
         )
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
-        raise FileFormatError(f"{unknown[0]}: unknown field")
+        raise FileFormatError(f"{_name(unknown[0])}: unknown field")
     for key in ("tokens", "X", "heads", "W_O"):
         if key not in data:
             raise FileFormatError(f"{key}: missing")
@@ -170,7 +176,7 @@ def scenario_from_dict(data: Any) -> Scenario:
         if set(head) != set(WEIGHT_NAMES):
             extra = sorted(set(head) - set(WEIGHT_NAMES))
             missing = sorted(set(WEIGHT_NAMES) - set(head))
-            problem = f"{extra[0]}: unknown field" if extra else f"{missing[0]}: missing"
+            problem = f"{_name(extra[0])}: unknown field" if extra else f"{missing[0]}: missing"
             raise FileFormatError(f"{where}.{problem}")
         mats = {}
         for name in WEIGHT_NAMES:
@@ -200,7 +206,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise FileFormatError(f"{key}: appears twice")
+            raise FileFormatError(f"{_name(key)}: appears twice")
         out[key] = value
     return out
 

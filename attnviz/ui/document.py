@@ -1,0 +1,163 @@
+"""Document: the scenario, its undo stack and the latest Result, for one window.
+
+State flows one way: a command on the undo stack calls ``set_cells`` or
+``set_scenario``; the document recomputes (incrementally where it can) and emits
+``resultChanged`` once with the new Result; every view redraws from that. Small
+scenarios are computed at once; large ones on a worker thread, where a newer edit
+supersedes an older one (a generation counter drops stale results).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QUndoStack
+
+from attnviz.core.engine import Result, compute, update
+from attnviz.core.presets import worked_example
+from attnviz.core.scenario import WEIGHT_NAMES, Scenario
+
+# Scenarios with at most this many score cells (heads × n²) are computed on the UI thread.
+SYNC_SCORE_CELLS = 1 << 16
+
+
+@dataclass
+class Dirty:
+    """What changed since the last computed result, for an incremental update."""
+
+    x_rows: set[int] = field(default_factory=set)
+    heads: set[int] = field(default_factory=set)
+    w_o: bool = False
+    full: bool = False
+
+
+class Document(QObject):
+    """One scenario being edited: undo stack, file path, selected head, latest result."""
+
+    scenarioChanged = Signal()  # the shape or anything beyond a few cells changed
+    cellsChanged = Signal(str, object, int, int, int, int)  # name, head, row, col, rows, cols
+    resultChanged = Signal(object)  # Result
+    headChanged = Signal(int)
+    pathChanged = Signal()
+    busyChanged = Signal(bool)
+    _computed = Signal(int, object)  # generation, Result (from the worker thread)
+
+    def __init__(self, scenario: Scenario | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self.scenario = scenario or worked_example()
+        self.undo_stack = QUndoStack(self)
+        self.path: Path | None = None
+        self.head = 0
+        self.result: Result = compute(self.scenario)
+        self._base = self.result  # the newest computed result, base for incremental updates
+        self._dirty = Dirty()
+        self._generation = 0
+        self._busy = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-compute")
+        self._computed.connect(self._on_computed)
+
+    # Edits (called by commands only) --------------------------------------------------
+
+    def set_cells(
+        self, name: str, head: int | None, row: int, col: int, values: np.ndarray
+    ) -> None:
+        values = np.atleast_2d(values)
+        self.scenario = self.scenario.with_cells(name, head, row, col, values)
+        rows, cols = values.shape
+        if name == "X":
+            self._dirty.x_rows.update(range(row, row + rows))
+        elif name in WEIGHT_NAMES and head is not None:
+            self._dirty.heads.add(head)
+        else:
+            self._dirty.w_o = True
+        self.cellsChanged.emit(name, head, row, col, rows, cols)
+        self._recompute()
+
+    def set_scenario(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._dirty.full = True
+        if self.head >= self.n_heads:
+            self.set_head(self.n_heads - 1)
+        self.scenarioChanged.emit()
+        self._recompute()
+
+    def reset(self, scenario: Scenario, path: Path | None) -> None:
+        """Start over on a new scenario (New, Open): clears undo history."""
+        self.undo_stack.clear()
+        self.path = path
+        self.set_scenario(scenario)
+        self.undo_stack.setClean()
+        self.pathChanged.emit()
+
+    def set_path(self, path: Path) -> None:
+        self.path = path
+        self.undo_stack.setClean()
+        self.pathChanged.emit()
+
+    def set_head(self, head: int) -> None:
+        head = max(0, min(head, self.n_heads - 1))
+        if head != self.head:
+            self.head = head
+            self.headChanged.emit(head)
+
+    @property
+    def n_heads(self) -> int:
+        """Heads in the result: 1 with projections off."""
+        return self.scenario.n_heads if self.scenario.settings.projections else 1
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    # Recompute ----------------------------------------------------------------------
+
+    def _recompute(self) -> None:
+        self._generation += 1
+        s = self.scenario
+        if s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS:
+            self._dirty = Dirty()
+            self._publish(compute(s))
+        elif not self._busy:
+            self._start()
+
+    def _start(self) -> None:
+        self._set_busy(True)
+        gen, s, base, dirty = self._generation, self.scenario, self._base, self._dirty
+        self._dirty = Dirty()
+        self._pool.submit(self._work, gen, s, base, dirty)
+
+    def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty) -> None:
+        full = dirty.full
+        result = compute(s) if full else update(base, s, dirty.x_rows, dirty.heads, dirty.w_o)
+        self._computed.emit(gen, result)
+
+    def _on_computed(self, gen: int, result: Result) -> None:
+        self._base = result
+        if gen == self._generation:
+            self._set_busy(False)
+            self._publish(result)
+        else:
+            self._start()  # newer edits arrived meanwhile: compute the latest
+
+    def _publish(self, result: Result) -> None:
+        self._base = self.result = result
+        self.resultChanged.emit(result)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.busyChanged.emit(busy)
+
+    def wait(self) -> None:
+        """Block until pending computation has been published (for tests and scripts)."""
+        from PySide6.QtCore import QCoreApplication
+
+        while self._busy:
+            QCoreApplication.processEvents()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
