@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnviz", description="A desktop lab for transformer attention.")
     parser.add_argument("--version", action="version", version=f"attnviz {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("compute", help="compute every intermediate and print it")
     _add_source(p)
@@ -283,16 +284,26 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_window(path: str | None) -> int:
+    """No subcommand: the desktop window, on FILE when given."""
+    if path is not None and not os.path.isfile(path):
+        print(f"attnviz: {path}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    from attnviz.ui.app import run
+
+    return run(path)
+
+
 COMMANDS = {"compute": cmd_compute, "presets": cmd_presets, "explain": cmd_explain}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (len(argv) == 1 and argv[0] not in COMMANDS and not argv[0].startswith("-")):
+        return open_window(argv[0] if argv else None)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return 0
         return COMMANDS[args.command](args)
     except (UsageError, ScenarioError) as e:
         message = str(e).replace("\n", "\\n")  # one line, whatever a file held

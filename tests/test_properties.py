@@ -119,3 +119,30 @@ def test_explanation_recomputes_the_cell(s, data):
         for t in e.terms:
             if len(t.factors) == 2 and name != "final":
                 assert t.value == pytest.approx(t.factors[0] * t.factors[1], abs=1e-15)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios(), st.data())
+def test_incremental_update_matches_full_compute(s, data):
+    from attnviz.core.engine import update
+
+    prev = compute(s)
+    rows, heads, w_o = set(), set(), False
+    edited = s
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(st.sampled_from(["X", "W_Q", "W_K", "W_V", "W_O"]))
+        head = data.draw(st.integers(0, s.n_heads - 1)) if name.startswith("W_") else None
+        m = edited.matrix(name, head) if name != "W_O" else edited.W_O
+        i = data.draw(st.integers(0, m.shape[0] - 1))
+        j = data.draw(st.integers(0, m.shape[1] - 1))
+        edited = edited.with_cells(name, head if name != "W_O" else None, i, j, [[data.draw(values)]])
+        if name == "X":
+            rows.add(i)
+        elif name == "W_O":
+            w_o = True
+        else:
+            heads.add(head)
+    fast, full = update(prev, edited, rows, heads, w_o), compute(edited)
+    for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(full, name), atol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(np.isneginf(fast.masked), np.isneginf(full.masked))

@@ -46,6 +46,7 @@ class HeatmapSpec:
     col_title: str
     kind: str
     levels: tuple[float, float]
+    caption: str = ""  # the title without the head, for a view that names the head elsewhere
 
 
 def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
@@ -59,13 +60,12 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     else:
         cols = tuple(str(j + 1) for j in range(values.shape[1]))
         row_title, col_title = "token", "feature"
-    title = TITLES[view]
+    caption = title = TITLES[view]
     if view in HEAD_MATRICES:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)
-    return HeatmapSpec(
-        title, values, tokens, cols, row_title, col_title, kind, colors.levels(values, kind)
-    )
+    levels = colors.levels(values, kind)
+    return HeatmapSpec(title, values, tokens, cols, row_title, col_title, kind, levels, caption)
 
 
 def _hex(rgb: np.ndarray) -> str:

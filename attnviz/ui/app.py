@@ -1,0 +1,44 @@
+"""Start the desktop application."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtWidgets import QApplication
+
+APP_NAME = "attnviz"
+
+
+def make_app() -> QApplication:
+    """The QApplication, created once, with the names settings and data folders use."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(sys.argv[:1])
+    app.setApplicationName(APP_NAME)
+    app.setOrganizationName(APP_NAME)
+    assert isinstance(app, QApplication)
+    return app
+
+
+def user_settings() -> QSettings:
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, APP_NAME, APP_NAME)
+
+
+def data_dir() -> Path:
+    return Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
+
+
+def run(path: str | None = None) -> int:
+    """Open the window (on a file, if given) and run until it closes."""
+    app = make_app()
+    from attnviz.ui.main_window import MainWindow
+
+    window = MainWindow(user_settings(), data_dir())
+    window.show()
+    if path is not None:
+        window.open_path(Path(path), ask=False)
+    else:
+        window.offer_restore()
+    return app.exec()

@@ -1,0 +1,206 @@
+"""A labelled matrix heatmap: ImageItem, colour bar, token labels, values, hover and click.
+
+The image is fed float32, row-major, with explicit levels. Values and the hatching of
+masked (−∞) cells are painted by one item, and only for the cells on screen.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter
+from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
+
+from attnviz.core import colors
+from attnviz.core.figure import HeatmapSpec
+
+pg.setConfigOptions(
+    imageAxisOrder="row-major", background="w", foreground="#222222", antialias=False
+)
+
+MIN_TEXT_CELL = (30.0, 16.0)  # device pixels a cell needs before its value is printed
+
+
+def colormap(kind: str) -> pg.ColorMap:
+    table = colors.stops(kind)
+    return pg.ColorMap(np.linspace(0.0, 1.0, len(table)), table)
+
+
+class CellOverlay(pg.GraphicsObject):
+    """Hatches masked cells and prints each value while cells are large enough to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values = np.zeros((0, 0))
+        self.fills = np.zeros((0, 0, 3), dtype=np.uint8)
+        self.font = QFont()
+        self.font.setPointSizeF(8.5)
+        self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
+        self.masked_fill = QColor(colors.MASKED_FILL)
+        self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # for exposedRect
+
+    def set_data(self, values: np.ndarray, fills: np.ndarray) -> None:
+        self.prepareGeometryChange()
+        self.values, self.fills = values, fills
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        rows, cols = self.values.shape
+        return QRectF(0, 0, cols, rows)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        rows, cols = self.values.shape
+        if not rows:
+            return
+        visible = option.exposedRect.intersected(self.boundingRect())  # type: ignore[attr-defined]
+        r0, r1 = max(0, int(visible.top())), min(rows, math.ceil(visible.bottom()))
+        c0, c1 = max(0, int(visible.left())), min(cols, math.ceil(visible.right()))
+        block = self.values[r0:r1, c0:c1]
+        masked = np.argwhere(~np.isfinite(block))
+        painter.setPen(Qt.PenStyle.NoPen)
+        for i, j in masked:
+            cell = QRectF(c0 + j, r0 + i, 1, 1)
+            painter.fillRect(cell, self.masked_fill)
+            painter.fillRect(cell, self.hatch)
+        to_device = painter.worldTransform()  # not deviceTransform: grab() adds an offset
+        cell_w, cell_h = abs(to_device.m11()), abs(to_device.m22())
+        if cell_w < MIN_TEXT_CELL[0] or cell_h < MIN_TEXT_CELL[1]:
+            return
+        painter.save()
+        painter.resetTransform()
+        font = QFont(self.font)
+        font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.22)))))
+        painter.setFont(font)
+        align = Qt.AlignmentFlag.AlignCenter
+        for i in range(r0, r1):
+            for j in range(c0, c1):
+                v = float(self.values[i, j])
+                corner = to_device.map(QPointF(j, i))
+                rect = QRectF(corner.x(), corner.y(), cell_w, cell_h).normalized()
+                color = "#000000" if not math.isfinite(v) else colors.text_color(self.fills[i, j])
+                painter.setPen(QColor(color))
+                painter.drawText(rect, align, colors.cell_text(v))
+        painter.restore()
+
+
+class HeatmapView(pg.GraphicsLayoutWidget):
+    """One matrix as a heatmap with token labels, a colour bar, a tooltip and click-to-select."""
+
+    cellClicked = Signal(str, int, int)  # view name, row, col
+
+    def __init__(self, name: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.name = name
+        self.spec: HeatmapSpec | None = None
+        self.selected: tuple[int, int] | None = None
+        self.plot = self.addPlot()
+        self.plot.invertY(True)
+        self.plot.hideButtons()
+        self.plot.setMenuEnabled(False)
+        self.plot.showAxis("top")
+        self.plot.hideAxis("bottom")
+        for side in ("top", "left"):
+            self.plot.getAxis(side).setStyle(tickLength=0)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.overlay = CellOverlay()
+        self.plot.addItem(self.overlay)
+        self.marker = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
+        self.marker.setPen(pg.mkPen("#ff7f00", width=3, cosmetic=True))
+        self.marker.setVisible(False)
+        self.plot.addItem(self.marker)
+        self.bar = pg.ColorBarItem(
+            values=(0, 1), width=14, interactive=False, colorMap=colormap("diverging")
+        )
+        self.bar.setImageItem(self.image)
+        self.bar.axis.setWidth(42)  # room for tick labels like −0.25 at any level
+        self.addItem(self.bar)
+        self._kind = "diverging"
+        self.scene().sigMouseMoved.connect(self._hover)
+        self.scene().sigMouseClicked.connect(self._click)
+        self.setMinimumSize(180, 160)
+
+    def set_spec(self, spec: HeatmapSpec) -> None:
+        """Redraw from a new spec (the values, labels and levels of one matrix)."""
+        reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
+        self.spec = spec
+        lo, hi = spec.levels
+        data = np.nan_to_num(spec.values, neginf=lo, posinf=hi).astype(np.float32)
+        if spec.kind != self._kind:
+            self._kind = spec.kind
+            self.bar.setColorMap(colormap(spec.kind))
+        self.image.setImage(data, levels=(lo, hi), autoLevels=False)
+        self.bar.setLevels((lo, hi))
+        self.overlay.set_data(spec.values, colors.rgb(spec.values, spec.kind, spec.levels))
+        self.plot.setTitle(spec.caption, size="10pt")
+        if reshaped:
+            self._set_ticks()
+            rows, cols = spec.values.shape
+            self.plot.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+            self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+            if self.selected and not self._inside(*self.selected):
+                self.select(None)
+        else:
+            self._set_ticks()
+
+    def _set_ticks(self) -> None:
+        assert self.spec is not None
+        rows, cols = self.spec.values.shape
+        step_r, step_c = max(1, math.ceil(rows / 32)), max(1, math.ceil(cols / 32))
+        left = [(i + 0.5, self.spec.row_labels[i]) for i in range(0, rows, step_r)]
+        top = [(j + 0.5, self.spec.col_labels[j]) for j in range(0, cols, step_c)]
+        self.plot.getAxis("left").setTicks([left])
+        self.plot.getAxis("top").setTicks([top])
+        self.plot.getAxis("left").setLabel(self.spec.row_title)
+        self.plot.getAxis("top").setLabel(self.spec.col_title)
+
+    def _inside(self, row: int, col: int) -> bool:
+        return (
+            self.spec is not None
+            and 0 <= row < self.spec.values.shape[0]
+            and 0 <= col < self.spec.values.shape[1]
+        )
+
+    def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        if not self.plot.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.plot.vb.mapSceneToView(scene_pos)
+        row, col = math.floor(p.y()), math.floor(p.x())
+        return (row, col) if self._inside(row, col) else None
+
+    def describe(self, row: int, col: int) -> str:
+        """The tooltip text: which cell and its exact value."""
+        assert self.spec is not None
+        v = float(self.spec.values[row, col])
+        value = "−∞ (masked)" if v == -math.inf else repr(v)
+        s = self.spec
+        where = f"{s.row_title} {s.row_labels[row]} · {s.col_title} {s.col_labels[col]}"
+        return f"{s.title}\n{where}\n{value}"
+
+    def _hover(self, scene_pos: QPointF) -> None:
+        cell = self._cell_at(scene_pos)
+        if cell is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), self.describe(*cell), self)
+
+    def _click(self, event: object) -> None:
+        button = event.button()  # type: ignore[attr-defined]
+        if button != Qt.MouseButton.LeftButton:
+            return
+        cell = self._cell_at(event.scenePos())  # type: ignore[attr-defined]
+        if cell is not None:
+            self.select(cell)
+            self.cellClicked.emit(self.name, *cell)
+
+    def select(self, cell: tuple[int, int] | None) -> None:
+        """Outline one cell (or none)."""
+        self.selected = cell
+        self.marker.setVisible(cell is not None)
+        if cell is not None:
+            self.marker.setRect(cell[1], cell[0], 1, 1)

@@ -1,0 +1,554 @@
+"""The main window: docks, menus, toolbar, files, layout and autosave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QSpinBox,
+    QWidget,
+)
+
+from attnviz.core import files
+from attnviz.core.figure import spec_for
+from attnviz.core.presets import PRESETS, make_preset
+from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
+from attnviz.ui.commands import ReplaceScenario
+from attnviz.ui.document import Document
+from attnviz.ui.export import write_image
+from attnviz.ui.grid import MatrixGrid
+from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.panels.common import set_quietly
+from attnviz.ui.panels.inputs import InputsPanel
+from attnviz.ui.panels.pipeline import PipelinePanel
+from attnviz.ui.panels.weights import WeightsPanel
+
+SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
+MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
+IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
+AUTOSAVE_MS = 5000
+MAX_RECENT = 8
+
+
+class MainWindow(QMainWindow):
+    """One document in one window."""
+
+    def __init__(self, settings: QSettings, data_dir: Path, doc: Document | None = None):
+        super().__init__()
+        self.settings, self.data_dir = settings, data_dir
+        self.doc = doc or Document(parent=self)
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(True)
+        self.last_grid: MatrixGrid | None = None
+        self.last_heatmap: HeatmapView | None = None
+
+        self.inputs = InputsPanel(self.doc)
+        self.weights = WeightsPanel(self.doc)
+        self.pipeline = PipelinePanel(self.doc)
+        self.docks = {
+            "Inputs": self._dock("Inputs", self.inputs),
+            "Weights": self._dock("Weights", self.weights),
+            "Pipeline": self._dock("Pipeline", self.pipeline),
+        }
+        self._default_layout()
+        self.default_state = self.saveState()
+
+        for panel in (self.inputs, self.weights):
+            panel.message.connect(self.show_message)
+        self.pipeline.cellClicked.connect(self._cell_clicked)
+        self.busy = QLabel()
+        self.statusBar().addPermanentWidget(self.busy)
+
+        self._build_toolbar()
+        self._build_menus()
+        QApplication.instance().focusChanged.connect(self._focus_changed)  # type: ignore[union-attr]
+
+        self.doc.undo_stack.cleanChanged.connect(self._update_title)
+        self.doc.pathChanged.connect(self._update_title)
+        self.doc.scenarioChanged.connect(self._sync_toolbar)
+        self.doc.headChanged.connect(self._sync_toolbar)
+        self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
+        self.autosave_timer = QTimer(self)
+        self.autosave_timer.setInterval(AUTOSAVE_MS)
+        self.autosave_timer.timeout.connect(self.autosave)
+        self.autosave_timer.start()
+
+        self.resize(1400, 860)
+        self._restore_layout()
+        self._sync_toolbar()
+        self._update_title()
+
+    # Layout ------------------------------------------------------------------------------
+
+    def _dock(self, title: str, widget: QWidget) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock-{title}")
+        dock.setWidget(widget)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
+        return dock
+
+    def _default_layout(self) -> None:
+        d = self.docks
+        for dock in d.values():
+            dock.setFloating(False)
+            dock.show()
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, d["Inputs"])
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d["Pipeline"])
+        self.splitDockWidget(d["Inputs"], d["Weights"], Qt.Orientation.Vertical)
+        self.resizeDocks([d["Inputs"], d["Pipeline"]], [460, 940], Qt.Orientation.Horizontal)
+        self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
+
+    def reset_layout(self) -> None:
+        self.restoreState(self.default_state)
+        for dock in self.docks.values():
+            dock.setFloating(False)
+            dock.show()
+
+    def _restore_layout(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        state = self.settings.value("window/state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
+    def save_layout(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+
+    # Toolbar: the settings and the selected head ----------------------------------------------
+
+    def _build_toolbar(self) -> None:
+        bar = self.addToolBar("Settings")
+        bar.setObjectName("toolbar-settings")
+        self.act_projections = QAction("Projections", self, checkable=True)
+        self.act_projections.setToolTip("Q = X W_Q, K = X W_K, V = X W_V (off: Q = K = V = X)")
+        self.act_projections.toggled.connect(lambda on: self.change_setting(projections=on))
+        self.act_scale = QAction("Scale ÷√d_k", self, checkable=True)
+        self.act_scale.setToolTip("Divide scores by √d_k before softmax")
+        self.act_scale.toggled.connect(lambda on: self.change_setting(scale=on))
+        bar.addAction(self.act_projections)
+        bar.addAction(self.act_scale)
+        bar.addSeparator()
+        self.mask_box = self._combo(bar, "Mask", MASKS, lambda m: self.change_setting(mask=m))
+        self.pos_box = self._combo(
+            bar, "Position", POSITIONALS, lambda p: self.change_setting(positional=p)
+        )
+        bar.addSeparator()
+        bar.addWidget(QLabel(" Head "))
+        self.head_spin = QSpinBox()
+        self.head_spin.setToolTip("The head shown in the Pipeline")
+        self.head_spin.valueChanged.connect(lambda h: self.doc.set_head(h - 1))
+        bar.addWidget(self.head_spin)
+        bar.addSeparator()
+        self.preset_box = self._combo(
+            bar, "Preset", tuple(PRESETS), self.load_preset, current=False
+        )
+        self.preset_box.setToolTip("\n".join(f"{p.name}: {p.summary}" for p in PRESETS.values()))
+
+    def _combo(self, bar, label, items, slot, current: bool = True) -> QComboBox:  # type: ignore[no-untyped-def]
+        bar.addWidget(QLabel(f" {label} "))
+        box = QComboBox()
+        if not current:
+            box.addItem("choose…")
+        box.addItems(list(items))
+        box.textActivated.connect(lambda text: text != "choose…" and slot(text))
+        bar.addWidget(box)
+        return box
+
+    def _sync_toolbar(self) -> None:
+        st = self.doc.scenario.settings
+        for action, on in ((self.act_projections, st.projections), (self.act_scale, st.scale)):
+            action.blockSignals(True)
+            action.setChecked(on)
+            action.blockSignals(False)
+        self.mask_box.setCurrentText(st.mask)
+        self.pos_box.setCurrentText(st.positional)
+        self.head_spin.blockSignals(True)
+        self.head_spin.setRange(1, self.doc.n_heads)
+        self.head_spin.blockSignals(False)
+        set_quietly(self.head_spin, self.doc.head + 1)
+
+    def change_setting(self, **change: object) -> None:
+        s = self.doc.scenario
+        if all(getattr(s.settings, k) == v for k, v in change.items()):
+            return
+        (name, value), *_ = change.items()
+        self.replace(s.with_settings(**change), f"Set {name} to {value}")
+
+    def replace(self, new: Scenario, text: str) -> None:
+        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, text))
+
+    def load_preset(self, name: str) -> None:
+        n = None
+        if PRESETS[name].sized:
+            n, ok = QInputDialog.getInt(self, name, "Number of tokens n:", 64, 1, 2048)
+            if not ok:
+                self.preset_box.setCurrentIndex(0)
+                return
+        self.replace(make_preset(name, n=n), f"Preset {name}")
+        self.preset_box.setCurrentIndex(0)
+        self.show_message(f"Loaded preset {name}: {PRESETS[name].summary}")
+
+    # Menus ------------------------------------------------------------------------------------
+
+    def _action(self, menu, text: str, slot, shortcut=None) -> QAction:  # type: ignore[no-untyped-def]
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        keys = QKeySequence.StandardKey
+        m = self.menuBar().addMenu("&File")
+        self._action(m, "&New", self.new_document, keys.New)
+        self._action(m, "&Open…", self.open_dialog, keys.Open)
+        self.recent_menu = m.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self._action(m, "&Save", self.save, keys.Save)
+        self._action(m, "Save &As…", self.save_as, keys.SaveAs)
+        m.addSeparator()
+        self._action(m, "&Import Matrix…", self.import_matrix, "Ctrl+I")
+        self._action(m, "&Export Matrix…", self.export_matrix, "Ctrl+E")
+        self._action(m, "Export &Heatmap…", self.export_heatmap, "Ctrl+Shift+E")
+        self._action(m, "Export All &Pipeline Heatmaps…", self.export_all)
+        m.addSeparator()
+        self._action(m, "&Quit", self.close, keys.Quit)
+
+        m = self.menuBar().addMenu("&Edit")
+        undo = self.doc.undo_stack.createUndoAction(self, "&Undo")
+        undo.setShortcut(keys.Undo)
+        redo = self.doc.undo_stack.createRedoAction(self, "&Redo")
+        redo.setShortcuts([QKeySequence(keys.Redo), QKeySequence("Ctrl+Y")])
+        m.addAction(undo)
+        m.addAction(redo)
+
+        m = self.menuBar().addMenu("&View")
+        for dock in self.docks.values():
+            m.addAction(dock.toggleViewAction())
+        m.addSeparator()
+        self._action(m, "Previous Head", lambda: self.doc.set_head(self.doc.head - 1), "Ctrl+[")
+        self._action(m, "Next Head", lambda: self.doc.set_head(self.doc.head + 1), "Ctrl+]")
+        m.addSeparator()
+        self._action(m, "&Reset Layout", self.reset_layout)
+
+        m = self.menuBar().addMenu("&Presets")
+        for preset in PRESETS.values():
+            action = self._action(
+                m, preset.name, lambda _=False, n=preset.name: self.load_preset(n)
+            )
+            action.setToolTip(preset.summary)
+            action.setStatusTip(preset.summary)
+
+        m = self.menuBar().addMenu("&Help")
+        self._action(m, "&About attnviz", self.about)
+
+    def about(self) -> None:
+        from attnviz import __version__
+
+        QMessageBox.about(
+            self,
+            "About attnviz",
+            f"<b>attnviz {__version__}</b><p>A desktop lab for transformer attention: edit every "
+            "matrix, see every intermediate, click any number for its arithmetic.</p>",
+        )
+
+    # Messages and title ---------------------------------------------------------------------
+
+    def show_message(self, text: str) -> None:
+        self.statusBar().showMessage(text, 8000)
+
+    def _update_title(self) -> None:
+        name = self.doc.path.name if self.doc.path else "untitled"
+        self.setWindowTitle(f"{name}[*] — attnviz")
+        self.setWindowModified(not self.doc.undo_stack.isClean())
+
+    def _focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
+        while new is not None and not isinstance(new, (MatrixGrid, HeatmapView)):
+            new = new.parentWidget()
+        if isinstance(new, MatrixGrid):
+            self.last_grid = new
+        elif isinstance(new, HeatmapView):
+            self.last_heatmap = new
+
+    def _cell_clicked(self, view: str, head: int, row: int, col: int) -> None:
+        self.last_heatmap = self.pipeline.views[view]
+        self.show_message(self.pipeline.views[view].describe(row, col).replace("\n", " · "))
+
+    # Files ------------------------------------------------------------------------------------
+
+    def maybe_save(self) -> bool:
+        """True when it is fine to drop the current document (saved, discarded)."""
+        if self.doc.undo_stack.isClean():
+            return True
+        name = self.doc.path.name if self.doc.path else "the untitled scenario"
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Unsaved changes",
+            f"Save the changes to {name}?",
+            QMessageBox.StandardButton.Save
+            | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setDefaultButton(QMessageBox.StandardButton.Save)
+        answer = box.exec()
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
+
+    def new_document(self) -> None:
+        if self.maybe_save():
+            self.doc.reset(make_preset("worked-example"), None)
+            self.clear_autosave()
+
+    def open_dialog(self) -> None:
+        if not self.maybe_save():
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open scenario", self._folder(), SCENARIO_FILTER
+        )
+        if path:
+            self.open_path(Path(path), ask=False)
+
+    def open_path(self, path: Path, ask: bool = True) -> bool:
+        """Load a scenario file; on any problem show it and keep the open document."""
+        if ask and not self.maybe_save():
+            return False
+        try:
+            scenario = files.load_scenario(path)
+        except files.FileFormatError as e:
+            self.error("Cannot open the file", str(e))
+            return False
+        self.doc.reset(scenario, path.resolve())
+        self._add_recent(path.resolve())
+        self.show_message(f"Opened {path.name}")
+        return True
+
+    def save(self) -> bool:
+        if self.doc.path is None:
+            return self.save_as()
+        return self._write(self.doc.path)
+
+    def save_as(self) -> bool:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save scenario", self._folder("scenario.attn.json"), SCENARIO_FILTER
+        )
+        if not path:
+            return False
+        if not path.endswith(".json"):
+            path += files.SUFFIX
+        return self._write(Path(path))
+
+    def _write(self, path: Path) -> bool:
+        try:
+            files.save_scenario(path, self.doc.scenario)
+        except OSError as e:
+            self.error("Cannot save", f"{path}: {e.strerror or e}")
+            return False
+        self.doc.set_path(path.resolve())
+        self._add_recent(path.resolve())
+        self.clear_autosave()
+        self.show_message(f"Saved {path.name}")
+        return True
+
+    def error(self, title: str, text: str) -> None:
+        self.show_message(text)
+        QMessageBox.warning(self, title, text)
+
+    def _folder(self, name: str = "") -> str:
+        base = self.doc.path.parent if self.doc.path else Path.home()
+        return str(base / name) if name else str(base)
+
+    def recent_files(self) -> list[str]:
+        value = self.settings.value("recent", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def _add_recent(self, path: Path) -> None:
+        recent = [str(path)] + [p for p in self.recent_files() if p != str(path)]
+        self.settings.setValue("recent", recent[:MAX_RECENT])
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for p in self.recent_files():
+            self._action(self.recent_menu, p, lambda _=False, p=p: self.open_path(Path(p)))
+        if self.recent_menu.isEmpty():
+            self.recent_menu.addAction("(none)").setEnabled(False)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            event.acceptProposedAction()
+            self.open_path(Path(urls[0].toLocalFile()))
+
+    # Matrices and images -------------------------------------------------------------------
+
+    def _target_grid(self) -> MatrixGrid:
+        return self.last_grid or self.inputs.grid
+
+    def import_matrix(self) -> None:
+        grid = self._target_grid()
+        model = grid.matrix_model()
+        path, _ = QFileDialog.getOpenFileName(
+            self, f"Import into {model.label}", self._folder(), MATRIX_FILTER
+        )
+        if path:
+            self.import_matrix_from(grid, Path(path))
+
+    def import_matrix_from(self, grid: MatrixGrid, path: Path) -> bool:
+        model = grid.matrix_model()
+        try:
+            values = files.load_matrix(path)
+        except files.FileFormatError as e:
+            self.error("Cannot import the matrix", str(e))
+            return False
+        if values.shape != model.matrix().shape:
+            shape = "×".join(map(str, model.matrix().shape))
+            got = "×".join(map(str, values.shape))
+            self.error(
+                "Cannot import the matrix",
+                f"{path.name}: {model.label} is {shape}, the file holds {got}",
+            )
+            return False
+        return model.set_block(0, 0, values, f"Import {path.name} into {model.label}")
+
+    def export_matrix(self) -> None:
+        model = self._target_grid().matrix_model()
+        name = model.label.replace("[", "").replace("]", "").replace(".", "-")
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export {model.label}", self._folder(f"{name}.csv"), MATRIX_FILTER
+        )
+        if path:
+            try:
+                files.save_matrix(path, model.matrix())
+            except (OSError, ScenarioError) as e:
+                self.error("Cannot export the matrix", str(e))
+                return
+            self.show_message(f"Exported {model.label} to {Path(path).name}")
+
+    def export_heatmap(self) -> None:
+        view = self.last_heatmap or self.pipeline.views["weights"]
+        spec = view.spec
+        assert spec is not None
+        default = self._folder(f"head{self.doc.head + 1}-{view.name}.png")
+        path, chosen = QFileDialog.getSaveFileName(
+            self, f"Export {spec.title}", default, IMAGE_FILTER
+        )
+        if not path:
+            return
+        if Path(path).suffix.lower() not in (".png", ".svg"):
+            path += ".svg" if "svg" in chosen.lower() else ".png"
+        scale = 2.0
+        if path.lower().endswith(".png"):
+            scale, ok = QInputDialog.getDouble(
+                self, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
+            )
+            if not ok:
+                return
+        self._export(spec, Path(path), scale)
+
+    def _export(self, spec, path: Path, scale: float) -> bool:  # type: ignore[no-untyped-def]
+        try:
+            write_image(spec, path, scale)
+        except (OSError, ValueError) as e:
+            self.error("Cannot export the image", str(e))
+            return False
+        self.show_message(f"Exported {path.name}")
+        return True
+
+    def export_all(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self, "Export all pipeline heatmaps to", self._folder()
+        )
+        if folder:
+            self.export_all_to(Path(folder))
+
+    def export_all_to(self, folder: Path) -> list[Path]:
+        """Every view of the selected head as PNG and SVG; returns the files written."""
+        written = []
+        head = self.doc.head
+        for name in self.pipeline.views:
+            spec = spec_for(self.doc.result, name, head)
+            for suffix in (".png", ".svg"):
+                path = folder / f"head{head + 1}-{name}{suffix}"
+                if not self._export(spec, path, 2.0):
+                    return written
+                written.append(path)
+        self.show_message(f"Exported {len(written)} images to {folder}")
+        return written
+
+    # Autosave and closing ------------------------------------------------------------------
+
+    @property
+    def autosave_path(self) -> Path:
+        return self.data_dir / "autosave.attn.json"
+
+    def autosave(self) -> None:
+        """While there are unsaved changes, keep a copy in the user's data folder."""
+        if self.doc.undo_stack.isClean():
+            return
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            files.save_scenario(self.autosave_path, self.doc.scenario)
+            origin = str(self.doc.path) if self.doc.path else ""
+            files.atomic_write(self.data_dir / "autosave.origin", origin.encode("utf-8"))
+        except OSError as e:
+            self.show_message(f"Autosave failed: {e.strerror or e}")
+
+    def clear_autosave(self) -> None:
+        for name in ("autosave.attn.json", "autosave.origin"):
+            (self.data_dir / name).unlink(missing_ok=True)
+
+    def offer_restore(self) -> bool:
+        """After a crash: offer the autosaved scenario; True if it was restored."""
+        if not self.autosave_path.exists():
+            return False
+        answer = QMessageBox.question(
+            self,
+            "Restore unsaved work?",
+            "attnviz was not closed properly last time. Restore the unsaved scenario?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        )
+        if answer != QMessageBox.StandardButton.Yes:
+            self.clear_autosave()
+            return False
+        try:
+            scenario = files.load_scenario(self.autosave_path)
+        except files.FileFormatError as e:
+            self.error("Cannot restore", str(e))
+            return False
+        origin_file = self.data_dir / "autosave.origin"
+        origin = origin_file.read_text("utf-8") if origin_file.exists() else ""
+        self.doc.reset(make_preset("worked-example"), Path(origin) if origin else None)
+        self.replace(scenario, "Restore unsaved work")
+        return True
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.maybe_save():
+            event.ignore()
+            return
+        self.save_layout()
+        self.clear_autosave()
+        self.autosave_timer.stop()
+        self.doc.close()
+        event.accept()

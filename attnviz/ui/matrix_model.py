@@ -1,0 +1,123 @@
+"""A table model over one editable matrix of a Document (X, a head's W_Q/W_K/W_V, W_O).
+
+Edits go through commands on the document's undo stack; the model only reports the
+document's changes to its views (one ``dataChanged`` per edited rectangle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+
+from attnviz.core.scenario import ScenarioError, matrix_label
+from attnviz.core.text import parse_number
+from attnviz.ui.commands import SetCells
+from attnviz.ui.document import Document
+
+Index = QModelIndex | QPersistentModelIndex
+_ROLE = Qt.ItemDataRole
+
+
+class MatrixModel(QAbstractTableModel):
+    """Rows and columns of one scenario matrix; typed values become undoable edits."""
+
+    refused = Signal(str)  # a message naming why an edit was refused
+
+    def __init__(self, doc: Document, name: str, head: int | None = None):
+        super().__init__(doc)
+        self.doc, self.name, self.head = doc, name, head
+        self._shape = self.matrix().shape
+        doc.cellsChanged.connect(self._on_cells)
+        doc.scenarioChanged.connect(self._on_scenario)
+
+    @property
+    def label(self) -> str:
+        return matrix_label(self.name, self.head)
+
+    def matrix(self) -> np.ndarray:
+        return self.doc.scenario.matrix(self.name, self.head)
+
+    # Qt model interface ---------------------------------------------------------------
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else self._shape[0]
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else self._shape[1]
+
+    def data(self, index: Index, role: int = _ROLE.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        if role in (_ROLE.DisplayRole, _ROLE.EditRole, _ROLE.ToolTipRole):
+            value = float(self.matrix()[index.row(), index.column()])
+            return f"{value:.6g}" if role == _ROLE.DisplayRole else repr(value)
+        if role == _ROLE.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = _ROLE.DisplayRole
+    ) -> Any:
+        if role not in (_ROLE.DisplayRole, _ROLE.ToolTipRole):
+            return None
+        if orientation == Qt.Orientation.Horizontal:
+            return str(section + 1)
+        if self.name == "X":
+            tokens = self.doc.scenario.tokens
+            return tokens[section] if section < len(tokens) else None
+        if self.name == "W_O":
+            head, k = divmod(section, self.doc.scenario.d_k)
+            return f"h{head + 1}·{k + 1}"
+        return str(section + 1)
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEditable
+
+    def setData(self, index: Index, value: Any, role: int = _ROLE.EditRole) -> bool:
+        if role != _ROLE.EditRole or not index.isValid():
+            return False
+        row, col = index.row(), index.column()
+        try:
+            number = parse_number(str(value))
+        except ValueError as e:
+            self.refused.emit(f"{self.label}[{row + 1},{col + 1}]: {e}; the cell keeps its value")
+            return False
+        if number == float(self.matrix()[row, col]):
+            return True
+        return self.set_block(row, col, np.array([[number]]))
+
+    # Edits ----------------------------------------------------------------------------
+
+    def set_block(self, row: int, col: int, values: np.ndarray, text: str = "") -> bool:
+        """Push one undoable edit of a rectangle; refuse (with a message) if it does not fit."""
+        try:
+            command = SetCells(self.doc, self.name, self.head, row, col, values, text)
+        except ScenarioError as e:
+            self.refused.emit(f"{e}; nothing was changed")
+            return False
+        self.doc.undo_stack.push(command)
+        return True
+
+    # Document -> views ------------------------------------------------------------------
+
+    def _on_cells(
+        self, name: str, head: int | None, row: int, col: int, rows: int, cols: int
+    ) -> None:
+        if name == self.name and head == self.head:
+            self.dataChanged.emit(self.index(row, col), self.index(row + rows - 1, col + cols - 1))
+
+    def _on_scenario(self) -> None:
+        if self.head is not None and self.head >= self.doc.scenario.n_heads:
+            return  # this head is gone; its panel drops the model
+        shape = self.matrix().shape
+        if shape != self._shape:
+            self.beginResetModel()
+            self._shape = shape
+            self.endResetModel()
+        else:
+            self.dataChanged.emit(self.index(0, 0), self.index(shape[0] - 1, shape[1] - 1))
+            self.headerDataChanged.emit(Qt.Orientation.Vertical, 0, shape[0] - 1)

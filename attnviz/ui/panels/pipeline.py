@@ -1,0 +1,46 @@
+"""Pipeline dock: every intermediate of the selected head, as heatmaps in reading order."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QGridLayout, QWidget
+
+from attnviz.core.engine import HEAD_MATRICES, Result
+from attnviz.core.figure import spec_for
+from attnviz.ui.document import Document
+from attnviz.ui.heatmap import HeatmapView
+
+COLUMNS = 3
+
+
+class PipelinePanel(QWidget):
+    """Q, K, V, scores, scaled, masked, weights, output for the selected head."""
+
+    cellClicked = Signal(str, int, int, int)  # view, head, row, col
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.views: dict[str, HeatmapView] = {}
+        layout = QGridLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setSpacing(2)
+        for k, name in enumerate(HEAD_MATRICES):
+            view = HeatmapView(name)
+            view.cellClicked.connect(self._clicked)
+            layout.addWidget(view, k // COLUMNS, k % COLUMNS)
+            self.views[name] = view
+        doc.resultChanged.connect(self.show_result)
+        doc.headChanged.connect(lambda _: self.show_result(doc.result))
+        self.show_result(doc.result)
+
+    def show_result(self, result: Result) -> None:
+        head = min(self.doc.head, result.n_heads - 1)
+        for name, view in self.views.items():
+            view.set_spec(spec_for(result, name, head))
+
+    def _clicked(self, name: str, row: int, col: int) -> None:
+        for other, view in self.views.items():
+            if other != name:
+                view.select(None)
+        self.cellClicked.emit(name, self.doc.head, row, col)

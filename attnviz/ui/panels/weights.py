@@ -1,0 +1,110 @@
+"""Weights dock: a tab per head with its W_Q, W_K and W_V grids; the W_O grid; h and d_k."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.scenario import LIMITS, WEIGHT_NAMES, resized
+from attnviz.ui.document import Document
+from attnviz.ui.grid import MatrixGrid
+from attnviz.ui.matrix_model import MatrixModel
+from attnviz.ui.panels.common import push_change, set_quietly, size_spin
+
+
+def titled(title: str, widget: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(4, 4, 4, 4)
+    layout.addWidget(widget)
+    return box
+
+
+class WeightsPanel(QWidget):
+    message = Signal(str)
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.grids: dict[tuple[str, int | None], MatrixGrid] = {}
+
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("heads"))
+        self.heads = size_spin(1, LIMITS.heads, "Number of attention heads")
+        self.heads.valueChanged.connect(lambda h: self._resize("heads", h))
+        bar.addWidget(self.heads)
+        bar.addWidget(QLabel("d_k"))
+        self.d_k = size_spin(1, LIMITS.d_k, "Width of each head's queries, keys and values")
+        self.d_k.valueChanged.connect(lambda d: self._resize("d_k", d))
+        bar.addWidget(self.d_k)
+        bar.addStretch(1)
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.currentChanged.connect(lambda i: i >= 0 and doc.set_head(i))
+        self.w_o = self._grid("W_O", None)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.tabs)
+        split.addWidget(titled("W_O  (h·d_k × d_model): mixes the concatenated heads", self.w_o))
+        split.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(bar)
+        layout.addWidget(split)
+        doc.scenarioChanged.connect(self.sync)
+        doc.headChanged.connect(self.tabs.setCurrentIndex)
+        self.sync()
+
+    def _grid(self, name: str, head: int | None) -> MatrixGrid:
+        grid = MatrixGrid(MatrixModel(self.doc, name, head))
+        grid.message.connect(self.message)
+        grid.setObjectName(f"grid-{name}-{head}")
+        self.grids[(name, head)] = grid
+        return grid
+
+    def _head_tab(self, head: int) -> QWidget:
+        tab = QWidget()
+        row = QHBoxLayout(tab)
+        row.setContentsMargins(0, 4, 0, 0)
+        for name in WEIGHT_NAMES:
+            row.addWidget(titled(f"{name}  (d_model × d_k)", self._grid(name, head)))
+        return tab
+
+    def sync(self) -> None:
+        s = self.doc.scenario
+        set_quietly(self.heads, s.n_heads)
+        set_quietly(self.d_k, s.d_k)
+        if self.tabs.count() != s.n_heads:
+            self.tabs.blockSignals(True)
+            while self.tabs.count() > s.n_heads:
+                gone = self.tabs.count() - 1
+                for name in WEIGHT_NAMES:
+                    self.grids.pop((name, gone)).model().deleteLater()
+                self.tabs.widget(gone).deleteLater()
+                self.tabs.removeTab(gone)
+            for head in range(self.tabs.count(), s.n_heads):
+                self.tabs.addTab(self._head_tab(head), f"head {head + 1}")
+            self.tabs.setCurrentIndex(min(self.doc.head, s.n_heads - 1))
+            self.tabs.blockSignals(False)
+        self.tabs.setEnabled(s.settings.projections)
+        self.w_o.setEnabled(s.settings.projections)
+
+    def _resize(self, what: str, value: int) -> None:
+        s = self.doc.scenario
+        if value == (s.n_heads if what == "heads" else s.d_k):
+            return
+        refusal = push_change(
+            self.doc, lambda s: resized(s, **{what: value}), f"Set {what} to {value}"
+        )
+        if refusal:
+            self.message.emit(refusal)
+            self.sync()
