@@ -50,7 +50,9 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
     c, b = statistics.median(times["compute"]), statistics.median(times["bare"])
     print(f"n={args.n} d_model=768 heads=12 d_k=64 repeats={args.repeats}")
-    print(f"compute() median {c * 1e3:.1f} ms; bare einsum median {b * 1e3:.1f} ms; ratio {c / b:.2f}")
+    print(
+        f"compute() median {c * 1e3:.1f} ms; bare einsum median {b * 1e3:.1f} ms; ratio {c / b:.2f}"
+    )
 
 
 if __name__ == "__main__":

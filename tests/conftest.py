@@ -1,0 +1,29 @@
+"""Shared test set-up: Qt runs offscreen; windows get throw-away settings and data folders."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    """Build MainWindows with settings and autosave under tmp_path (closed at the end)."""
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.main_window import MainWindow
+
+    made = []
+
+    def make(doc=None, settings_name="settings.ini"):
+        settings = QSettings(str(tmp_path / settings_name), QSettings.Format.IniFormat)
+        window = MainWindow(settings, tmp_path / "data", doc)
+        qtbot.addWidget(window)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        window.doc.undo_stack.setClean()  # no unsaved-changes prompt at teardown
+        window.close()
