@@ -91,7 +91,7 @@ def _matrix(where: str, value: Any) -> np.ndarray:
         if not set(map(type, row)) <= {int, float}:
             c = next(c for c, v in enumerate(row) if type(v) not in (int, float))
             raise FileFormatError(
-                f"{where}[{r + 1}][{c + 1}]: expected a number, "
+                f"{where}[{r + 1},{c + 1}]: expected a number, "
                 f"got {type(row[c]).__name__} {row[c]!r:.40}"
             )
     if not width:
@@ -124,7 +124,10 @@ def _settings(value: Any) -> Settings:
             f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
     if "dropout" in value and type(value["dropout"]) is int:
-        value = {**value, "dropout": float(value["dropout"])}
+        try:
+            value = {**value, "dropout": float(value["dropout"])}
+        except OverflowError:
+            raise FileFormatError("settings.dropout: expected a probability in [0, 1)") from None
     try:
         return Settings(**value)
     except ScenarioError as e:
@@ -198,8 +201,9 @@ def scenario_from_dict(data: Any) -> Scenario:
 # JSON text ----------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise FileFormatError(f"{name} is not a finite number")
+def _constant(name: str) -> float:
+    """NaN and ±Infinity parse as floats, so that the matrix check names their cell."""
+    return float(name)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -247,7 +251,7 @@ def scenario_from_json(text: str | bytes) -> Scenario:
         except UnicodeDecodeError as e:
             raise FileFormatError(f"not UTF-8 text (byte {e.start + 1})") from None
     try:
-        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, parse_constant=_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise FileFormatError(
             f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
@@ -270,7 +274,7 @@ def _read(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> bytes:
         if size > limit:
             raise FileFormatError(f"{path}: larger than {limit // 2**20} MiB")
         with open(path, "rb") as f:
-            return f.read(limit + 1)
+            return f.read(size + 1)
     except OSError as e:
         raise FileFormatError(f"{path}: cannot read: {e.strerror or e}") from None
 
@@ -288,11 +292,22 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     return _with_path(path, lambda: scenario_from_json(data))  # type: ignore[no-any-return]
 
 
+def _mode_for(path: str | os.PathLike[str]) -> int:
+    """Keep an existing file's permissions; a new file gets the usual 0o666 less the umask."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Write data to a temporary file in the same folder, then rename it over path."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -350,15 +365,19 @@ def _npy(data: bytes) -> np.ndarray:
             if version == (1, 0)
             else np.lib.format.read_array_header_2_0(f)
         )
-    except (ValueError, OSError, SyntaxError, TypeError) as e:
+    except Exception as e:  # numpy's header parser can raise almost anything on junk
         raise FileFormatError(f"not a .npy array: {e}") from None
     shape, _, dtype = header
+    if not all(type(d) is int for d in shape):
+        raise FileFormatError(f"not a .npy array: shape {shape!r:.40}")
     if dtype.hasobject:
         raise FileFormatError("holds Python objects (pickles are never loaded)")
     if dtype.kind not in "fiu":
         raise FileFormatError(f"holds {dtype} values; expected real numbers")
     if len(shape) != 2:
         raise FileFormatError(f"expected a 2-D matrix, got shape {shape}")
+    if 0 in shape:
+        raise FileFormatError(f"a {_shape(shape)} matrix holds no numbers")
     if math.prod(shape) > MAX_MATRIX_CELLS:
         raise FileFormatError(f"{_shape(shape)} is over {MAX_MATRIX_CELLS} cells")
     try:

@@ -138,6 +138,10 @@ class Scenario:
         for i, token in enumerate(self.tokens):
             if not isinstance(token, str):
                 raise ScenarioError(f"tokens[{i + 1}]: expected text, got {token!r}")
+            try:
+                token.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ScenarioError(f"tokens[{i + 1}]: not valid Unicode text") from None
             if len(token) > lim.token_chars:
                 raise ScenarioError(f"tokens[{i + 1}]: longer than {lim.token_chars} characters")
         if self.W_Q.ndim != 3:

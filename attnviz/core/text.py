@@ -14,7 +14,7 @@ import numpy as np
 
 from attnviz.core.scenario import LIMITS
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _ARRAY_WRAPPER = re.compile(r"^\s*array\((.*?)(,\s*dtype=[\w.]+)?\)\s*$", re.S)
 
 
