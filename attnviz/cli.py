@@ -88,7 +88,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=_positive, help="head number (from 1), for per-head matrices")
     p.add_argument("--row", required=True, help="row number (from 1) or token")
     p.add_argument("--col", required=True, help="column number (from 1), or token for key columns")
+
+    p = sub.add_parser("export", help="write a heatmap as PNG or SVG without opening a window")
+    _add_source(p)
+    p.add_argument("--view", required=True, help=f"one of {', '.join(_views())}")
+    p.add_argument("--head", type=_positive, default=1, help="head number (from 1), default 1")
+    p.add_argument("--format", choices=("png", "svg"), help="default: from the --out suffix")
+    p.add_argument("--out", required=True, metavar="PATH", help="the image file to write")
+    p.add_argument("--scale", type=_scale, default=2.0, help="PNG pixels per unit (default 2)")
     return parser
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.1 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0.1 and 16")
+    return value
+
+
+def _views() -> tuple[str, ...]:
+    from attnviz.core.figure import VIEWS
+
+    return VIEWS
 
 
 def _version() -> str:
@@ -284,6 +308,37 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from attnviz.core.figure import VIEWS, spec_for, to_svg
+    from attnviz.core.files import atomic_write
+
+    if args.view not in VIEWS:
+        raise UsageError(f"--view {args.view!r}: expected one of {', '.join(VIEWS)}")
+    fmt = args.format or os.path.splitext(args.out)[1].lower().lstrip(".")
+    if fmt not in ("png", "svg"):
+        raise UsageError(f"--out {args.out}: give --format png or svg, or a .png or .svg name")
+    s = load_source(args)
+    r = compute(s)
+    if args.head > r.n_heads:
+        raise UsageError(f"--head {args.head}: the scenario has {r.n_heads} head(s)")
+    spec = spec_for(r, args.view, args.head - 1)
+    try:
+        if fmt == "svg":
+            atomic_write(args.out, to_svg(spec).encode("utf-8"))
+        else:
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
+            from PySide6.QtGui import QGuiApplication
+
+            from attnviz.ui.export import write_png
+
+            _app = QGuiApplication.instance() or QGuiApplication(["attnviz"])
+            write_png(spec, args.out, args.scale)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--out {args.out}: {getattr(e, 'strerror', None) or e}") from None
+    print(f"wrote {args.out} ({spec.title})")
+    return 0
+
+
 def open_window(path: str | None) -> int:
     """No subcommand: the desktop window, on FILE when given."""
     if path is not None and not os.path.isfile(path):
@@ -294,7 +349,12 @@ def open_window(path: str | None) -> int:
     return run(path)
 
 
-COMMANDS = {"compute": cmd_compute, "presets": cmd_presets, "explain": cmd_explain}
+COMMANDS = {
+    "compute": cmd_compute,
+    "presets": cmd_presets,
+    "explain": cmd_explain,
+    "export": cmd_export,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -135,14 +135,30 @@ def test_incremental_update_matches_full_compute(s, data):
         m = edited.matrix(name, head) if name != "W_O" else edited.W_O
         i = data.draw(st.integers(0, m.shape[0] - 1))
         j = data.draw(st.integers(0, m.shape[1] - 1))
-        edited = edited.with_cells(name, head if name != "W_O" else None, i, j, [[data.draw(values)]])
+        edited = edited.with_cells(
+            name, head if name != "W_O" else None, i, j, [[data.draw(values)]]
+        )
         if name == "X":
             rows.add(i)
         elif name == "W_O":
             w_o = True
         else:
             heads.add(head)
-    fast, full = update(prev, edited, rows, heads, w_o), compute(edited)
-    for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
-        np.testing.assert_allclose(getattr(fast, name), getattr(full, name), atol=1e-12, err_msg=name)
-    np.testing.assert_array_equal(np.isneginf(fast.masked), np.isneginf(full.masked))
+    full = compute(edited)
+    # In one step, or as a preview of one head followed by the rest.
+    first = data.draw(st.integers(0, s.n_heads - 1))
+    preview = update(prev, edited, rows, heads, w_o, only=first)
+    # (a preview falls back to a complete result where update cannot be incremental)
+    assert preview.complete or preview.fresh == first
+    shown = first if not preview.complete else 0
+    for name in ("Q", "weights", "output"):
+        np.testing.assert_allclose(
+            preview.matrix(name, shown), full.matrix(name, shown), atol=1e-12
+        )
+    rest = update(preview, edited, rows, heads, w_o, fresh=[] if preview.complete else [first])
+    for fast in (update(prev, edited, rows, heads, w_o), rest):
+        assert fast.complete
+        for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
+            a, b = getattr(fast, name), getattr(full, name)
+            np.testing.assert_allclose(a, b, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(np.isneginf(fast.masked), np.isneginf(full.masked))

@@ -37,13 +37,27 @@ def stops(kind: str) -> np.ndarray:
     return np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in table], dtype=np.uint8)
 
 
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k that is ≥ x (x > 0)."""
+    exponent = math.floor(math.log10(x))
+    for step in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        candidate = step * 10.0**exponent
+        if candidate >= x * (1 - 1e-12):
+            return candidate
+    raise AssertionError("unreachable")
+
+
 def levels(values: np.ndarray, kind: str) -> tuple[float, float]:
-    """Colour-bar limits: (0, 1) for weights; ±max|finite value| (at least a tiny span)."""
+    """Colour-bar limits: (0, 1) for weights; ±a nice number ≥ max|finite value| otherwise.
+
+    Rounding up to a nice number keeps the scale (and the colour bar) steady while a
+    value is edited, and gives round tick labels.
+    """
     if kind == "sequential":
         return 0.0, 1.0
     finite = values[np.isfinite(values)]
     top = float(np.abs(finite).max()) if finite.size else 0.0
-    top = top if top > 0 else 1.0
+    top = nice_ceiling(top) if top > 0 else 1.0
     return -top, top
 
 

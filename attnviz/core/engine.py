@@ -1,32 +1,34 @@
 """The reference engine: every intermediate of (multi-head) attention in float64.
 
-``compute(scenario)`` returns a frozen ``Result``. Heads are stacked on the first axis,
-so everything is vectorised over heads and tokens. Symbols follow the brief:
-``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, masked, ``softmax`` along keys,
-head output ``weights · V``, ``concat`` in head order, final ``concat · W_O``.
+``compute(scenario)`` returns a frozen ``Result``, one ``Head`` per head; the work is
+vectorised over heads and tokens. ``update`` recomputes only what an edit touches.
+Symbols follow the brief: ``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, masked,
+``softmax`` along keys, head output ``weights · V``, ``concat`` in head order, final
+``concat · W_O``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from attnviz.core.scenario import Scenario, Settings
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
+ROW_STATS = ("leak", "row_sum", "entropy", "empty_rows")
 LAYER_MATRICES = ("X", "concat", "final")
 
 
 @dataclass(frozen=True, eq=False)
-class Result:
-    """Every intermediate of one computation; all arrays are read-only float64.
+class Head:
+    """One head's intermediates; all arrays read-only float64 (empty_rows and keep bool).
 
-    Per-head arrays have the head on axis 0: ``Q``, ``K``, ``V`` and ``output`` are
-    (h, n, d_k); ``scores``, ``scaled``, ``masked`` and ``weights`` are (h, n, n).
-    Per-row statistics are (h, n):
+    ``Q``, ``K``, ``V`` and ``output`` are n × d_k; ``scores``, ``scaled``, ``masked``
+    and ``weights`` are n × n. Per row (length n):
 
     - ``leak``: total weight on future tokens (keys j > i);
     - ``row_sum``: total weight of the row (1, except after drop-after-softmax or dropout);
@@ -35,13 +37,9 @@ class Result:
     - ``empty_rows``: True where every score of the row is masked (−∞). Such a row has
       no distribution: its weights, output and entropy are defined as 0, never NaN.
 
-    With projections off there is one head with Q = K = V = X, ``concat`` is its output
-    and ``final`` equals ``concat`` (no W_O).
+    ``keep`` is the n × n dropout mask (True = kept), or None without dropout.
     """
 
-    tokens: tuple[str, ...]
-    settings: Settings
-    X: np.ndarray  # the input actually used: X plus the positional encoding, if any
     Q: np.ndarray
     K: np.ndarray
     V: np.ndarray
@@ -50,22 +48,73 @@ class Result:
     masked: np.ndarray
     weights: np.ndarray
     output: np.ndarray
-    concat: np.ndarray
-    final: np.ndarray
-    future: np.ndarray  # (n, n) bool: key j lies after query i
-    keep: np.ndarray | None  # (h, n, n) bool dropout mask, None without dropout
     leak: np.ndarray
     row_sum: np.ndarray
     entropy: np.ndarray
     empty_rows: np.ndarray
+    keep: np.ndarray | None
+
+
+def _stacked(name: str) -> cached_property[Any]:
+    """A Result attribute that stacks one field of every head on axis 0 (on first use)."""
+
+    def stack(self: Result) -> np.ndarray | None:
+        parts = [getattr(h, name) for h in self.heads]
+        if parts[0] is None:
+            return None
+        array = np.stack(parts)
+        array.flags.writeable = False
+        return array
+
+    stack.__name__ = name
+    return cached_property(stack)
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """Every intermediate of one computation; all arrays are read-only.
+
+    ``heads`` holds one ``Head`` per head, in order. For convenience each head field is
+    also available stacked with the head on axis 0 (``result.weights[h, i, j]``), built
+    on first use. With projections off there is one head with Q = K = V = X, ``concat``
+    is its output and ``final`` equals ``concat`` (no W_O).
+
+    A result with ``complete`` False is a preview published while a large update is
+    still running: only head ``fresh`` (and ``X``) are current; the other heads,
+    ``concat`` and ``final`` are those of the previous result.
+    """
+
+    tokens: tuple[str, ...]
+    settings: Settings
+    X: np.ndarray  # the input actually used: X plus the positional encoding, if any
+    heads: tuple[Head, ...]
+    concat: np.ndarray
+    final: np.ndarray
+    future: np.ndarray  # (n, n) bool: key j lies after query i
+    complete: bool = True
+    fresh: int | None = None
+
+    Q = _stacked("Q")
+    K = _stacked("K")
+    V = _stacked("V")
+    scores = _stacked("scores")
+    scaled = _stacked("scaled")
+    masked = _stacked("masked")
+    weights = _stacked("weights")
+    output = _stacked("output")
+    leak = _stacked("leak")
+    row_sum = _stacked("row_sum")
+    entropy = _stacked("entropy")
+    empty_rows = _stacked("empty_rows")
+    keep = _stacked("keep")
 
     @property
     def n_heads(self) -> int:
-        return self.Q.shape[0]
+        return len(self.heads)
 
     @property
     def d_k(self) -> int:
-        return self.Q.shape[2]
+        return self.heads[0].Q.shape[1]
 
     @property
     def scale_factor(self) -> float:
@@ -77,9 +126,9 @@ class Result:
         if name in HEAD_MATRICES:
             if head is None or not 0 <= head < self.n_heads:
                 raise KeyError(f"{name}: head {head} does not exist")
-            return getattr(self, name)[head]
+            return getattr(self.heads[head], name)  # type: ignore[no-any-return]
         if name in LAYER_MATRICES:
-            return getattr(self, name)
+            return getattr(self, name)  # type: ignore[no-any-return]
         raise KeyError(f"unknown matrix {name!r}")
 
 
@@ -158,7 +207,7 @@ def _attend(
     st: Settings,
     future: np.ndarray,
     keep: np.ndarray | None,
-) -> dict[str, np.ndarray]:
+) -> list[Head]:
     """Scores, masks, softmax, outputs and row statistics for a stack of heads."""
     d_k = Q.shape[2]
     scores = Q @ np.ascontiguousarray(K.transpose(0, 2, 1))
@@ -178,7 +227,7 @@ def _attend(
     if keep is not None:
         weights *= keep
         weights /= 1.0 - st.dropout
-    return {
+    stacks = {
         "Q": Q,
         "K": K,
         "V": V,
@@ -192,31 +241,25 @@ def _attend(
         "entropy": entropy,
         "empty_rows": empty,
     }
+    return split_heads(stacks, keep)
 
 
-def _finish(
-    s: Scenario,
-    X: np.ndarray,
-    heads: dict[str, np.ndarray],
-    future: np.ndarray,
-    keep: np.ndarray | None,
-) -> Result:
-    """Concatenate the heads, mix them with W_O, freeze every array."""
-    output = heads["output"]
-    h, n, d_k = output.shape
-    concat = output.transpose(1, 0, 2).reshape(n, h * d_k)
+def split_heads(stacks: dict[str, np.ndarray], keep: np.ndarray | None) -> list[Head]:
+    """Per-head views of arrays stacked on axis 0, frozen."""
+    _frozen(*stacks.values(), *(() if keep is None else (keep,)))
+    count = stacks["Q"].shape[0]
+    return [
+        Head(**{name: a[h] for name, a in stacks.items()}, keep=None if keep is None else keep[h])
+        for h in range(count)
+    ]
+
+
+def _mix(s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray, np.ndarray]:
+    """concat of the head outputs in head order, and the final output concat · W_O."""
+    concat = np.concatenate([h.output for h in heads], axis=1)
     final = concat @ s.W_O if s.settings.projections else concat
-    _frozen(X, concat, final, future, *heads.values(), *(() if keep is None else (keep,)))
-    return Result(
-        tokens=s.tokens,
-        settings=s.settings,
-        X=X,
-        concat=concat,
-        final=final,
-        future=future,
-        keep=keep,
-        **heads,
-    )
+    _frozen(concat, final)
+    return concat, final
 
 
 def compute(s: Scenario) -> Result:
@@ -228,7 +271,9 @@ def compute(s: Scenario) -> Result:
         Q = K = V = X[None]
     future = future_mask(s.n)
     keep = dropout_keep(s.settings, (Q.shape[0], s.n, s.n))
-    return _finish(s, X, _attend(Q, K, V, s.settings, future, keep), future, keep)
+    heads = _attend(Q, K, V, s.settings, future, keep)
+    _frozen(X, future)
+    return Result(s.tokens, s.settings, X, tuple(heads), *_mix(s, heads), future)
 
 
 def update(
@@ -237,6 +282,9 @@ def update(
     x_rows: Iterable[int] = (),
     heads: Iterable[int] = (),
     w_o: bool = False,
+    *,
+    only: int | None = None,
+    fresh: Iterable[int] = (),
 ) -> Result:
     """compute(s), reusing prev where only the named parts of the scenario changed.
 
@@ -244,40 +292,50 @@ def update(
     the given heads' W_Q/W_K/W_V, and (w_o) W_O. An X row changes that row of every
     head's Q, K and V; a head's weights change that head only; W_O changes the final
     output only. Anything else (settings, sizes, no projections) is a full compute.
+
+    ``only``: recompute just that head and return a preview (``complete`` False).
+    ``fresh``: heads of prev that are already current (from such a preview).
     """
     st = s.settings
-    rows, changed = sorted(set(x_rows)), sorted(set(heads))
-    same_shape = prev.X.shape == s.X.shape and prev.Q.shape == (s.n_heads, s.n, s.d_k)
-    if prev.settings != st or not same_shape or not st.projections:
+    rows = sorted(set(x_rows))
+    same_shape = prev.X.shape == s.X.shape and prev.heads[0].Q.shape == (s.n, s.d_k)
+    if prev.settings != st or not same_shape or prev.n_heads != s.n_heads or not st.projections:
         return compute(s)
-    X = _input(s)
-    if not rows and not changed:
-        final = prev.concat @ s.W_O if w_o else prev.final
-        _frozen(final)
-        return dataclasses.replace(prev, tokens=s.tokens, final=final)
-    Q, K, V = np.array(prev.Q), np.array(prev.K), np.array(prev.V)
-    for name, stack in (("W_Q", Q), ("W_K", K), ("W_V", V)):
-        W = getattr(s, name)
-        if rows:
-            stack[:, rows] = _project(X[rows], W)
-        for h in changed:
-            stack[h] = X @ W[h]
-    affected = list(range(s.n_heads)) if rows else changed
-    keep = prev.keep
-    part = _attend(
-        Q[affected],
-        K[affected],
-        V[affected],
-        st,
-        prev.future,
-        None if keep is None else keep[affected],
+    X = _input(s) if rows else prev.X
+    affected = set(range(s.n_heads)) if rows else set(heads)
+    affected -= set(fresh)
+    if only is not None:
+        affected &= {only}
+    todo = sorted(affected)
+    new = list(prev.heads)
+    if todo:
+        QKV = []
+        for name in ("W_Q", "W_K", "W_V"):
+            W = getattr(s, name)[todo]
+            stack = np.stack([getattr(prev.heads[h], name[-1]) for h in todo])
+            edited = [k for k, h in enumerate(todo) if h in set(heads)]
+            if edited:
+                stack[edited] = _project(X, W[edited])
+            if rows:
+                stack[:, rows] = _project(X[rows], W)
+            QKV.append(stack)
+        keep = None if prev.heads[0].keep is None else np.stack([prev.heads[h].keep for h in todo])
+        for h, head in zip(todo, _attend(*QKV, st, prev.future, keep), strict=True):
+            new[h] = head
+    _frozen(X)
+    if only is not None:
+        return Result(
+            s.tokens,
+            st,
+            X,
+            tuple(new),
+            prev.concat,
+            prev.final,
+            prev.future,
+            complete=False,
+            fresh=only,
+        )
+    concat, final = (
+        _mix(s, new) if todo or fresh or w_o or not prev.complete else (prev.concat, prev.final)
     )
-    if len(affected) == s.n_heads:
-        new = part
-    else:
-        new = {}
-        for name, value in part.items():
-            whole = np.array(getattr(prev, name))
-            whole[affected] = value
-            new[name] = whole
-    return _finish(s, X, new, prev.future, keep)
+    return Result(s.tokens, st, X, tuple(new), concat, final, prev.future)

@@ -109,7 +109,9 @@ class _Explainer:
 
     def _dot(self) -> tuple[Term, ...]:
         h, i, j = self.h, self.i, self.j
-        return _products(f"Q[{self.tok[i]}]", self.r.Q[h, i], f"K[{self.tok[j]}]", self.r.K[h, j])
+        return _products(
+            f"Q[{self.tok[i]}]", self.r.heads[h].Q[i], f"K[{self.tok[j]}]", self.r.heads[h].K[j]
+        )
 
     def scores(self) -> Explanation:
         terms = self._dot()
@@ -164,9 +166,9 @@ class _Explainer:
 
     def weights(self) -> Explanation:
         h, i, j, r = self.h, self.i, self.j, self.r
-        row = r.masked[h, i]
+        row = r.heads[h].masked[i]
         title = "attention weight"
-        if r.empty_rows[h, i]:
+        if r.heads[h].empty_rows[i]:
             return Explanation(
                 title, "no key is visible", (), (), 0.0, "every score is −∞: weight 0"
             )
@@ -187,11 +189,12 @@ class _Explainer:
         if r.settings.mask == "drop-after-softmax" and r.future[i, j]:
             value, note = 0.0, "future key: zeroed after softmax, and the row is not renormalised"
             steps.append(Step("dropped after softmax", value))
-        if r.keep is not None:
+        keep = r.heads[h].keep
+        if keep is not None:
             p = r.settings.dropout
-            value = value / (1 - p) if r.keep[h, i, j] else 0.0
+            value = value / (1 - p) if keep[i, j] else 0.0
             steps.append(
-                Step("dropout: kept, × 1/(1−p)" if r.keep[h, i, j] else "dropout: dropped", value)
+                Step("dropout: kept, × 1/(1−p)" if keep[i, j] else "dropout: dropped", value)
             )
         formula = "w[i,j] = exp(s[i,j] − m) / Σ_k exp(s[i,k] − m), m = max_k s[i,k]"
         return Explanation(title, formula, terms, tuple(steps), value, note)
@@ -205,7 +208,9 @@ class _Explainer:
                 float(w * v),
                 f"{_num(w)} × {_num(v)}",
             )
-            for k, (w, v) in enumerate(zip(self.r.weights[h, i], self.r.V[h, :, j], strict=True))
+            for k, (w, v) in enumerate(
+                zip(self.r.heads[h].weights[i], self.r.heads[h].V[:, j], strict=True)
+            )
         )
         total = _total(terms)
         return Explanation(
@@ -215,7 +220,7 @@ class _Explainer:
     def concat(self) -> Explanation:
         d_k = self.r.d_k
         head, col = divmod(self.j, d_k)
-        value = float(self.r.output[head, self.i, col])
+        value = float(self.r.heads[head].output[self.i, col])
         return Explanation(
             "concatenated heads",
             f"concat[i, h·d_k + c] = head h output[i, c]; d_k = {d_k}",

@@ -210,7 +210,7 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
     x = L.left + cols * L.cell + 20
     height = max(rows * L.cell, 60.0)
     lo, hi = spec.levels
-    ticks = [lo, hi] if spec.kind == "sequential" else [lo, 0.0, hi]
+    ticks = [lo, (lo + hi) / 2, hi] if spec.kind == "sequential" else [lo, 0.0, hi]
     out = [
         '<g id="colorbar" font-size="11" fill="#222222">',
         f'<rect x="{x:.1f}" y="{L.top:.1f}" width="14" height="{height:.1f}" fill="url(#bar)"'

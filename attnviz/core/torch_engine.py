@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.engine import Result, compute, dropout_keep, future_mask, sinusoidal
+from attnviz.core.engine import (
+    Result,
+    compute,
+    dropout_keep,
+    future_mask,
+    sinusoidal,
+    split_heads,
+)
 from attnviz.core.scenario import Scenario
 
 DTYPES = ("float32", "float64")
@@ -91,34 +98,32 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     h, n = output.shape[:2]
     concat = output.transpose(0, 1).reshape(n, h * d_k)
     final = concat @ t(s.W_O) if st.projections else concat
-    if keep is not None:
-        keep.flags.writeable = False
 
     f = _frozen_numpy
+    stacks = {
+        "Q": f(Q),
+        "K": f(K),
+        "V": f(V),
+        "scores": f(scores),
+        "scaled": f(scaled),
+        "masked": f(masked),
+        "weights": f(weights),
+        "output": f(output),
+        "leak": f((weights * future).sum(dim=-1)),
+        "row_sum": f(weights.sum(dim=-1)),
+        "entropy": f(entropy),
+        "empty_rows": empty.cpu().numpy().copy(),
+    }
     future_np = future_mask(s.n)
     future_np.flags.writeable = False
-    empty_np = empty.cpu().numpy().copy()
-    empty_np.flags.writeable = False
     return Result(
         tokens=s.tokens,
         settings=st,
         X=f(X),
-        Q=f(Q),
-        K=f(K),
-        V=f(V),
-        scores=f(scores),
-        scaled=f(scaled),
-        masked=f(masked),
-        weights=f(weights),
-        output=f(output),
+        heads=tuple(split_heads(stacks, keep)),
         concat=f(concat),
         final=f(final),
         future=future_np,
-        keep=keep,
-        leak=f((weights * future).sum(dim=-1)),
-        row_sum=f(weights.sum(dim=-1)),
-        entropy=f(entropy),
-        empty_rows=empty_np,
     )
 
 

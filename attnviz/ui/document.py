@@ -40,7 +40,7 @@ class Document(QObject):
 
     scenarioChanged = Signal()  # the shape or anything beyond a few cells changed
     cellsChanged = Signal(str, object, int, int, int, int)  # name, head, row, col, rows, cols
-    resultChanged = Signal(object)  # Result
+    resultChanged = Signal(object)  # Result (a preview of the selected head first, when large)
     headChanged = Signal(int)
     pathChanged = Signal()
     busyChanged = Signal(bool)
@@ -128,23 +128,38 @@ class Document(QObject):
         self._set_busy(True)
         gen, s, base, dirty = self._generation, self.scenario, self._base, self._dirty
         self._dirty = Dirty()
-        self._pool.submit(self._work, gen, s, base, dirty)
+        self._pool.submit(self._work, gen, s, base, dirty, self.head)
 
-    def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty) -> None:
-        full = dirty.full
-        result = compute(s) if full else update(base, s, dirty.x_rows, dirty.heads, dirty.w_o)
-        self._computed.emit(gen, result)
+    def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
+        """On the worker thread: the selected head first (a preview), then the rest."""
+        if dirty.full:
+            self._computed.emit(gen, compute(s))
+            return
+        args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
+        fresh: list[int] = []
+        if dirty.x_rows and s.n_heads > 1:
+            preview = update(base, *args, only=head)
+            self._computed.emit(gen, preview)
+            if preview.complete:
+                return
+            base, fresh = preview, [head]
+        self._computed.emit(gen, update(base, *args, fresh=fresh))
 
     def _on_computed(self, gen: int, result: Result) -> None:
-        self._base = result
-        if gen == self._generation:
+        if result.complete:
+            self._base = result
+        if gen != self._generation:
+            if result.complete:
+                self._start()  # newer edits arrived meanwhile: compute the latest
+            return
+        if result.complete:
             self._set_busy(False)
-            self._publish(result)
-        else:
-            self._start()  # newer edits arrived meanwhile: compute the latest
+        self._publish(result)
 
     def _publish(self, result: Result) -> None:
-        self._base = self.result = result
+        if result.complete:
+            self._base = result
+        self.result = result
         self.resultChanged.emit(result)
 
     def _set_busy(self, busy: bool) -> None:

@@ -22,6 +22,7 @@ pg.setConfigOptions(
 )
 
 MIN_TEXT_CELL = (30.0, 16.0)  # device pixels a cell needs before its value is printed
+MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
 
 
 def colormap(kind: str) -> pg.ColorMap:
@@ -35,16 +36,16 @@ class CellOverlay(pg.GraphicsObject):
     def __init__(self) -> None:
         super().__init__()
         self.values = np.zeros((0, 0))
-        self.fills = np.zeros((0, 0, 3), dtype=np.uint8)
+        self.kind, self.levels = "diverging", (-1.0, 1.0)
         self.font = QFont()
         self.font.setPointSizeF(8.5)
         self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
-        self.masked_fill = QColor(colors.MASKED_FILL)
         self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # for exposedRect
 
-    def set_data(self, values: np.ndarray, fills: np.ndarray) -> None:
-        self.prepareGeometryChange()
-        self.values, self.fills = values, fills
+    def set_data(self, values: np.ndarray, kind: str, levels: tuple[float, float]) -> None:
+        if values.shape != self.values.shape:
+            self.prepareGeometryChange()
+        self.values, self.kind, self.levels = values, kind, levels
         self.update()
 
     def boundingRect(self) -> QRectF:
@@ -61,14 +62,14 @@ class CellOverlay(pg.GraphicsObject):
         r0, r1 = max(0, int(visible.top())), min(rows, math.ceil(visible.bottom()))
         c0, c1 = max(0, int(visible.left())), min(cols, math.ceil(visible.right()))
         block = self.values[r0:r1, c0:c1]
-        masked = np.argwhere(~np.isfinite(block))
-        painter.setPen(Qt.PenStyle.NoPen)
-        for i, j in masked:
-            cell = QRectF(c0 + j, r0 + i, 1, 1)
-            painter.fillRect(cell, self.masked_fill)
-            painter.fillRect(cell, self.hatch)
         to_device = painter.worldTransform()  # not deviceTransform: grab() adds an offset
         cell_w, cell_h = abs(to_device.m11()), abs(to_device.m22())
+        if min(cell_w, cell_h) >= MIN_HATCH_CELL:
+            # Masked cells are already grey in the mask image; hatch them, one run per row.
+            for i, row in enumerate(~np.isfinite(block)):
+                edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
+                for start, stop in zip(edges[::2], edges[1::2], strict=True):
+                    painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
         if cell_w < MIN_TEXT_CELL[0] or cell_h < MIN_TEXT_CELL[1]:
             return
         painter.save()
@@ -77,12 +78,14 @@ class CellOverlay(pg.GraphicsObject):
         font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.22)))))
         painter.setFont(font)
         align = Qt.AlignmentFlag.AlignCenter
+        fills = colors.rgb(block, self.kind, self.levels)  # only the cells on screen
         for i in range(r0, r1):
             for j in range(c0, c1):
                 v = float(self.values[i, j])
                 corner = to_device.map(QPointF(j, i))
                 rect = QRectF(corner.x(), corner.y(), cell_w, cell_h).normalized()
-                color = "#000000" if not math.isfinite(v) else colors.text_color(self.fills[i, j])
+                fill = fills[i - r0, j - c0]
+                color = "#000000" if not math.isfinite(v) else colors.text_color(fill)
                 painter.setPen(QColor(color))
                 painter.drawText(rect, align, colors.cell_text(v))
         painter.restore()
@@ -105,9 +108,15 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.plot.showAxis("top")
         self.plot.hideAxis("bottom")
         for side in ("top", "left"):
-            self.plot.getAxis(side).setStyle(tickLength=0)
+            axis = self.plot.getAxis(side)
+            axis.setStyle(tickLength=0)
+            # Token labels rarely change: repaint them from a pixmap, not glyph by glyph.
+            axis.setCacheMode(axis.CacheMode.DeviceCoordinateCache)
+        self.plot.titleLabel.setCacheMode(self.plot.titleLabel.CacheMode.DeviceCoordinateCache)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        self.mask_image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.mask_image)
         self.overlay = CellOverlay()
         self.plot.addItem(self.overlay)
         self.marker = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
@@ -121,6 +130,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.bar.axis.setWidth(42)  # room for tick labels like −0.25 at any level
         self.addItem(self.bar)
         self._kind = "diverging"
+        self._labels: tuple[object, ...] = ()
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
         self.setMinimumSize(180, 160)
@@ -135,18 +145,27 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self._kind = spec.kind
             self.bar.setColorMap(colormap(spec.kind))
         self.image.setImage(data, levels=(lo, hi), autoLevels=False)
-        self.bar.setLevels((lo, hi))
-        self.overlay.set_data(spec.values, colors.rgb(spec.values, spec.kind, spec.levels))
-        self.plot.setTitle(spec.caption, size="10pt")
-        if reshaped:
+        masked = ~np.isfinite(spec.values)
+        self.mask_image.setVisible(bool(masked.any()))
+        if masked.any():
+            rgba = np.zeros((*masked.shape, 4), dtype=np.uint8)
+            rgba[masked] = (*colors.stops_hex(colors.MASKED_FILL), 255)
+            self.mask_image.setImage(rgba, levels=None, autoLevels=False)
+        if self.bar.levels() != (lo, hi):
+            self.bar.setLevels((lo, hi))
+        self.overlay.set_data(spec.values, spec.kind, spec.levels)
+        if self.plot.titleLabel.text != spec.caption:
+            self.plot.setTitle(spec.caption, size="10pt")
+        labels = (spec.row_labels, spec.col_labels, spec.row_title, spec.col_title)
+        if labels != self._labels:
+            self._labels = labels
             self._set_ticks()
+        if reshaped:
             rows, cols = spec.values.shape
             self.plot.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
             self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
-        else:
-            self._set_ticks()
 
     def _set_ticks(self) -> None:
         assert self.spec is not None

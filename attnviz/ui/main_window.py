@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -43,6 +44,8 @@ MAX_RECENT = 8
 class MainWindow(QMainWindow):
     """One document in one window."""
 
+    _autosave_failed = Signal(str)  # from the autosave thread
+
     def __init__(self, settings: QSettings, data_dir: Path, doc: Document | None = None):
         super().__init__()
         self.settings, self.data_dir = settings, data_dir
@@ -78,6 +81,9 @@ class MainWindow(QMainWindow):
         self.doc.scenarioChanged.connect(self._sync_toolbar)
         self.doc.headChanged.connect(self._sync_toolbar)
         self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
+        self._autosaved: Scenario | None = None
+        self._autosaver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-autosave")
+        self._autosave_failed.connect(self.show_message)
         self.autosave_timer = QTimer(self)
         self.autosave_timer.setInterval(AUTOSAVE_MS)
         self.autosave_timer.timeout.connect(self.autosave)
@@ -504,18 +510,29 @@ class MainWindow(QMainWindow):
         return self.data_dir / "autosave.attn.json"
 
     def autosave(self) -> None:
-        """While there are unsaved changes, keep a copy in the user's data folder."""
-        if self.doc.undo_stack.isClean():
+        """While there are unsaved changes, keep a copy in the user's data folder.
+
+        The file is written on a background thread (the scenario is immutable), and only
+        when the scenario changed since the last autosave.
+        """
+        scenario = self.doc.scenario
+        if self.doc.undo_stack.isClean() or scenario is self._autosaved:
             return
+        self._autosaved = scenario
+        origin = str(self.doc.path) if self.doc.path else ""
+        self._autosaver.submit(self._write_autosave, scenario, origin)
+
+    def _write_autosave(self, scenario: Scenario, origin: str) -> None:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            files.save_scenario(self.autosave_path, self.doc.scenario)
-            origin = str(self.doc.path) if self.doc.path else ""
+            files.save_scenario(self.autosave_path, scenario)
             files.atomic_write(self.data_dir / "autosave.origin", origin.encode("utf-8"))
         except OSError as e:
-            self.show_message(f"Autosave failed: {e.strerror or e}")
+            self._autosave_failed.emit(f"Autosave failed: {e.strerror or e}")
 
     def clear_autosave(self) -> None:
+        self._autosaver.submit(lambda: None).result()  # let a pending write finish first
+        self._autosaved = None
         for name in ("autosave.attn.json", "autosave.origin"):
             (self.data_dir / name).unlink(missing_ok=True)
 
@@ -548,7 +565,8 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.save_layout()
-        self.clear_autosave()
         self.autosave_timer.stop()
+        self.clear_autosave()
+        self._autosaver.shutdown(wait=True)
         self.doc.close()
         event.accept()

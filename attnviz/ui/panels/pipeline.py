@@ -22,6 +22,7 @@ class PipelinePanel(QWidget):
         super().__init__(parent)
         self.doc = doc
         self.views: dict[str, HeatmapView] = {}
+        self._shown: tuple[object, ...] = ()
         layout = QGridLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.setSpacing(2)
@@ -36,6 +37,12 @@ class PipelinePanel(QWidget):
 
     def show_result(self, result: Result) -> None:
         head = min(self.doc.head, result.n_heads - 1)
+        if not result.complete and result.fresh != head:
+            return  # a preview of another head: wait for the complete result
+        key = (result.heads[head], result.tokens)
+        if key == self._shown:
+            return  # the complete result after a preview of this head: nothing new here
+        self._shown = key
         for name, view in self.views.items():
             view.set_spec(spec_for(result, name, head))
 
