@@ -72,7 +72,13 @@ def _hex(rgb: np.ndarray) -> str:
     return "#" + "".join(f"{int(c):02x}" for c in rgb[:3])
 
 
-def _fmt_tick(v: float) -> str:
+def colorbar_ticks(spec: HeatmapSpec) -> list[float]:
+    """Low, middle (0 for a diverging map) and high."""
+    lo, hi = spec.levels
+    return [lo, (lo + hi) / 2, hi] if spec.kind == "sequential" else [lo, 0.0, hi]
+
+
+def tick_label(v: float) -> str:
     return f"{v:.3g}".replace("-", "−")
 
 
@@ -210,7 +216,7 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
     x = L.left + cols * L.cell + 20
     height = max(rows * L.cell, 60.0)
     lo, hi = spec.levels
-    ticks = [lo, (lo + hi) / 2, hi] if spec.kind == "sequential" else [lo, 0.0, hi]
+    ticks = colorbar_ticks(spec)
     out = [
         '<g id="colorbar" font-size="11" fill="#222222">',
         f'<rect x="{x:.1f}" y="{L.top:.1f}" width="14" height="{height:.1f}" fill="url(#bar)"'
@@ -219,7 +225,7 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
     for t in ticks:
         y = L.top + (hi - t) / (hi - lo) * height
         out.append(f'<path d="M{x + 14:.1f},{y:.1f}h4" stroke="#666666"/>')
-        out.append(f'<text x="{x + 21:.1f}" y="{y:.1f}" dy="0.35em">{_fmt_tick(t)}</text>')
+        out.append(f'<text x="{x + 21:.1f}" y="{y:.1f}" dy="0.35em">{tick_label(t)}</text>')
     if any_masked:
         y = L.top + height + 6
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill="url(#hatch)"/>')

@@ -1,7 +1,8 @@
 """A labelled matrix heatmap: ImageItem, colour bar, token labels, values, hover and click.
 
-The image is fed float32, row-major, with explicit levels. Values and the hatching of
-masked (−∞) cells are painted by one item, and only for the cells on screen.
+The image is fed RGBA, row-major, coloured by the core's colour map with explicit levels
+(the same colours as the exported figures; masked cells grey). Values and the hatching
+of masked (−∞) cells are painted by one item, and only for the cells on screen.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter
+from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
 
 from attnviz.core import colors
-from attnviz.core.figure import HeatmapSpec
+from attnviz.core.figure import HeatmapSpec, colorbar_ticks, tick_label
 
 pg.setConfigOptions(
     imageAxisOrder="row-major", background="w", foreground="#222222", antialias=False
@@ -40,6 +41,7 @@ class CellOverlay(pg.GraphicsObject):
         self.font = QFont()
         self.font.setPointSizeF(8.5)
         self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
+        self.dark_pen, self.light_pen = QPen(QColor("#000000")), QPen(QColor("#ffffff"))
         self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # for exposedRect
 
     def set_data(self, values: np.ndarray, kind: str, levels: tuple[float, float]) -> None:
@@ -77,17 +79,15 @@ class CellOverlay(pg.GraphicsObject):
         font = QFont(self.font)
         font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.22)))))
         painter.setFont(font)
+        dark = colors.dark_text(colors.rgb(block, self.kind, self.levels)) | ~np.isfinite(block)
+        sx, sy, ox, oy = to_device.m11(), to_device.m22(), to_device.dx(), to_device.dy()
         align = Qt.AlignmentFlag.AlignCenter
-        fills = colors.rgb(block, self.kind, self.levels)  # only the cells on screen
-        for i in range(r0, r1):
-            for j in range(c0, c1):
-                v = float(self.values[i, j])
-                corner = to_device.map(QPointF(j, i))
-                rect = QRectF(corner.x(), corner.y(), cell_w, cell_h).normalized()
-                fill = fills[i - r0, j - c0]
-                color = "#000000" if not math.isfinite(v) else colors.text_color(fill)
-                painter.setPen(QColor(color))
-                painter.drawText(rect, align, colors.cell_text(v))
+        for use_dark, pen in ((True, self.dark_pen), (False, self.light_pen)):
+            painter.setPen(pen)
+            for i, j in np.argwhere(dark == use_dark):
+                x, y = ox + sx * (c0 + j), oy + sy * (r0 + i)
+                rect = QRectF(x, y, sx, sy).normalized()
+                painter.drawText(rect, align, colors.cell_text(float(block[i, j])))
         painter.restore()
 
 
@@ -115,8 +115,6 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.plot.titleLabel.setCacheMode(self.plot.titleLabel.CacheMode.DeviceCoordinateCache)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
-        self.mask_image = pg.ImageItem(axisOrder="row-major")
-        self.plot.addItem(self.mask_image)
         self.overlay = CellOverlay()
         self.plot.addItem(self.overlay)
         self.marker = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
@@ -126,7 +124,6 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.bar = pg.ColorBarItem(
             values=(0, 1), width=14, interactive=False, colorMap=colormap("diverging")
         )
-        self.bar.setImageItem(self.image)
         self.bar.axis.setWidth(42)  # room for tick labels like −0.25 at any level
         self.addItem(self.bar)
         self._kind = "diverging"
@@ -140,19 +137,14 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
         self.spec = spec
         lo, hi = spec.levels
-        data = np.nan_to_num(spec.values, neginf=lo, posinf=hi).astype(np.float32)
         if spec.kind != self._kind:
             self._kind = spec.kind
             self.bar.setColorMap(colormap(spec.kind))
-        self.image.setImage(data, levels=(lo, hi), autoLevels=False)
-        masked = ~np.isfinite(spec.values)
-        self.mask_image.setVisible(bool(masked.any()))
-        if masked.any():
-            rgba = np.zeros((*masked.shape, 4), dtype=np.uint8)
-            rgba[masked] = (*colors.stops_hex(colors.MASKED_FILL), 255)
-            self.mask_image.setImage(rgba, levels=None, autoLevels=False)
+        # Coloured here with the exported figures' map: masked cells come out grey.
+        self.image.setImage(colors.rgba(spec.values, spec.kind, spec.levels), autoLevels=False)
         if self.bar.levels() != (lo, hi):
             self.bar.setLevels((lo, hi))
+            self.bar.axis.setTicks([[(t, tick_label(t)) for t in colorbar_ticks(spec)]])
         self.overlay.set_data(spec.values, spec.kind, spec.levels)
         if self.plot.titleLabel.text != spec.caption:
             self.plot.setTitle(spec.caption, size="10pt")
