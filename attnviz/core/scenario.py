@@ -219,7 +219,13 @@ class Scenario:
         full = np.array(getattr(self, name))
         block = full[head] if name in WEIGHT_NAMES else full
         block[row : row + rows, col : col + cols] = values
-        return dataclasses.replace(self, **{name: full})  # type: ignore[arg-type]
+        # Only the checked block changed, so skip re-checking every matrix (costly at
+        # GPT-2 sizes, and this runs on every keystroke).
+        edited = object.__new__(Scenario)
+        for f in dataclasses.fields(self):
+            object.__setattr__(edited, f.name, getattr(self, f.name))
+        object.__setattr__(edited, name, _frozen(full))
+        return edited
 
     def with_tokens(self, tokens: Sequence[str]) -> Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))

@@ -9,6 +9,7 @@ supersedes an older one (a generation counter drops stale results).
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ class Document(QObject):
         self._dirty = Dirty()
         self._generation = 0
         self._busy = False
+        self._preview_shown = threading.Event()
+        self._preview_held = False
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-compute")
         self._computed.connect(self._on_computed)
 
@@ -131,17 +134,20 @@ class Document(QObject):
         self._pool.submit(self._work, gen, s, base, dirty, self.head)
 
     def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
-        """On the worker thread: the selected head first (a preview), then the rest."""
+        """On the worker thread: the shown head first (a preview), then the rest."""
         if dirty.full:
             self._computed.emit(gen, compute(s))
             return
         args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
         fresh: list[int] = []
-        if dirty.x_rows and s.n_heads > 1:
+        if dirty.x_rows or head in dirty.heads:
+            self._preview_shown.clear()
             preview = update(base, *args, only=head)
             self._computed.emit(gen, preview)
             if preview.complete:
                 return
+            # The rest would compete with the UI for the two cores: let it draw first.
+            self._preview_shown.wait(timeout=1.0)
             base, fresh = preview, [head]
         self._computed.emit(gen, update(base, *args, fresh=fresh))
 
@@ -151,10 +157,27 @@ class Document(QObject):
         if gen != self._generation:
             if result.complete:
                 self._start()  # newer edits arrived meanwhile: compute the latest
+            else:
+                self._preview_shown.set()
             return
         if result.complete:
             self._set_busy(False)
         self._publish(result)
+        if not result.complete and not self.preview_pending:
+            self._preview_shown.set()  # nobody is drawing it
+
+    @property
+    def preview_pending(self) -> bool:
+        """True while a view is still to draw a preview (the worker waits for it)."""
+        return self._preview_held
+
+    def hold_preview(self) -> None:
+        """The preview just published will be drawn; call preview_drawn() once it is."""
+        self._preview_held = True
+
+    def preview_drawn(self) -> None:
+        self._preview_held = False
+        self._preview_shown.set()
 
     def _publish(self, result: Result) -> None:
         if result.complete:

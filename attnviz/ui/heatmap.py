@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter, QPen
+from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
 
 from attnviz.core import colors
@@ -95,6 +95,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
     """One matrix as a heatmap with token labels, a colour bar, a tooltip and click-to-select."""
 
     cellClicked = Signal(str, int, int)  # view name, row, col
+    painted = Signal(str)  # view name, after each paint
 
     def __init__(self, name: str, parent: QWidget | None = None):
         super().__init__(parent)
@@ -158,6 +159,10 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        self.painted.emit(self.name)
 
     def _set_ticks(self) -> None:
         assert self.spec is not None

@@ -23,12 +23,14 @@ class PipelinePanel(QWidget):
         self.doc = doc
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
+        self._awaiting: set[str] = set()
         layout = QGridLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.setSpacing(2)
         for k, name in enumerate(HEAD_MATRICES):
             view = HeatmapView(name)
             view.cellClicked.connect(self._clicked)
+            view.painted.connect(self._painted)
             layout.addWidget(view, k // COLUMNS, k % COLUMNS)
             self.views[name] = view
         doc.resultChanged.connect(self.show_result)
@@ -45,6 +47,17 @@ class PipelinePanel(QWidget):
         self._shown = key
         for name, view in self.views.items():
             view.set_spec(spec_for(result, name, head))
+        if not result.complete:
+            # Tell the document once this preview is on screen (it waits to go on).
+            self._awaiting = {n for n, v in self.views.items() if v.isVisible()}
+            if self._awaiting:
+                self.doc.hold_preview()
+
+    def _painted(self, name: str) -> None:
+        if name in self._awaiting:
+            self._awaiting.discard(name)
+            if not self._awaiting:
+                self.doc.preview_drawn()
 
     def _clicked(self, name: str, row: int, col: int) -> None:
         for other, view in self.views.items():
