@@ -91,6 +91,39 @@ class CellOverlay(pg.GraphicsObject):
         painter.restore()
 
 
+class LabelAxis(pg.AxisItem):
+    """Token (or feature) labels at cell centres, thinned so that they never overlap."""
+
+    def __init__(self, orientation: str):
+        super().__init__(orientation)
+        self.labels: tuple[str, ...] = ()
+
+    def set_labels(self, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.picture = None  # pyqtgraph's cached drawing
+        self.update()
+
+    def tickValues(
+        self, minVal: float, maxVal: float, size: float
+    ) -> list[tuple[float, list[float]]]:
+        count = len(self.labels)
+        minVal, maxVal = sorted((minVal, maxVal))  # the row axis runs downwards
+        if not count or size <= 0 or maxVal <= minVal:
+            return []
+        pixels_per_cell = size / (maxVal - minVal)
+        if self.orientation in ("top", "bottom"):
+            needed = 7.0 * max(len(label) for label in self.labels) + 8
+        else:
+            needed = 14.0
+        step = max(1, math.ceil(needed / pixels_per_cell))
+        first = max(0, math.floor(minVal)) // step * step
+        last = min(count, math.ceil(maxVal))
+        return [(float(step), [i + 0.5 for i in range(first, last, step)])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
+
+
 class HeatmapView(pg.GraphicsLayoutWidget):
     """One matrix as a heatmap with token labels, a colour bar, a tooltip and click-to-select."""
 
@@ -102,7 +135,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.name = name
         self.spec: HeatmapSpec | None = None
         self.selected: tuple[int, int] | None = None
-        self.plot = self.addPlot()
+        self.rows_axis, self.cols_axis = LabelAxis("left"), LabelAxis("top")
+        self.plot = self.addPlot(axisItems={"left": self.rows_axis, "top": self.cols_axis})
         self.plot.invertY(True)
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)
@@ -128,6 +162,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.bar.axis.setWidth(42)  # room for tick labels like −0.25 at any level
         self.addItem(self.bar)
         self._kind = "diverging"
+        self._bar_key: tuple[object, ...] = ()
         self._labels: tuple[object, ...] = ()
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
@@ -143,7 +178,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.bar.setColorMap(colormap(spec.kind))
         # Coloured here with the exported figures' map: masked cells come out grey.
         self.image.setImage(colors.rgba(spec.values, spec.kind, spec.levels), autoLevels=False)
-        if self.bar.levels() != (lo, hi):
+        if self._bar_key != (spec.kind, lo, hi):
+            self._bar_key = (spec.kind, lo, hi)
             self.bar.setLevels((lo, hi))
             self.bar.axis.setTicks([[(t, tick_label(t)) for t in colorbar_ticks(spec)]])
         self.overlay.set_data(spec.values, spec.kind, spec.levels)
@@ -166,14 +202,10 @@ class HeatmapView(pg.GraphicsLayoutWidget):
 
     def _set_ticks(self) -> None:
         assert self.spec is not None
-        rows, cols = self.spec.values.shape
-        step_r, step_c = max(1, math.ceil(rows / 32)), max(1, math.ceil(cols / 32))
-        left = [(i + 0.5, self.spec.row_labels[i]) for i in range(0, rows, step_r)]
-        top = [(j + 0.5, self.spec.col_labels[j]) for j in range(0, cols, step_c)]
-        self.plot.getAxis("left").setTicks([left])
-        self.plot.getAxis("top").setTicks([top])
-        self.plot.getAxis("left").setLabel(self.spec.row_title)
-        self.plot.getAxis("top").setLabel(self.spec.col_title)
+        self.rows_axis.set_labels(self.spec.row_labels)
+        self.cols_axis.set_labels(self.spec.col_labels)
+        self.rows_axis.setLabel(self.spec.row_title)
+        self.cols_axis.setLabel(self.spec.col_title)
 
     def _inside(self, row: int, col: int) -> bool:
         return (

@@ -52,7 +52,7 @@ class MatrixModel(QAbstractTableModel):
             return None
         if role in (_ROLE.DisplayRole, _ROLE.EditRole, _ROLE.ToolTipRole):
             value = float(self.matrix()[index.row(), index.column()])
-            return f"{value:.6g}" if role == _ROLE.DisplayRole else repr(value)
+            return f"{value:.4g}" if role == _ROLE.DisplayRole else repr(value)
         if role == _ROLE.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

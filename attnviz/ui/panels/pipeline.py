@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from attnviz.core.engine import HEAD_MATRICES, Result
 from attnviz.core.figure import spec_for
@@ -11,6 +11,28 @@ from attnviz.ui.document import Document
 from attnviz.ui.heatmap import HeatmapView
 
 COLUMNS = 3
+
+
+def legend(result: Result, head: int) -> str:
+    """What the eight heatmaps show, in words, with this scenario's numbers."""
+    st = result.settings
+    n, d_k = len(result.tokens), result.d_k
+    scale = f"divided by √d_k = √{d_k} = {result.scale_factor:.3g}" if st.scale else "not scaled"
+    mask = {
+        "none": "no mask",
+        "causal": "causal mask: future keys set to −∞ (hatched grey), weight exactly 0",
+        "causal-zero": "future keys set to 0, not −∞: they still get weight (the leak)",
+        "drop-after-softmax": "future weights zeroed after softmax: rows sum to less than 1",
+    }[st.mask]
+    projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
+    return (
+        f"<b>Head {head + 1} of {result.n_heads}</b><br>"
+        f"{n} tokens, d_k = {d_k}<br><br>"
+        f"{projections}<br>scores Q Kᵀ {scale}<br>{mask}<br>"
+        "weights = softmax along each row (keys)<br>output = weights · V<br><br>"
+        "<i>Rows are queries, columns keys. Hover a cell for its exact value; "
+        "click to select it.</i>"
+    )
 
 
 class PipelinePanel(QWidget):
@@ -33,6 +55,12 @@ class PipelinePanel(QWidget):
             view.painted.connect(self._painted)
             layout.addWidget(view, k // COLUMNS, k % COLUMNS)
             self.views[name] = view
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.legend.setContentsMargins(12, 12, 12, 12)
+        k = len(HEAD_MATRICES)
+        layout.addWidget(self.legend, k // COLUMNS, k % COLUMNS)
         doc.resultChanged.connect(self.show_result)
         doc.headChanged.connect(lambda _: self.show_result(doc.result))
         self.show_result(doc.result)
@@ -45,6 +73,7 @@ class PipelinePanel(QWidget):
         if key == self._shown:
             return  # the complete result after a preview of this head: nothing new here
         self._shown = key
+        self.legend.setText(legend(result, head))
         for name, view in self.views.items():
             view.set_spec(spec_for(result, name, head))
         if not result.complete:
