@@ -41,7 +41,6 @@ def main() -> None:
     w.docks["Weights"].resize(620, 420)
     settle(app)
     w.docks["Weights"].grab().save(str(OUT / "floating-weights.png"))
-    w.grab().save(str(OUT / "window-weights-floating.png"))
     w.doc.undo_stack.setClean()
     w.close()
     big = window(app, Document(make_preset("gpt2-small", n=64)))
