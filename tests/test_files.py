@@ -1332,3 +1332,34 @@ def test_fuzz_mutated_documents(text):
     assert again.tokens == s.tokens and again.settings == s.settings
     for name in ("X", "W_Q", "W_K", "W_V", "W_O"):
         assert same_bits(getattr(again, name), getattr(s, name))
+
+
+def test_snapshot_round_trips_exactly(tmp_path):
+    from attnviz.core.files import load_snapshot, save_snapshot
+
+    rng = np.random.default_rng(4)
+    s = Scenario(
+        tokens=("a", "", "säß 🐈"),
+        X=rng.standard_normal((3, 5)),
+        W_Q=rng.standard_normal((2, 5, 3)),
+        W_K=rng.standard_normal((2, 5, 3)),
+        W_V=rng.standard_normal((2, 5, 3)),
+        W_O=rng.standard_normal((6, 5)),
+        settings=Settings(mask="causal-zero", scale=False, dropout=0.25, dropout_seed=9),
+    )
+    save_snapshot(tmp_path / "a.npz", s)
+    back = load_snapshot(tmp_path / "a.npz")
+    assert back.tokens == s.tokens and back.settings == s.settings
+    for name in ("X", "W_Q", "W_K", "W_V", "W_O"):
+        assert getattr(back, name).tobytes() == getattr(s, name).tobytes()
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip", b"PK\x03\x04broken"])
+def test_bad_snapshot_is_a_file_format_error(tmp_path, content):
+    from attnviz.core.files import load_snapshot
+
+    (tmp_path / "b.npz").write_bytes(content)
+    with pytest.raises(FileFormatError, match=r"b\.npz"):
+        load_snapshot(tmp_path / "b.npz")
+    with pytest.raises(FileFormatError):
+        load_snapshot(tmp_path / "missing.npz")

@@ -423,3 +423,33 @@ def save_matrix(path: str | os.PathLike[str], a: np.ndarray) -> None:
         atomic_write(path, matrix_to_csv(a).encode("utf-8"))
     else:
         raise FileFormatError(f"{Path(path).name}: expected a .csv or .npy file")
+
+
+# Snapshots: the window's autosave, binary so that large scenarios save in milliseconds ---
+
+
+def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
+    """Write s as an .npz archive of plain arrays (no pickles), atomically."""
+    buffer = io.BytesIO()
+    settings = {name: getattr(s.settings, name) for name in SETTINGS_KEYS_ORDER}
+    np.savez(
+        buffer,
+        tokens=np.array(s.tokens, dtype=np.str_),
+        settings=np.array(json.dumps(settings)),
+        **{name: getattr(s, name) for name in ("X", "W_Q", "W_K", "W_V", "W_O")},
+    )
+    atomic_write(path, buffer.getvalue())
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> Scenario:
+    """Read a snapshot written by save_snapshot; FileFormatError on any problem."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in ("X", "W_Q", "W_K", "W_V", "W_O")}
+            tokens = tuple(str(t) for t in archive["tokens"].tolist())
+            settings = _settings(json.loads(str(archive["settings"])))
+        return Scenario(tokens=tokens, settings=settings, **arrays)
+    except FileFormatError:
+        raise
+    except Exception as e:  # a damaged archive can fail in zipfile, numpy or json
+        raise FileFormatError(f"{Path(path).name}: not a readable snapshot: {e}") from None

@@ -507,7 +507,7 @@ class MainWindow(QMainWindow):
 
     @property
     def autosave_path(self) -> Path:
-        return self.data_dir / "autosave.attn.json"
+        return self.data_dir / "autosave.npz"
 
     def autosave(self) -> None:
         """While there are unsaved changes, keep a copy in the user's data folder.
@@ -525,7 +525,7 @@ class MainWindow(QMainWindow):
     def _write_autosave(self, scenario: Scenario, origin: str) -> None:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            files.save_scenario(self.autosave_path, scenario)
+            files.save_snapshot(self.autosave_path, scenario)
             files.atomic_write(self.data_dir / "autosave.origin", origin.encode("utf-8"))
         except OSError as e:
             self._autosave_failed.emit(f"Autosave failed: {e.strerror or e}")
@@ -533,7 +533,7 @@ class MainWindow(QMainWindow):
     def clear_autosave(self) -> None:
         self._autosaver.submit(lambda: None).result()  # let a pending write finish first
         self._autosaved = None
-        for name in ("autosave.attn.json", "autosave.origin"):
+        for name in ("autosave.npz", "autosave.origin"):
             (self.data_dir / name).unlink(missing_ok=True)
 
     def offer_restore(self) -> bool:
@@ -550,7 +550,7 @@ class MainWindow(QMainWindow):
             self.clear_autosave()
             return False
         try:
-            scenario = files.load_scenario(self.autosave_path)
+            scenario = files.load_snapshot(self.autosave_path)
         except files.FileFormatError as e:
             self.error("Cannot restore", str(e))
             return False
