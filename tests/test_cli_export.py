@@ -1,0 +1,99 @@
+"""attnviz export: the window's heatmap images, headless; and attnviz FILE."""
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import reference as ref
+
+from attnviz.cli import main
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def cells(path):
+    root = ET.parse(path).getroot()
+    group = next(g for g in root.iter(f"{SVG}g") if g.get("id") == "cells")
+    return root, [(r, r.find(f"{SVG}title").text) for r in group.iter(f"{SVG}rect")]
+
+
+def test_svg_export_holds_every_weight(tmp_path, capsys):
+    out = tmp_path / "w.svg"
+    assert main(["export", "--view", "weights", "--head", "2", "--out", str(out)]) == 0
+    _, rects = cells(out)
+    weights, _, _ = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O)
+    tokens = ["she", "saw", "the", "cat"]
+    assert len(rects) == 16
+    for k, (_, title) in enumerate(rects):
+        i, j = divmod(k, 4)
+        where, value = title.split(": ")
+        assert where == f"{tokens[i]} → {tokens[j]}"
+        assert float(value) == pytest.approx(weights[1][i, j], abs=1e-15)
+
+
+def test_masked_cells_are_hatched_and_named(tmp_path, capsys):
+    out = tmp_path / "m.svg"
+    assert main(["export", "--view", "masked", "--out", str(out)]) == 0
+    _, rects = cells(out)
+    masked = [(r.get("fill"), t) for r, t in rects if t.endswith("−∞")]
+    assert len(masked) == 6  # above the diagonal of a 4×4 causal mask
+    assert all(fill == "url(#hatch)" for fill, _ in masked)
+
+
+def test_png_export_size_follows_scale(tmp_path, capsys):
+    svg, png = tmp_path / "q.svg", tmp_path / "q.png"
+    assert (
+        main(["export", "--preset", "stage-3-projections", "--view", "Q", "--out", str(svg)]) == 0
+    )
+    root = ET.parse(svg).getroot()
+    width, height = float(root.get("width")), float(root.get("height"))
+    args = ["export", "--preset", "stage-3-projections", "--view", "Q", "--scale", "1.5"]
+    assert main([*args, "--out", str(png)]) == 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (w, h) == (round(width * 1.5), round(height * 1.5))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--view", "nope", "--out", "x.svg"], "--view"),
+        (["--view", "Q", "--out", "x.gif"], "--format"),
+        (["--view", "Q", "--head", "3", "--out", "x.svg"], "--head 3"),
+        (["--view", "Q", "--scale", "0", "--out", "x.png"], "--scale"),
+        (["--view", "Q", "--out", "/no/such/folder/x.svg"], "/no/such/folder"),
+    ],
+)
+def test_bad_export_requests(capsys, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_export_matches_the_engine_for_a_file(tmp_path, capsys):
+    from attnviz.core.files import save_scenario
+    from attnviz.core.presets import worked_example
+    from attnviz.core.scenario import Settings
+
+    path = tmp_path / "s.attn.json"
+    save_scenario(path, worked_example(Settings(mask="none", scale=False)))
+    out = tmp_path / "s.svg"
+    assert main(["export", str(path), "--view", "scores", "--out", str(out)]) == 0
+    _, rects = cells(out)
+    Q, K = ref.X @ ref.W_Q[0], ref.X @ ref.W_K[0]
+    values = np.array([float(t.split(": ")[1]) for _, t in rects]).reshape(4, 4)
+    np.testing.assert_allclose(values, Q @ K.T, atol=1e-15)
+
+
+def test_window_command_refuses_a_missing_file(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "attnviz", str(tmp_path / "missing.attn.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "no such file" in run.stderr and "Traceback" not in run.stderr
