@@ -127,3 +127,12 @@ def test_result_is_read_only():
     for name in ("Q", "scores", "weights", "final", "leak"):
         with pytest.raises(ValueError):
             getattr(r, name)[0] = 1.0
+
+
+def test_ablated_head_leaves_the_mix():
+    r = compute(worked_example(Settings(ablated=(1,))))
+    _, concat, final = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O)
+    np.testing.assert_allclose(r.concat, concat, atol=1e-15)  # head 2 still computed
+    only_head_1 = concat[:, :2] @ ref.W_O[:2]
+    np.testing.assert_allclose(r.final, only_head_1, atol=1e-15)
+    assert not np.allclose(r.final, final)

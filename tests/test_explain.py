@@ -94,3 +94,12 @@ def test_out_of_range_cell_is_refused(ex):
         explain(s, r, "weights", 0, 4, 0)
     with pytest.raises(KeyError):
         explain(s, r, "nonsense", 0, 0, 0)
+
+
+def test_final_output_with_an_ablated_head():
+    s = worked_example(Settings(ablated=(0,)))
+    r = compute(s)
+    e = explain(s, r, "final", None, 2, 1)
+    assert e.terms[0].value == 0.0 and "ablated" in e.terms[0].label
+    _, concat, _ = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O)
+    assert e.value == pytest.approx(concat[2, 2:4] @ ref.W_O[2:4, 1])

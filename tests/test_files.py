@@ -83,7 +83,7 @@ W_O = [
     [0.2, 0.3, 0.1, -0.4],
 ]
 TOP_KEYS = {"format", "version", "tokens", "X", "heads", "W_O", "settings"}
-SETTING_KEYS = {"projections", "scale", "mask", "positional", "dropout", "dropout_seed"}
+SETTING_KEYS = {"projections", "scale", "mask", "positional", "dropout", "dropout_seed", "ablated"}
 
 
 def worked_doc() -> dict[str, Any]:
@@ -102,6 +102,7 @@ def worked_doc() -> dict[str, Any]:
             "positional": "none",
             "dropout": 0.0,
             "dropout_seed": 0,
+            "ablated": [],
         },
     }
 
@@ -230,6 +231,7 @@ def scenario_parts(draw):
             positional=draw(st.sampled_from(POSITIONALS)),
             dropout=draw(st.floats(0.0, 1.0, exclude_max=True) | st.sampled_from([0.0, 5e-324])),
             dropout_seed=draw(st.integers(0, 2**32 - 1)),
+            ablated=tuple(sorted(draw(st.sets(st.integers(0, h - 1))))),
         ),
     }
     return parts
@@ -250,7 +252,7 @@ def test_random_scenarios_round_trip_bit_for_bit(parts):
     for name in ("X", "W_Q", "W_K", "W_V", "W_O"):
         assert same_bits(getattr(loaded, name), parts[name]), name
     want, got = parts["settings"], loaded.settings
-    for key in ("projections", "scale", "mask", "positional", "dropout_seed"):
+    for key in ("projections", "scale", "mask", "positional", "dropout_seed", "ablated"):
         assert getattr(got, key) == getattr(want, key) and type(getattr(got, key)) is type(
             getattr(want, key)
         )
@@ -1363,3 +1365,19 @@ def test_bad_snapshot_is_a_file_format_error(tmp_path, content):
         load_snapshot(tmp_path / "b.npz")
     with pytest.raises(FileFormatError):
         load_snapshot(tmp_path / "missing.npz")
+
+
+def test_ablated_heads_are_saved_from_one(tmp_path):
+    from attnviz.core.presets import worked_example as example
+
+    path = tmp_path / "a.attn.json"
+    save_scenario(path, example(Settings(ablated=(1,))))
+    assert json.loads(path.read_text("utf-8"))["settings"]["ablated"] == [2]
+    assert load_scenario(path).settings.ablated == (1,)
+    doc = json.loads(path.read_text("utf-8"))
+    doc["settings"]["ablated"] = [3]
+    with pytest.raises(FileFormatError, match="head 3 does not exist"):
+        scenario_from_json(json.dumps(doc))
+    doc["settings"]["ablated"] = [0]
+    with pytest.raises(FileFormatError, match=r"settings\.ablated"):
+        scenario_from_json(json.dumps(doc))

@@ -133,3 +133,13 @@ def test_cost_formulas():
     assert human_bytes(1536) == "1.5 KiB"
     with pytest.raises(ValueError, match="n"):
         Cost(n=0, heads=1, d_k=1)
+
+
+def test_ablated_heads_are_checked_and_follow_resizes():
+    s = worked_example(Settings(ablated=(1,)))
+    with pytest.raises(ScenarioError, match=r"settings\.ablated"):
+        Settings(ablated=(1, 1))
+    with pytest.raises(ScenarioError, match="head 3 does not exist"):
+        s.with_settings(ablated=(2,))
+    assert resized(s, heads=1).settings.ablated == ()
+    assert resized(s, heads=3).settings.ablated == (1,)

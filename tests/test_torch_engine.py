@@ -57,3 +57,8 @@ def test_unknown_device_and_dtype_are_refused():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA"):
             resolve_device("cuda")
+
+
+def test_ablation_matches_numpy():
+    s = worked_example(Settings(ablated=(0,)))
+    np.testing.assert_allclose(compute_torch(s).final, compute(s).final, atol=1e-15)

@@ -255,9 +255,20 @@ def split_heads(stacks: dict[str, np.ndarray], keep: np.ndarray | None) -> list[
 
 
 def _mix(s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray, np.ndarray]:
-    """concat of the head outputs in head order, and the final output concat · W_O."""
+    """concat of the head outputs in head order, and the final output concat · W_O.
+
+    Ablated heads keep their outputs in concat but contribute nothing to the final mix.
+    """
     concat = np.concatenate([h.output for h in heads], axis=1)
-    final = concat @ s.W_O if s.settings.projections else concat
+    if not s.settings.projections:
+        final = concat
+    elif s.settings.ablated:
+        kept = np.repeat(
+            [h not in s.settings.ablated for h in range(len(heads))], heads[0].Q.shape[1]
+        )
+        final = concat[:, kept] @ s.W_O[kept]
+    else:
+        final = concat @ s.W_O
     _frozen(concat, final)
     return concat, final
 

@@ -242,15 +242,15 @@ class _Explainer:
         for head in range(r.n_heads):
             block = slice(head * d_k, (head + 1) * d_k)
             a, b = r.concat[i, block], W_O[block, j]
-            terms.append(
-                Term(
-                    f"head {head + 1}: concat[{self.tok[i]}, {block.start + 1}–{block.stop}]"
-                    f" · W_O[{block.start + 1}–{block.stop}, {j + 1}]",
-                    tuple(float(x) for x in a * b),
-                    math.fsum(a * b),
-                    " + ".join(f"{_num(x)}×{_num(y)}" for x, y in zip(a, b, strict=True)),
-                )
+            label = (
+                f"head {head + 1}: concat[{self.tok[i]}, {block.start + 1}–{block.stop}]"
+                f" · W_O[{block.start + 1}–{block.stop}, {j + 1}]"
             )
+            if head in r.settings.ablated:
+                terms.append(Term(f"{label} (ablated)", (), 0.0, "switched off"))
+                continue
+            products = " + ".join(f"{_num(x)}×{_num(y)}" for x, y in zip(a, b, strict=True))
+            terms.append(Term(label, tuple(float(x) for x in a * b), math.fsum(a * b), products))
         terms_t = tuple(terms)
         total = _total(terms_t)
         formula = "out[i,j] = Σ_h Σ_c concat[i, h·d_k + c] · W_O[h·d_k + c, j]"

@@ -37,7 +37,15 @@ SUFFIX = ".attn.json"
 MAX_FILE_BYTES = 256 * 2**20
 MAX_MATRIX_CELLS = 2**24
 TOP_KEYS = {"format", "version", "tokens", "X", "heads", "W_O", "settings"}
-SETTINGS_KEYS_ORDER = ("projections", "scale", "mask", "positional", "dropout", "dropout_seed")
+SETTINGS_KEYS_ORDER = (
+    "projections",
+    "scale",
+    "mask",
+    "positional",
+    "dropout",
+    "dropout_seed",
+    "ablated",
+)
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
 
 
@@ -63,8 +71,15 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
             {name: _rows(getattr(s, name)[h]) for name in WEIGHT_NAMES} for h in range(s.n_heads)
         ],
         "W_O": _rows(s.W_O),
-        "settings": {name: getattr(s.settings, name) for name in SETTINGS_KEYS_ORDER},
+        "settings": settings_to_dict(s.settings),
     }
+
+
+def settings_to_dict(st: Settings) -> dict[str, Any]:
+    """Settings as saved; ablated heads are numbered from 1, as everywhere users see them."""
+    d = {name: getattr(st, name) for name in SETTINGS_KEYS_ORDER}
+    d["ablated"] = [h + 1 for h in st.ablated]
+    return d
 
 
 def _name(key: str) -> str:
@@ -123,6 +138,11 @@ def _settings(value: Any) -> Settings:
             f"settings.{_name(unknown[0])}: unknown setting; "
             f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
+    if "ablated" in value:
+        heads = value["ablated"]
+        if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
+            raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
+        value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
     if "dropout" in value and type(value["dropout"]) is int:
         try:
             value = {**value, "dropout": float(value["dropout"])}
@@ -431,7 +451,7 @@ def save_matrix(path: str | os.PathLike[str], a: np.ndarray) -> None:
 def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
     """Write s as an .npz archive of plain arrays (no pickles), atomically."""
     buffer = io.BytesIO()
-    settings = {name: getattr(s.settings, name) for name in SETTINGS_KEYS_ORDER}
+    settings = settings_to_dict(s.settings)
     np.savez(
         buffer,
         tokens=np.array(s.tokens, dtype=np.str_),

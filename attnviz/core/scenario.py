@@ -51,6 +51,7 @@ class Settings:
     positional: str = "none"
     dropout: float = 0.0
     dropout_seed: int = 0
+    ablated: tuple[int, ...] = ()  # heads (0-based) switched off in the W_O mix
 
     def __post_init__(self) -> None:
         for name in ("projections", "scale"):
@@ -70,6 +71,14 @@ class Settings:
             raise ScenarioError(
                 f"settings.dropout_seed: expected an integer in [0, 2^32), got {s!r}"
             )
+
+        a = self.ablated
+        if not isinstance(a, tuple) or any(
+            isinstance(h, bool) or not isinstance(h, int) for h in a
+        ):
+            raise ScenarioError(f"settings.ablated: expected head numbers, got {a!r:.60}")
+        if list(a) != sorted(set(a)) or any(not 0 <= h < LIMITS.heads for h in a):
+            raise ScenarioError(f"settings.ablated: expected distinct heads from 1, got {a!r:.60}")
 
     def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed (validated)."""
@@ -151,6 +160,9 @@ class Scenario:
             raise ScenarioError(f"heads: {h}; expected 1 to {lim.heads}")
         if not 1 <= d_k <= lim.d_k:
             raise ScenarioError(f"d_k: {d_k}; expected 1 to {lim.d_k}")
+        if any(head >= h for head in self.settings.ablated):
+            missing = max(self.settings.ablated) + 1
+            raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
         if h * n * n > lim.score_cells:
             raise ScenarioError(
                 f"size: {h} heads × {n}² scores exceeds the limit of {lim.score_cells} score cells"
@@ -308,8 +320,10 @@ def resized(
     tokens = list(s.tokens[:n]) + [f"t{i + 1}" for i in range(s.n, n)]
     blocks = s.W_O.reshape(s.n_heads, s.d_k, s.d_model)
     W_O = _fit(blocks, (heads, d_k, d_model)).reshape(heads * d_k, d_model)
+    ablated = tuple(h for h in s.settings.ablated if h < heads)
     return dataclasses.replace(
         s,
+        settings=s.settings.replace(ablated=ablated),
         tokens=tuple(tokens),
         X=_fit(s.X, (n, d_model)),
         W_Q=_fit(s.W_Q, (heads, d_model, d_k)),

@@ -97,7 +97,13 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     output = weights @ V
     h, n = output.shape[:2]
     concat = output.transpose(0, 1).reshape(n, h * d_k)
-    final = concat @ t(s.W_O) if st.projections else concat
+    if st.projections:
+        mixed = concat.clone()
+        for head in st.ablated:  # switched off: no part in the W_O mix
+            mixed[:, head * d_k : (head + 1) * d_k] = 0.0
+        final = mixed @ t(s.W_O)
+    else:
+        final = concat
 
     f = _frozen_numpy
     stacks = {

@@ -1,0 +1,137 @@
+"""Small numerical experiments behind the lesson's scaling stage (stage 4).
+
+``scaling_variance`` samples random query/key pairs to show that ``q·k`` has variance
+``d_k`` and ``q·k / √d_k`` variance about 1; ``saturation`` shows what happens to
+softmax when scores are not scaled down (``[2, 1, 0, -1]`` times 8 is nearly one-hot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_PAIRS = 1_000_000
+MAX_D_K = 4096
+# Random numbers drawn per block: 2**22 float64 is 32 MiB, whatever pairs and d_k are.
+_BLOCK_NUMBERS = 2**22
+
+
+@dataclass(frozen=True)
+class ScalingStats:
+    """Sample statistics of q·k over ``pairs`` standard-normal pairs of width ``d_k``.
+
+    Variances are about the sample mean and divide by ``pairs`` (one pair gives 0).
+    Expected: means near 0, ``var_raw`` near ``d_k``, ``var_scaled`` near 1.
+    """
+
+    d_k: int
+    pairs: int
+    mean_raw: float
+    var_raw: float
+    mean_scaled: float
+    var_scaled: float
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """How peaked a row of softmax weights is: entropy in nats and its largest weight."""
+
+    entropy: float
+    max_weight: float
+
+
+def _whole(name: str, value: object, lo: int, hi: int) -> int:
+    """value as an int in [lo, hi], or ValueError naming the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected a whole number from {lo} to {hi}, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}: {value} is out of range; expected {lo} to {hi}")
+    return int(value)
+
+
+def _dots(d_k: int, pairs: int, rng: np.random.Generator) -> np.ndarray:
+    """q·k for `pairs` fresh standard-normal pairs, drawn in memory-bounded blocks.
+
+    Each block is one (rows, 2, d_k) draw; numpy's Generator fills arrays from one
+    stream in order, so the numbers (and the dots) do not depend on the block size.
+    """
+    rows = max(1, _BLOCK_NUMBERS // (2 * d_k))
+    dots = np.empty(pairs)
+    for start in range(0, pairs, rows):
+        stop = min(start + rows, pairs)
+        qk = rng.standard_normal((stop - start, 2, d_k))
+        dots[start:stop] = np.einsum("pd,pd->p", qk[:, 0], qk[:, 1])
+    return dots
+
+
+def scaling_variance(
+    d_ks: Sequence[int] = (2, 64, 512), pairs: int = 20000, seed: int = 0
+) -> list[ScalingStats]:
+    """Mean and variance of q·k and q·k/√d_k for random standard-normal q, k; one per d_k.
+
+    Each d_k draws from its own generator seeded with (seed, d_k), so its record does
+    not depend on the other entries of d_ks. Cost: 2·pairs·d_k normal draws per d_k.
+    """
+    if isinstance(d_ks, (str, bytes)) or not isinstance(d_ks, Sequence) or not d_ks:
+        raise ValueError(f"d_ks: expected a non-empty sequence of widths, got {d_ks!r}")
+    widths = [_whole(f"d_ks[{i}]", d, 1, MAX_D_K) for i, d in enumerate(d_ks)]
+    pairs = _whole("pairs", pairs, 1, MAX_PAIRS)
+    seed = _whole("seed", seed, 0, 2**32 - 1)
+    records = []
+    for d_k in widths:
+        raw = _dots(d_k, pairs, np.random.default_rng([seed, d_k]))
+        scaled = raw / np.sqrt(d_k)
+        records.append(
+            ScalingStats(
+                d_k=d_k,
+                pairs=pairs,
+                mean_raw=float(raw.mean()),
+                var_raw=float(raw.var()),
+                mean_scaled=float(scaled.mean()),
+                var_scaled=float(scaled.var()),
+            )
+        )
+    return records
+
+
+def _softmax(row: np.ndarray) -> np.ndarray:
+    e = np.exp(row - row.max())  # the max subtracted first: no overflow, same weights
+    weights = e / e.sum()
+    weights.flags.writeable = False
+    return weights
+
+
+def saturation(
+    scores: Sequence[float] | np.ndarray, factor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax of a score row, and of the same row multiplied by factor (read-only float64).
+
+    ``saturation([2, 1, 0, -1], 8)`` gives about [0.64, 0.24, 0.09, 0.03] and [1, 0, 0, 0].
+    """
+    try:
+        row = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"scores: expected a row of numbers, got {scores!r}") from None
+    if row.ndim != 1 or row.size == 0:
+        raise ValueError(f"scores: expected a non-empty 1-D row, got shape {row.shape}")
+    if not np.isfinite(row).all():
+        raise ValueError("scores: every score must be a finite number")
+    if isinstance(factor, (bool, np.bool_)) or not isinstance(factor, (int, float, np.number)):
+        raise ValueError(f"factor: expected a number, got {factor!r}")
+    scaled = row * float(factor)
+    if not np.isfinite(scaled).all():
+        raise ValueError(f"factor: {factor!r} makes a score overflow or is not finite")
+    return _softmax(row), _softmax(scaled)
+
+
+def row_summary(weights: Sequence[float] | np.ndarray) -> RowSummary:
+    """Entropy −Σ p log p (nats, with 0 log 0 = 0) and largest weight of a weight row."""
+    p = np.asarray(weights, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"weights: expected a non-empty 1-D row, got shape {p.shape}")
+    if not (np.isfinite(p).all() and (p >= 0).all()):
+        raise ValueError("weights: every weight must be a finite number ≥ 0")
+    nonzero = p[p > 0]
+    return RowSummary(entropy=float(-(nonzero * np.log(nonzero)).sum()), max_weight=float(p.max()))
