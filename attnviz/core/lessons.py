@@ -1,0 +1,108 @@
+"""The seven stages of the lesson: what each sets up, shows and asks the learner to try."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stage:
+    number: int
+    title: str
+    preset: str  # the scenario and settings the stage starts from
+    docks: tuple[str, ...]  # the panels brought forward, most important first
+    explanation: str  # HTML, a few sentences
+    try_this: str
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        1,
+        "Simple self-attention",
+        "stage-1-simple",
+        ("Pipeline", "Inputs", "Inspector"),
+        "Each token is a row of <b>X</b>. Without any learned weights, a token compares "
+        "itself with every token by a dot product: row <i>i</i> of <b>X Xᵀ</b> holds token "
+        "<i>i</i>'s scores. Softmax turns each row into weights, and the output row is the "
+        "weighted average of the rows of X: <b>out = softmax(X Xᵀ) X</b>. Here Q, K and V "
+        "are all just X.",
+        "Click a cell of the raw scores: the Inspector shows it is a sum of products of two "
+        "rows of X. Then make two rows of X equal and watch their scores.",
+    ),
+    Stage(
+        2,
+        "Softmax",
+        "stage-2-softmax",
+        ("Pipeline", "Inspector", "Experiments"),
+        "Softmax makes every score positive and each row sum to 1: "
+        "<b>w<sub>ij</sub> = exp(s<sub>ij</sub>) / Σ<sub>k</sub> exp(s<sub>ik</sub>)</b>. "
+        "Subtracting the row maximum first changes nothing in the result but keeps exp from "
+        "overflowing. Dividing by the plain sum of the scores instead would allow negative "
+        "weights, and a row summing to zero would break it.",
+        "Click a weight: the Inspector lists the exponentials, their sum and the quotient. "
+        "Add 10 to every number in one row of X: the weights barely move, the raw scores do.",
+    ),
+    Stage(
+        3,
+        "Trainable projections",
+        "stage-3-projections",
+        ("Pipeline", "Weights", "Inspector"),
+        "Attention learns three linear maps with no bias: <b>Q = X W<sub>Q</sub></b> "
+        "(what a token looks for), <b>K = X W<sub>K</sub></b> (what it offers) and "
+        "<b>V = X W<sub>V</sub></b> (what it passes on). Scores compare queries with keys, "
+        "so a token no longer has to attend most to itself.",
+        "Look at the weights: does each token still put most weight on itself? Set W_K equal "
+        "to W_Q (copy and paste the grid) and look again.",
+    ),
+    Stage(
+        4,
+        "Scaling by √d_k",
+        "stage-4-scaling",
+        ("Experiments", "Pipeline", "Inspector"),
+        "With zero-mean, unit-variance entries, a dot product of d_k terms has variance "
+        "d_k, so scores grow with the head width and softmax saturates: nearly all weight "
+        "on one key, and tiny gradients. Dividing by <b>√d_k</b> brings the variance back "
+        "near 1. Scores [2, 1, 0, −1] give weights of about [0.64, 0.24, 0.09, 0.03]; "
+        "the same scores times 8 give about [1, 0, 0, 0].",
+        "In Experiments, run the variance table for d_k = 2, 64 and 512, and drag the "
+        "saturation factor. Then switch <i>Scale</i> off in the toolbar and compare.",
+    ),
+    Stage(
+        5,
+        "The causal mask",
+        "stage-5-causal-mask",
+        ("Masks", "Pipeline", "Inspector"),
+        "A language model must not see the future: token <i>i</i> may attend only to "
+        "<i>j ≤ i</i>. The right way sets future scores to <b>−∞</b> before softmax, so they "
+        "get weight exactly 0 and the rest still sums to 1. Setting them to 0 instead "
+        "leaks: e⁰ = 1, so future tokens still get weight. Zeroing weights after softmax "
+        "leaves rows that sum to less than 1. The last row never changes.",
+        "In Masks, compare −∞ with zero: read the leak per row. Then use the causality "
+        "probe on the second token: under −∞ the first output does not move; under zero it does.",
+    ),
+    Stage(
+        6,
+        "Multi-head attention",
+        "stage-6-multi-head",
+        ("Heads", "Mix", "Weights"),
+        "Several heads attend in parallel, each with its own W_Q, W_K and W_V of width d_k. "
+        "Their outputs are concatenated in head order and mixed by <b>W<sub>O</sub></b>: "
+        "<b>MultiHead(X) = Concat(head<sub>1</sub> … head<sub>h</sub>) W<sub>O</sub></b>. "
+        "Different heads can learn different patterns.",
+        "In Heads, compare the two heads' weights, then switch one off and watch the final "
+        "output in Mix change. Which head contributes most to output dimension 1?",
+    ),
+    Stage(
+        7,
+        "The cost of attention",
+        "stage-7-cost",
+        ("Cost", "Experiments", "Pipeline"),
+        "n tokens make an n × n score matrix per head: quadratic in time and memory. "
+        "At 128k tokens that is about 16 billion scores per head. Fused kernels such as "
+        "FlashAttention never store that matrix (memory linear in n) but still do the "
+        "quadratic arithmetic. A KV cache keeps each layer's keys and values, 2 × n × d_model "
+        "numbers, so generating a token computes one new row of scores.",
+        "In Cost, type 131072 as the what-if length. In Experiments, step the KV cache and "
+        "check each new row against full causal attention.",
+    ),
+)
