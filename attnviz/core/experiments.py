@@ -118,9 +118,12 @@ def saturation(
         raise ValueError(f"scores: expected a non-empty 1-D row, got shape {row.shape}")
     if not np.isfinite(row).all():
         raise ValueError("scores: every score must be a finite number")
-    if isinstance(factor, (bool, np.bool_)) or not isinstance(factor, (int, float, np.number)):
+    if isinstance(factor, (bool, np.bool_)) or not isinstance(
+        factor, (int, float, np.integer, np.floating)
+    ):
         raise ValueError(f"factor: expected a number, got {factor!r}")
-    scaled = row * float(factor)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = row * float(factor)
     if not np.isfinite(scaled).all():
         raise ValueError(f"factor: {factor!r} makes a score overflow or is not finite")
     return _softmax(row), _softmax(scaled)
@@ -134,4 +137,6 @@ def row_summary(weights: Sequence[float] | np.ndarray) -> RowSummary:
     if not (np.isfinite(p).all() and (p >= 0).all()):
         raise ValueError("weights: every weight must be a finite number ≥ 0")
     nonzero = p[p > 0]
-    return RowSummary(entropy=float(-(nonzero * np.log(nonzero)).sum()), max_weight=float(p.max()))
+    # 0.0 − x rather than −x: a one-hot row has entropy 0.0, not −0.0.
+    entropy = 0.0 - float((nonzero * np.log(nonzero)).sum())
+    return RowSummary(entropy=entropy, max_weight=float(p.max()))

@@ -68,6 +68,24 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     return HeatmapSpec(title, values, tokens, cols, row_title, col_title, kind, levels, caption)
 
 
+def make_spec(
+    title: str,
+    values: np.ndarray,
+    row_labels: tuple[str, ...],
+    col_labels: tuple[str, ...] | None = None,
+    row_title: str = "token",
+    col_title: str = "feature",
+    kind: str = "diverging",
+    caption: str = "",
+) -> HeatmapSpec:
+    """A spec for any matrix (columns numbered from 1 unless labelled)."""
+    cols = col_labels or tuple(str(j + 1) for j in range(values.shape[1]))
+    levels = colors.levels(values, kind)
+    return HeatmapSpec(
+        title, values, row_labels, cols, row_title, col_title, kind, levels, caption or title
+    )
+
+
 def _hex(rgb: np.ndarray) -> str:
     return "#" + "".join(f"{int(c):02x}" for c in rgb[:3])
 

@@ -36,6 +36,21 @@ class Dirty:
     full: bool = False
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The cell the user picked in some view; the Inspector explains it.
+
+    ``mask`` is set when the view shows the scenario under another mask strategy than
+    its own (the Masks comparison); heads are 0-based, None for layer-wide matrices.
+    """
+
+    view: str
+    head: int | None
+    row: int
+    col: int
+    mask: str | None = None
+
+
 class Document(QObject):
     """One scenario being edited: undo stack, file path, selected head, latest result."""
 
@@ -45,6 +60,7 @@ class Document(QObject):
     headChanged = Signal(int)
     pathChanged = Signal()
     busyChanged = Signal(bool)
+    selectionChanged = Signal(object)  # Selection
     _computed = Signal(int, object)  # generation, Result (from the worker thread)
 
     def __init__(self, scenario: Scenario | None = None, parent: QObject | None = None):
@@ -53,6 +69,7 @@ class Document(QObject):
         self.undo_stack = QUndoStack(self)
         self.path: Path | None = None
         self.head = 0
+        self.selection: Selection | None = None
         self.result: Result = compute(self.scenario)
         self._base = self.result  # the newest computed result, base for incremental updates
         self._dirty = Dirty()
@@ -106,6 +123,10 @@ class Document(QObject):
         if head != self.head:
             self.head = head
             self.headChanged.emit(head)
+
+    def select(self, selection: Selection | None) -> None:
+        self.selection = selection
+        self.selectionChanged.emit(selection)
 
     @property
     def n_heads(self) -> int:

@@ -163,6 +163,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.addItem(self.bar)
         self._kind = "diverging"
         self._bar_key: tuple[object, ...] = ()
+        self._block_lines: list[pg.InfiniteLine] = []
         self._labels: tuple[object, ...] = ()
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
@@ -195,6 +196,17 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+
+    def mark_column_blocks(self, width: int) -> None:
+        """Draw a line every width columns (the head blocks of concat)."""
+        for line in self._block_lines:
+            self.plot.removeItem(line)
+        self._block_lines = []
+        cols = self.spec.values.shape[1] if self.spec is not None else 0
+        for x in range(width, cols, width):
+            line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#222222", width=2))
+            self.plot.addItem(line)
+            self._block_lines.append(line)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from attnviz.core.engine import HEAD_MATRICES, Result
 from attnviz.core.figure import spec_for
-from attnviz.ui.document import Document
+from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 
 COLUMNS = 3
@@ -93,3 +93,4 @@ class PipelinePanel(QWidget):
             if other != name:
                 view.select(None)
         self.cellClicked.emit(name, self.doc.head, row, col)
+        self.doc.select(Selection(name, self.doc.head, row, col))

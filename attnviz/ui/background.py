@@ -1,0 +1,60 @@
+"""Run panel computations off the UI thread; only the newest answer is delivered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+
+class Background(QObject):
+    """One job at a time on a worker thread; an answer older than the latest request is dropped.
+
+    ``run(..., now=True)`` computes on the calling thread instead (small inputs), so the
+    answer is there before the next frame.
+    """
+
+    done = Signal(object)
+    failed = Signal(str)
+    _finished = Signal(int, object, str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._generation = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-panel")
+        self._finished.connect(self._deliver)
+
+    def run(self, job: Callable[..., Any], *args: Any, now: bool = False) -> None:
+        self._generation += 1
+        if now:
+            self._deliver(self._generation, *self._call(job, args))
+        else:
+            gen = self._generation
+            self._pool.submit(lambda: self._finished.emit(gen, *self._call(job, args)))
+
+    @staticmethod
+    def _call(job: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str]:
+        try:
+            return job(*args), ""
+        except Exception as e:  # shown to the user; the panel keeps its last good state
+            return None, f"{type(e).__name__}: {e}"
+
+    def _deliver(self, gen: int, value: Any, error: str) -> None:
+        if gen != self._generation:
+            return
+        if error:
+            self.failed.emit(error)
+        else:
+            self.done.emit(value)
+
+    def wait(self) -> None:
+        """Block until the queued jobs have run (tests and scripts)."""
+        self._pool.submit(lambda: None).result()
+        from PySide6.QtCore import QCoreApplication
+
+        QCoreApplication.processEvents()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

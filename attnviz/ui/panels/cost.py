@@ -1,0 +1,101 @@
+"""Cost dock: scores, score memory, FLOPs and KV cache, now and at a what-if length."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.cost import Cost, human_bytes, human_count
+from attnviz.ui.document import Document
+
+MAX_WHAT_IF = 10_000_000
+
+
+def describe(c: Cost) -> list[tuple[str, str]]:
+    """(label, value) lines for one cost, in words and exact numbers."""
+    return [
+        ("scores per head (n²)", f"{human_count(c.scores_per_head)} ({c.scores_per_head:,})"),
+        ("scores, all heads", f"{human_count(c.scores)} ({c.scores:,})"),
+        (
+            "score memory",
+            " · ".join(f"{human_bytes(c.score_bytes(t))} {t}" for t in ("float32", "float16")),
+        ),
+        (
+            "attention FLOPs",
+            f"{human_count(c.flops)} ({c.flops:,})" + (" (causal: half)" if c.causal else ""),
+        ),
+        (
+            "KV cache per layer",
+            f"{human_count(c.kv_cache_numbers)} numbers · "
+            f"{human_bytes(c.kv_cache_bytes('float16'))} float16",
+        ),
+    ]
+
+
+class CostPanel(QWidget):
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.now_box, self.now_form = self._group("This scenario")
+        self.what_box, self.what_form = self._group("What if")
+        self.length = QSpinBox()
+        self.length.setRange(1, MAX_WHAT_IF)
+        self.length.setValue(131072)
+        self.length.setGroupSeparatorShown(True)
+        self.length.setToolTip("A sequence length to price, e.g. 131072 (128k tokens)")
+        self.length.valueChanged.connect(lambda _: self.refresh())
+        row = QHBoxLayout()
+        row.addWidget(QLabel("sequence length n ="))
+        row.addWidget(self.length)
+        row.addStretch(1)
+        note = QLabel(
+            "Dense attention stores every n × n score matrix: time and memory grow as n². "
+            "Fused kernels (FlashAttention) never store it — memory grows as n — but do the "
+            "same quadratic arithmetic. FLOPs follow FlashAttention's convention: 4·n²·d_k "
+            "per head (Q Kᵀ and weights · V), half under a causal mask."
+        )
+        note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.now_box)
+        layout.addLayout(row)
+        layout.addWidget(self.what_box)
+        layout.addWidget(note)
+        layout.addStretch(1)
+        doc.scenarioChanged.connect(self.refresh)
+        self.refresh()
+
+    @staticmethod
+    def _group(title: str) -> tuple[QGroupBox, QFormLayout]:
+        box = QGroupBox(title)
+        return box, QFormLayout(box)
+
+    @staticmethod
+    def _fill(form: QFormLayout, lines: list[tuple[str, str]]) -> None:
+        while form.rowCount():
+            form.removeRow(0)
+        for label, value in lines:
+            text = QLabel(value)
+            text.setObjectName(label)
+            form.addRow(label, text)
+
+    def costs(self) -> tuple[Cost, Cost]:
+        s = self.doc.scenario
+        heads = s.n_heads if s.settings.projections else 1
+        d_k = s.d_k if s.settings.projections else s.d_model
+        causal = s.settings.mask != "none"
+        return Cost(s.n, heads, d_k, causal), Cost(self.length.value(), heads, d_k, causal)
+
+    def refresh(self) -> None:
+        now, what_if = self.costs()
+        s = self.doc.scenario
+        self.now_box.setTitle(f"This scenario: n = {now.n}, {now.heads} head(s) of d_k = {now.d_k}")
+        self.what_box.setTitle(f"What if n = {what_if.n:,} (same heads, d_model {s.d_model})")
+        self._fill(self.now_form, describe(now))
+        self._fill(self.what_form, describe(what_if))

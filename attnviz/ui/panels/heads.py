@@ -1,0 +1,106 @@
+"""Heads dock: every head's weights side by side; click one to show it everywhere; ablate."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from attnviz.core.engine import Result
+from attnviz.core.figure import spec_for
+from attnviz.ui.commands import ReplaceScenario
+from attnviz.ui.document import Document, Selection
+from attnviz.ui.heatmap import HeatmapView
+
+
+class HeadsPanel(QWidget):
+    """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.views: list[HeatmapView] = []
+        self.switches: list[QCheckBox] = []
+        self.grid = QGridLayout()
+        holder = QWidget()
+        holder.setLayout(self.grid)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(holder)
+        hint = QLabel(
+            "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
+            "in the Pipeline; untick it to switch it off in the W_O mix (ablation)."
+        )
+        hint.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(hint)
+        layout.addWidget(scroll)
+        self._stale = True
+        doc.resultChanged.connect(self._on_result)
+        doc.headChanged.connect(lambda _: self._mark_selected())
+        self.show_result(doc.result)
+
+    def _on_result(self, result: Result) -> None:
+        if not result.complete:
+            return
+        if self.isVisible():
+            self.show_result(result)
+        else:
+            self._stale = True  # drawn when the dock is shown again
+
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        if self._stale:
+            self.show_result(self.doc.result)
+
+    def _build(self, count: int) -> None:
+        for widget in self.views + self.switches:
+            self.grid.removeWidget(widget)
+            widget.deleteLater()
+        self.views, self.switches = [], []
+        columns = max(1, min(4, math.ceil(math.sqrt(count))))
+        for h in range(count):
+            view = HeatmapView("weights")
+            view.setMinimumSize(160, 150)
+            view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
+            switch = QCheckBox(f"head {h + 1} on")
+            switch.setToolTip("Untick to switch this head off in the W_O mix")
+            switch.toggled.connect(lambda on, h=h: self._toggle(h, on))
+            self.grid.addWidget(view, 2 * (h // columns), h % columns)
+            self.grid.addWidget(switch, 2 * (h // columns) + 1, h % columns)
+            self.views.append(view)
+            self.switches.append(switch)
+
+    def show_result(self, result: Result) -> None:
+        self._stale = False
+        if len(self.views) != result.n_heads:
+            self._build(result.n_heads)
+        for h, view in enumerate(self.views):
+            view.set_spec(spec_for(result, "weights", h))
+        ablated = result.settings.ablated
+        for h, switch in enumerate(self.switches):
+            switch.blockSignals(True)
+            switch.setChecked(h not in ablated)
+            switch.setEnabled(result.settings.projections)
+            switch.blockSignals(False)
+        self._mark_selected()
+
+    def _mark_selected(self) -> None:
+        for h, view in enumerate(self.views):
+            selected = h == self.doc.head
+            view.setStyleSheet(
+                "border: 3px solid #ff7f00;" if selected else "border: 3px solid transparent;"
+            )
+
+    def _clicked(self, head: int, row: int, col: int) -> None:
+        self.doc.set_head(head)
+        self.doc.select(Selection("weights", head, row, col))
+
+    def _toggle(self, head: int, on: bool) -> None:
+        s = self.doc.scenario
+        ablated = set(s.settings.ablated)
+        ablated.discard(head) if on else ablated.add(head)
+        new = s.with_settings(ablated=tuple(sorted(ablated)))
+        text = f"{'Switch on' if on else 'Switch off'} head {head + 1}"
+        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, text))

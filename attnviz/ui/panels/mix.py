@@ -1,0 +1,136 @@
+"""Mix dock: concat with its head blocks, W_O, the final output, each head's contribution."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from attnviz.core import colors
+from attnviz.core.compare import head_contributions
+from attnviz.core.engine import Result
+from attnviz.core.figure import make_spec, spec_for
+from attnviz.ui.document import Document, Selection
+from attnviz.ui.heatmap import HeatmapView
+
+BOX = "border:1px solid #888; background:#f4f4f4; padding:4px 8px"
+
+
+def flow_diagram(n: int, d_model: int, heads: int, d_k: int, projections: bool) -> str:
+    """The data flow with every shape labelled, as HTML boxes and arrows."""
+
+    def box(name: str, shape: str) -> str:
+        return f"<td style='{BOX}' align='center'><b>{name}</b><br>{shape}</td>"
+
+    arrow = "<td align='center' style='padding:0 6px'>→</td>"
+    if not projections:
+        cells = [box("X", f"{n} × {d_model}"), arrow, box("softmax(X Xᵀ) X", f"{n} × {d_model}")]
+    else:
+        cells = [
+            box("X", f"{n} × {d_model}"),
+            arrow,
+            box(f"{heads} heads: Q, K, V", f"{heads} × ({n} × {d_k})"),
+            arrow,
+            box("head outputs", f"{heads} × ({n} × {d_k})"),
+            arrow,
+            box("concat", f"{n} × {heads * d_k}"),
+            arrow,
+            box("· W_O", f"{heads * d_k} × {d_model}"),
+            arrow,
+            box("output", f"{n} × {d_model}"),
+        ]
+    return f"<table cellspacing='0'><tr>{''.join(cells)}</tr></table>"
+
+
+class MixPanel(QWidget):
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.diagram = QLabel()
+        self.concat, self.w_o, self.final = (
+            HeatmapView("concat"),
+            HeatmapView("W_O"),
+            HeatmapView("final"),
+        )
+        self.concat.cellClicked.connect(lambda _, i, j: doc.select(Selection("concat", None, i, j)))
+        self.final.cellClicked.connect(lambda _, i, j: doc.select(Selection("final", None, i, j)))
+        top = QGridLayout()
+        for k, view in enumerate((self.concat, self.w_o, self.final)):
+            view.setMinimumSize(200, 180)
+            top.addWidget(view, 0, k)
+        self.parts_grid = QGridLayout()
+        self.parts: list[HeatmapView] = []
+        holder = QWidget()
+        holder.setLayout(self.parts_grid)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(holder)
+        caption = QLabel(
+            "<b>Each head's contribution</b>: its block of concat times its rows of W_O "
+            "(shared colour scale). The contributions add up to the output."
+        )
+        caption.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.diagram)
+        layout.addLayout(top, 3)
+        layout.addWidget(caption)
+        layout.addWidget(scroll, 2)
+        self._stale = True
+        doc.resultChanged.connect(self._on_result)
+        self.show_result(doc.result)
+
+    def _on_result(self, result: Result) -> None:
+        if not result.complete:
+            return
+        if self.isVisible():
+            self.show_result(result)
+        else:
+            self._stale = True
+
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        if self._stale:
+            self.show_result(self.doc.result)
+
+    def show_result(self, r: Result) -> None:
+        self._stale = False
+        s = self.doc.scenario
+        st = r.settings
+        self.diagram.setText(
+            flow_diagram(len(r.tokens), s.d_model, r.n_heads, r.d_k, st.projections)
+        )
+        self.concat.set_spec(spec_for(r, "concat"))
+        self.concat.mark_column_blocks(r.d_k)
+        self.final.set_spec(spec_for(r, "final"))
+        self.w_o.setVisible(st.projections)
+        if not st.projections:
+            self._show_parts([])
+            return
+        rows = tuple(f"h{h + 1}·{k + 1}" for h in range(r.n_heads) for k in range(r.d_k))
+        self.w_o.set_spec(
+            make_spec("W_O", s.W_O, rows, row_title="concat feature", col_title="output feature")
+        )
+        self._show_parts(head_contributions(r, s.W_O))
+
+    def _show_parts(self, parts: np.ndarray | list[np.ndarray]) -> None:
+        while len(self.parts) > len(parts):
+            view = self.parts.pop()
+            self.parts_grid.removeWidget(view)
+            view.deleteLater()
+        while len(self.parts) < len(parts):
+            view = HeatmapView("contribution")
+            view.setMinimumSize(180, 150)
+            h = len(self.parts)
+            self.parts_grid.addWidget(view, h // 4, h % 4)
+            self.parts.append(view)
+        if not len(parts):
+            return
+        shared = colors.levels(np.asarray(parts), "diverging")
+        tokens = self.doc.result.tokens
+        for h, (view, part) in enumerate(zip(self.parts, parts, strict=True)):
+            off = h in self.doc.result.settings.ablated
+            title = f"head {h + 1} contribution" + (" (switched off)" if off else "")
+            spec = make_spec(title, part, tokens, col_title="output feature")
+            view.set_spec(dataclasses.replace(spec, levels=shared))

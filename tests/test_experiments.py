@@ -1,0 +1,206 @@
+"""The scaling experiments: sampled q·k statistics and softmax saturation."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from attnviz.core import experiments
+from attnviz.core.experiments import (
+    RowSummary,
+    ScalingStats,
+    row_summary,
+    saturation,
+    scaling_variance,
+)
+
+SIGMAS = 6
+
+
+def tolerances(d_k: int, pairs: int) -> tuple[float, float]:
+    """Safe bounds (mean, variance) on the sampling error of q·k over `pairs` pairs.
+
+    With q, k i.i.d. N(0, 1) in d dimensions, Z = q·k = Σ q_i k_i has mean 0 and
+    variance d. Its fourth moment: E[Z⁴] = Σ_i E[q_i⁴]E[k_i⁴] + 3 Σ_{i≠j} E[q_i²k_i²]E[q_j²k_j²]
+    = 9d + 3d(d − 1) = 3d² + 6d. So over N pairs the sample mean has sd √(d/N) and the
+    sample variance has sd √((E[Z⁴] − d²)/N) = √((2d² + 6d)/N) (large-N formula; the
+    N − 1 correction is below 1e-4 of it at N = 20000). The variance estimator divides by
+    N, which biases it by −d/N; that is added to the bound. Both sample statistics are
+    close to normal at this N (CLT), so six sd leaves about 2e-9 chance of a false failure
+    per check for any seed, while a missing or doubled scale is off by hundreds of sd.
+    """
+    mean_tol = SIGMAS * math.sqrt(d_k / pairs)
+    var_tol = SIGMAS * math.sqrt((2 * d_k**2 + 6 * d_k) / pairs) + d_k / pairs
+    return mean_tol, var_tol
+
+
+def check(record: ScalingStats) -> None:
+    d, n = record.d_k, record.pairs
+    mean_tol, var_tol = tolerances(d, n)
+    assert abs(record.mean_raw) <= mean_tol
+    assert abs(record.var_raw - d) <= var_tol
+    # The scaled statistics are the raw ones divided by √d and d.
+    assert abs(record.mean_scaled) <= mean_tol / math.sqrt(d)
+    assert abs(record.var_scaled - 1.0) <= var_tol / d
+
+
+def test_defaults_show_variance_d_k_and_one_after_scaling():
+    records = scaling_variance()
+    assert [r.d_k for r in records] == [2, 64, 512]
+    assert all(r.pairs == 20000 for r in records)
+    for r in records:
+        check(r)
+    # The point of stage 4: unscaled variance grows with d_k, scaled stays near 1.
+    big = records[-1]
+    assert big.var_raw > 400
+    assert 0.9 < big.var_scaled < 1.1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_other_seeds_within_bounds(seed):
+    for r in scaling_variance((1, 2, 64), pairs=20000, seed=seed):
+        check(r)
+
+
+def test_scaled_is_raw_divided():
+    for r in scaling_variance((2, 7, 64), pairs=1000, seed=5):
+        assert r.mean_scaled == pytest.approx(r.mean_raw / math.sqrt(r.d_k), rel=1e-12, abs=1e-15)
+        assert r.var_scaled == pytest.approx(r.var_raw / r.d_k, rel=1e-12)
+
+
+def test_matches_a_plain_sample_for_one_width():
+    # An independent draw of the same numbers: one (pairs, 2, d_k) block from the same
+    # seeding, statistics with numpy's own mean and var.
+    qk = np.random.default_rng([7, 16]).standard_normal((300, 2, 16))
+    dots = (qk[:, 0] * qk[:, 1]).sum(axis=1)
+    (r,) = scaling_variance((16,), pairs=300, seed=7)
+    assert r.mean_raw == pytest.approx(dots.mean(), rel=1e-12, abs=1e-14)
+    assert r.var_raw == pytest.approx(dots.var(), rel=1e-12)
+
+
+def test_seeded_and_reproducible():
+    a = scaling_variance((2, 64), pairs=2000, seed=11)
+    b = scaling_variance((2, 64), pairs=2000, seed=11)
+    c = scaling_variance((2, 64), pairs=2000, seed=12)
+    assert a == b
+    assert a != c
+    # Each width has its own stream: its record does not depend on the other widths.
+    assert scaling_variance((64,), pairs=2000, seed=11)[0] == a[1]
+
+
+def test_records_are_frozen():
+    r = scaling_variance((2,), pairs=10)[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.var_raw = 0.0  # type: ignore[misc]
+
+
+def test_blocks_do_not_change_the_result(monkeypatch):
+    whole = scaling_variance((3, 64), pairs=500, seed=4)
+    monkeypatch.setattr(experiments, "_BLOCK_NUMBERS", 100)  # 16 and 1 pairs per block
+    assert scaling_variance((3, 64), pairs=500, seed=4) == whole
+
+
+def test_one_pair():
+    (r,) = scaling_variance((8,), pairs=1)
+    assert r.var_raw == 0.0 and r.var_scaled == 0.0
+    assert math.isfinite(r.mean_raw)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"pairs": 0}, "pairs"),
+        ({"pairs": 1_000_001}, "pairs"),
+        ({"pairs": 2.5}, "pairs"),
+        ({"pairs": True}, "pairs"),
+        ({"pairs": "100"}, "pairs"),
+        ({"d_ks": ()}, "d_ks"),
+        ({"d_ks": 64}, "d_ks"),
+        ({"d_ks": "64"}, "d_ks"),
+        ({"d_ks": (2, 0)}, r"d_ks\[1\]"),
+        ({"d_ks": (4097,)}, r"d_ks\[0\]"),
+        ({"d_ks": (2.0,)}, r"d_ks\[0\]"),
+        ({"seed": -1}, "seed"),
+        ({"seed": None}, "seed"),
+    ],
+)
+def test_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        scaling_variance(**kwargs)
+
+
+def test_limits_accepted():
+    (r,) = scaling_variance((4096,), pairs=3)
+    assert r.d_k == 4096 and r.pairs == 3
+    assert scaling_variance((np.int64(1),), pairs=np.int64(2))[0].d_k == 1
+
+
+# Saturation ----------------------------------------------------------------------------
+
+
+def test_brief_scores_and_times_eight():
+    weights, scaled = saturation([2, 1, 0, -1], 8)
+    # By hand: e² = 7.389, e¹ = 2.718, e⁰ = 1, e⁻¹ = 0.368; sum 11.475.
+    assert weights == pytest.approx([0.64, 0.24, 0.09, 0.03], abs=0.005)
+    e = [math.exp(s) for s in (2, 1, 0, -1)]
+    assert weights == pytest.approx([v / sum(e) for v in e], rel=1e-14)
+    # Times 8: scores [16, 8, 0, -8]; relative to the max, e⁰, e⁻⁸, e⁻¹⁶, e⁻²⁴.
+    assert scaled == pytest.approx([1, 0, 0, 0], abs=5e-4)
+    e8 = [math.exp(-d) for d in (0, 8, 16, 24)]
+    assert scaled == pytest.approx([v / sum(e8) for v in e8], rel=1e-14)
+    assert weights.dtype == np.float64 and not weights.flags.writeable
+
+
+def test_saturation_entropy_and_peak():
+    weights, scaled = saturation([2, 1, 0, -1], 8)
+    before, after = row_summary(weights), row_summary(scaled)
+    assert before.max_weight == pytest.approx(0.644, abs=1e-3)
+    assert after.max_weight > 0.999
+    assert after.entropy < 0.01 < 0.9 < before.entropy < math.log(4)
+
+
+def test_large_scores_do_not_overflow():
+    weights, scaled = saturation([1000.0, 0.0, -1000.0], 1)
+    assert np.isfinite(weights).all() and weights[0] == 1.0
+    assert scaled.tolist() == weights.tolist()
+
+
+def test_factor_zero_is_uniform_and_negative_flips():
+    _, uniform = saturation([3, -1, 2], 0)
+    assert uniform == pytest.approx([1 / 3] * 3, rel=1e-15)
+    weights, flipped = saturation([1, 0], -1)
+    assert flipped == pytest.approx(weights[::-1], rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    "scores, factor, name",
+    [
+        ([], 2, "scores"),
+        ([[1, 2]], 2, "scores"),
+        ([1, float("nan")], 2, "scores"),
+        ([1, float("inf")], 2, "scores"),
+        (["a", "b"], 2, "scores"),
+        ([1, 2], float("nan"), "factor"),
+        ([1, 2], "8", "factor"),
+        ([1, 2], 1j, "factor"),
+        ([1e308, 0], 8, "factor"),
+    ],
+)
+def test_saturation_bad_arguments(scores, factor, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        saturation(scores, factor)
+
+
+def test_row_summary():
+    assert row_summary([0.25] * 4) == RowSummary(
+        entropy=pytest.approx(math.log(4)), max_weight=0.25
+    )
+    one_hot = row_summary([0.0, 1.0, 0.0])
+    assert one_hot.entropy == 0.0 and math.copysign(1, one_hot.entropy) == 1
+    assert one_hot.max_weight == 1.0
+    # −(0.5 ln 0.5 + 0.25 ln 0.25 · 2) = 1.5 ln 2
+    assert row_summary([0.5, 0.25, 0.25]).entropy == pytest.approx(1.5 * math.log(2), rel=1e-15)
+    for bad in ([], [[0.5, 0.5]], [1.5, -0.5], [float("nan")]):
+        with pytest.raises(ValueError, match=r"^weights: "):
+            row_summary(bad)
