@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row", required=True, help="row number (from 1) or token")
     p.add_argument("--col", required=True, help="column number (from 1), or token for key columns")
 
+    p = sub.add_parser("code", help="print the scenario as a standalone NumPy or PyTorch script")
+    _add_source(p)
+    p.add_argument("--flavor", choices=("numpy", "torch"), default="numpy")
+
     p = sub.add_parser("export", help="write a heatmap as PNG or SVG without opening a window")
     _add_source(p)
     p.add_argument("--view", required=True, help=f"one of {', '.join(_views())}")
@@ -308,6 +312,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_code(args: argparse.Namespace) -> int:
+    from attnviz.core.codegen import to_script
+
+    source = args.file or args.preset or "worked-example"
+    sys.stdout.write(to_script(load_source(args), args.flavor, source=source))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.figure import VIEWS, spec_for, to_svg
     from attnviz.core.files import atomic_write
@@ -354,6 +366,7 @@ COMMANDS = {
     "presets": cmd_presets,
     "explain": cmd_explain,
     "export": cmd_export,
+    "code": cmd_code,
 }
 
 

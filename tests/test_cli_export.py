@@ -97,3 +97,17 @@ def test_window_command_refuses_a_missing_file(tmp_path):
         timeout=60,
     )
     assert run.returncode == 2 and "no such file" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_code_command_prints_a_script_that_reproduces_the_output(tmp_path, capsys):
+    assert main(["code", "--mask", "causal-zero"]) == 0
+    script = tmp_path / "s.py"
+    script.write_text(capsys.readouterr().out, "utf-8")
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    lines = run.stdout.splitlines()
+    rows = lines[lines.index("output") + 1 :]
+    _, _, final = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O, "causal-zero")
+    got = np.array([[float(v) for v in row.strip("[]").split(",")] for row in rows])
+    np.testing.assert_allclose(got, final, atol=1e-14)

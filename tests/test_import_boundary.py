@@ -15,7 +15,15 @@ import numpy as np
 
 HEAVY = ("torch", "PySide6", "pyqtgraph", "shiboken6")
 CORE_MODULES = {
+    "attnviz.core.codegen",
+    "attnviz.core.colors",
+    "attnviz.core.compare",
     "attnviz.core.cost",
+    "attnviz.core.experiments",
+    "attnviz.core.figure",
+    "attnviz.core.kvcache",
+    "attnviz.core.lessons",
+    "attnviz.core.text",
     "attnviz.core.engine",
     "attnviz.core.explain",
     "attnviz.core.files",

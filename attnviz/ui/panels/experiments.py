@@ -1,0 +1,288 @@
+"""Experiments dock: scaling and saturation, position and permutation, the KV cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.experiments import ScalingStats, row_summary, saturation, scaling_variance
+from attnviz.core.kvcache import KVCache, Step
+from attnviz.core.scenario import ScenarioError, permute_tokens
+from attnviz.core.text import parse_table
+from attnviz.ui.background import Background
+from attnviz.ui.commands import ReplaceScenario
+from attnviz.ui.document import Document
+
+D_KS = (2, 64, 512)
+
+
+def bars(
+    plot: pg.PlotItem, values: np.ndarray, x: np.ndarray, colour: str, width: float = 0.4
+) -> None:
+    plot.addItem(pg.BarGraphItem(x=x, height=values, width=width, brush=colour))
+
+
+def table_item(text: str) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+class ScalingTab(QWidget):
+    """Variance of q·k with and without ÷√d_k, and softmax saturation."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.pairs = QSpinBox()
+        self.pairs.setRange(1, 1_000_000)
+        self.pairs.setValue(20_000)
+        self.pairs.setGroupSeparatorShown(True)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        run = QPushButton("Run")
+        run.clicked.connect(self.run)
+        form = QHBoxLayout()
+        for label, widget in (("random pairs", self.pairs), ("seed", self.seed)):
+            form.addWidget(QLabel(label))
+            form.addWidget(widget)
+        form.addWidget(run)
+        form.addStretch(1)
+        self.table = QTableWidget(len(D_KS), 5)
+        self.table.setHorizontalHeaderLabels(
+            ["d_k", "mean q·k", "var q·k", "mean q·k/√d_k", "var q·k/√d_k"]
+        )
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.variance_plot = pg.PlotWidget(title="variance of q·k (log scale): raw vs ÷√d_k")
+        self.variance_plot.setLogMode(y=True)
+        self.status = QLabel()
+        self.worker = Background(self)
+        self.worker.done.connect(self.show_stats)
+        self.worker.failed.connect(self.status.setText)
+
+        self.scores = QLineEdit("2, 1, 0, -1")
+        self.scores.setToolTip("A row of scores, separated by commas or spaces")
+        self.factor = QSlider(Qt.Orientation.Horizontal)
+        self.factor.setRange(1, 160)  # tenths: 0.1 to 16
+        self.factor.setValue(80)
+        self.factor_label = QLabel()
+        self.saturation_plot = pg.PlotWidget(
+            title="softmax of the row (blue) and of factor × row (red)"
+        )
+        self.saturation_plot.setYRange(0, 1)
+        self.saturation_note = QLabel()
+        self.scores.editingFinished.connect(self.show_saturation)
+        self.factor.valueChanged.connect(lambda _: self.show_saturation())
+        row = QHBoxLayout()
+        row.addWidget(QLabel("scores"))
+        row.addWidget(self.scores, 1)
+        row.addWidget(QLabel("× factor"))
+        row.addWidget(self.factor, 1)
+        row.addWidget(self.factor_label)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("<b>Why scale?</b> Variance of q·k for standard-normal q and k:"))
+        layout.addLayout(form)
+        layout.addWidget(self.table)
+        layout.addWidget(self.status)
+        layout.addWidget(self.variance_plot, 1)
+        layout.addWidget(QLabel("<b>Softmax saturation</b>: the same scores, multiplied"))
+        layout.addLayout(row)
+        layout.addWidget(self.saturation_plot, 1)
+        layout.addWidget(self.saturation_note)
+        self.run()
+        self.show_saturation()
+
+    def run(self) -> None:
+        pairs, seed = self.pairs.value(), self.seed.value()
+        self.status.setText("sampling…")
+        self.worker.run(scaling_variance, D_KS, pairs, seed, now=pairs * sum(D_KS) <= 2_000_000)
+
+    def show_stats(self, stats: list[ScalingStats]) -> None:
+        self.status.setText(
+            f"{stats[0].pairs:,} pairs per d_k. Expected: var q·k ≈ d_k, scaled ≈ 1."
+        )
+        for i, st in enumerate(stats):
+            values = (st.d_k, st.mean_raw, st.var_raw, st.mean_scaled, st.var_scaled)
+            for j, v in enumerate(values):
+                self.table.setItem(i, j, table_item(str(v) if j == 0 else f"{v:.4g}"))
+        plot = self.variance_plot.getPlotItem()
+        plot.clear()
+        x = np.arange(len(stats), dtype=float)
+        bars(plot, np.log10([s.var_raw for s in stats]), x - 0.2, "#d6604d")
+        bars(plot, np.log10([s.var_scaled for s in stats]), x + 0.2, "#4393c3")
+        plot.getAxis("bottom").setTicks([[(i, f"d_k = {s.d_k}") for i, s in enumerate(stats)]])
+
+    def show_saturation(self) -> None:
+        factor = self.factor.value() / 10
+        self.factor_label.setText(f"{factor:g}")
+        try:
+            row = parse_table(self.scores.text()).ravel()
+            plain, scaled = saturation(row, factor)
+        except ValueError as e:
+            self.saturation_note.setText(f"<span style='color:#b00'>{e}</span>")
+            return
+        plot = self.saturation_plot.getPlotItem()
+        plot.clear()
+        x = np.arange(len(row), dtype=float)
+        bars(plot, plain, x - 0.2, "#4393c3")
+        bars(plot, scaled, x + 0.2, "#d6604d")
+        a, b = row_summary(plain), row_summary(scaled)
+        self.saturation_note.setText(
+            f"weights {np.round(plain, 2).tolist()} → {np.round(scaled, 2).tolist()}; "
+            f"largest weight {a.max_weight:.2f} → {b.max_weight:.2f}; "
+            f"entropy {a.entropy:.2f} → {b.entropy:.2f} nats"
+        )
+
+
+class PositionTab(QWidget):
+    """Without position information, permuting the tokens just permutes the outputs."""
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.rng = np.random.default_rng()
+        text = QLabel(
+            "Attention itself has no idea of order: with no mask and no position encoding, "
+            "reversing or shuffling the tokens reverses or shuffles the output rows, and "
+            "changes nothing else. Add the sinusoidal encoding (toolbar: Position) and the "
+            "outputs change for real. Each button is one undoable step."
+        )
+        text.setWordWrap(True)
+        reverse, shuffle = QPushButton("Reverse tokens"), QPushButton("Shuffle tokens")
+        reverse.clicked.connect(
+            lambda: self.permute(list(range(self.doc.scenario.n))[::-1], "Reverse")
+        )
+        shuffle.clicked.connect(
+            lambda: self.permute(list(self.rng.permutation(self.doc.scenario.n)), "Shuffle")
+        )
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        row = QHBoxLayout()
+        row.addWidget(reverse)
+        row.addWidget(shuffle)
+        row.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addLayout(row)
+        layout.addWidget(self.note)
+        layout.addStretch(1)
+
+    def permute(self, order: list[int], verb: str) -> None:
+        s = self.doc.scenario
+        before = self.doc.result.final
+        new = permute_tokens(s, [int(i) for i in order])
+        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, f"{verb} tokens"))
+        self.doc.wait()
+        moved = np.abs(self.doc.result.final - before[order]).max()
+        st = s.settings
+        why = (
+            "no mask and no position encoding"
+            if st.mask == "none" and st.positional == "none"
+            else (f"mask {st.mask}, position {st.positional}")
+        )
+        verdict = "the outputs were only permuted" if moved < 1e-12 else "the outputs changed"
+        self.note.setText(f"With {why}: {verdict} (largest change {moved:.3g}).")
+
+
+class KVCacheTab(QWidget):
+    """Generate token by token: one new query row against the cached keys and values."""
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.cache: KVCache | None = None
+        text = QLabel(
+            "Generation is causal: step t computes token t's query, key and value, appends the "
+            "key and value to each head's cache, and attends from the one new query to all "
+            "cached keys. The row must equal row t of full causal attention."
+        )
+        text.setWordWrap(True)
+        self.step_button, reset = QPushButton("Step"), QPushButton("Start over")
+        self.step_button.clicked.connect(self.step)
+        reset.clicked.connect(self.reset)
+        row = QHBoxLayout()
+        row.addWidget(self.step_button)
+        row.addWidget(reset)
+        row.addStretch(1)
+        self.info = QFormLayout()
+        self.labels = {k: QLabel("–") for k in ("token", "cache", "bytes", "match")}
+        for key, title in (
+            ("token", "step"),
+            ("cache", "cache size"),
+            ("bytes", "cache memory"),
+            ("match", "vs full causal attention"),
+        ):
+            self.info.addRow(title, self.labels[key])
+        self.plot = pg.PlotWidget(title="new row's weights per head")
+        self.plot.setYRange(0, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addLayout(row)
+        layout.addLayout(self.info)
+        layout.addWidget(self.plot, 1)
+        doc.scenarioChanged.connect(self.reset)
+        doc.cellsChanged.connect(lambda *_: self.reset())
+
+    def reset(self) -> None:
+        self.cache = None
+        self.step_button.setEnabled(True)
+        for label in self.labels.values():
+            label.setText("–")
+        self.plot.getPlotItem().clear()
+
+    def step(self) -> None:
+        if self.cache is None:
+            self.cache = KVCache.start(self.doc.scenario)
+        self.show(self.cache.step())
+        self.step_button.setEnabled(not self.cache.done)
+
+    def show(self, st: Step) -> None:  # type: ignore[override]
+        tokens = self.doc.scenario.tokens
+        self.labels["token"].setText(f"t = {st.t + 1} of {len(tokens)}: {tokens[st.t]}")
+        self.labels["cache"].setText(
+            f"{st.cache_numbers:,} numbers (2 × {st.t + 1} rows × heads × d_k)"
+        )
+        self.labels["bytes"].setText(" · ".join(f"{v:,} B {k}" for k, v in st.cache_bytes.items()))
+        ok = st.max_diff < 1e-12
+        colour = "#070" if ok else "#b00"
+        self.labels["match"].setText(
+            f"<span style='color:{colour}'>max difference {st.max_diff:.2g}</span>"
+        )
+        plot = self.plot.getPlotItem()
+        plot.clear()
+        heads, width = st.weights.shape[0], 0.8 / st.weights.shape[0]
+        for h in range(heads):
+            x = np.arange(st.t + 1) + (h - (heads - 1) / 2) * width
+            colour = pg.intColor(h, hues=max(heads, 2))
+            plot.addItem(pg.BarGraphItem(x=x, height=st.weights[h], width=width, brush=colour))
+        plot.getAxis("bottom").setTicks([[(j, tokens[j]) for j in range(st.t + 1)]])
+
+
+class ExperimentsPanel(QTabWidget):
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.scaling = ScalingTab()
+        self.position = PositionTab(doc)
+        self.kv_cache = KVCacheTab(doc)
+        self.addTab(self.scaling, "Scaling")
+        self.addTab(self.position, "Position")
+        self.addTab(self.kv_cache, "KV cache")
+
+
+__all__ = ["ExperimentsPanel", "ScenarioError"]

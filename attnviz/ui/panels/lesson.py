@@ -1,0 +1,83 @@
+"""Lesson dock: the brief's seven stages in order, each setting up its scenario and docks."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.lessons import STAGES, Stage
+from attnviz.core.presets import make_preset
+from attnviz.ui.commands import ReplaceScenario
+from attnviz.ui.document import Document
+
+
+class LessonPanel(QWidget):
+    """Choosing a stage loads its preset (one undoable step) and asks for its docks."""
+
+    showDocks = Signal(tuple)  # dock titles to bring forward, most important first
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.index = -1
+        self.stages = QComboBox()
+        self.stages.addItem("Choose a stage…")
+        self.stages.addItems([f"{s.number}. {s.title}" for s in STAGES])
+        self.stages.activated.connect(lambda i: i > 0 and self.go(i - 1))
+        self.previous, self.next = QPushButton("◀ Previous"), QPushButton("Next ▶")
+        self.previous.clicked.connect(lambda: self.go(self.index - 1))
+        self.next.clicked.connect(lambda: self.go(self.index + 1))
+        self.text = QTextBrowser()
+        row = QHBoxLayout()
+        row.addWidget(self.previous)
+        row.addWidget(self.stages, 1)
+        row.addWidget(self.next)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(row)
+        layout.addWidget(self.text)
+        self._show_intro()
+
+    def _show_intro(self) -> None:
+        self.text.setHtml(
+            "<h3>The attention lesson</h3><p>Seven stages, from plain dot products to the cost "
+            "of attention over long sequences. Each stage sets up the example, brings the "
+            "relevant panels forward and suggests one thing to try. You can leave the lesson "
+            "at any time and keep editing; <b>Ctrl+Z</b> undoes a stage's change.</p>"
+            "<p>Press <b>Next</b> to begin.</p>"
+        )
+        self._sync_buttons()
+
+    def _sync_buttons(self) -> None:
+        self.previous.setEnabled(self.index > 0)
+        self.next.setEnabled(self.index < len(STAGES) - 1)
+        self.stages.setCurrentIndex(self.index + 1)
+
+    def go(self, index: int) -> None:
+        if not 0 <= index < len(STAGES):
+            return
+        self.index = index
+        stage = STAGES[index]
+        scenario = make_preset(stage.preset)
+        self.doc.undo_stack.push(
+            ReplaceScenario(self.doc, scenario, f"Lesson stage {stage.number}")
+        )
+        self.doc.set_head(0)
+        self.text.setHtml(self.page(stage))
+        self._sync_buttons()
+        self.showDocks.emit(stage.docks)
+
+    @staticmethod
+    def page(stage: Stage) -> str:
+        return (
+            f"<h3>Stage {stage.number} of {len(STAGES)}: {stage.title}</h3>"
+            f"<p>{stage.explanation}</p>"
+            f"<p style='background:#eef5ff; padding:6px'><b>Try this:</b> {stage.try_this}</p>"
+        )
