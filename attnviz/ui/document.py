@@ -24,6 +24,8 @@ from attnviz.core.scenario import WEIGHT_NAMES, Scenario
 
 # Scenarios with at most this many score cells (heads × n²) are computed on the UI thread.
 SYNC_SCORE_CELLS = 1 << 16
+# The engines the views can show, and the torch dtype of each.
+ENGINES = {"numpy": "", "torch-float64": "float64", "torch-float32": "float32"}
 
 
 @dataclass
@@ -61,7 +63,10 @@ class Document(QObject):
     pathChanged = Signal()
     busyChanged = Signal(bool)
     selectionChanged = Signal(object)  # Selection
+    engineChanged = Signal(str)
+    computeFailed = Signal(str)
     _computed = Signal(int, object)  # generation, Result (from the worker thread)
+    _failed = Signal(str)
 
     def __init__(self, scenario: Scenario | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -70,6 +75,7 @@ class Document(QObject):
         self.path: Path | None = None
         self.head = 0
         self.selection: Selection | None = None
+        self.engine = "numpy"
         self.result: Result = compute(self.scenario)
         self._base = self.result  # the newest computed result, base for incremental updates
         self._dirty = Dirty()
@@ -79,6 +85,7 @@ class Document(QObject):
         self._preview_held = False
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-compute")
         self._computed.connect(self._on_computed)
+        self._failed.connect(self._on_failed)
 
     # Edits (called by commands only) --------------------------------------------------
 
@@ -139,10 +146,21 @@ class Document(QObject):
 
     # Recompute ----------------------------------------------------------------------
 
+    def set_engine(self, engine: str) -> None:
+        """Which engine the views show: "numpy" (float64, the reference) or
+        "torch-float64" / "torch-float32" (on CUDA when present). torch loads on first use."""
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        if engine != self.engine:
+            self.engine = engine
+            self.engineChanged.emit(engine)
+            self._dirty.full = True
+            self._recompute()
+
     def _recompute(self) -> None:
         self._generation += 1
         s = self.scenario
-        if s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS:
+        if self.engine == "numpy" and s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS:
             self._dirty = Dirty()
             self._publish(compute(s))
         elif not self._busy:
@@ -155,7 +173,28 @@ class Document(QObject):
         self._pool.submit(self._work, gen, s, base, dirty, self.head)
 
     def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
+        try:
+            self._compute(gen, s, base, dirty, head)
+        except Exception as e:  # e.g. torch missing or out of memory: say so, keep going
+            self._failed.emit(f"{type(e).__name__}: {e}")
+
+    def _on_failed(self, message: str) -> None:
+        self._set_busy(False)
+        if self.engine != "numpy":
+            message += "; showing the NumPy engine instead"
+            self.engine = "numpy"
+            self.engineChanged.emit(self.engine)
+            self._dirty.full = True
+            self._recompute()
+        self.computeFailed.emit(message)
+
+    def _compute(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
         """On the worker thread: the shown head first (a preview), then the rest."""
+        if self.engine != "numpy":
+            from attnviz.core.torch_engine import compute_torch
+
+            self._computed.emit(gen, compute_torch(s, "auto", ENGINES[self.engine]))
+            return
         if dirty.full:
             self._computed.emit(gen, compute(s))
             return

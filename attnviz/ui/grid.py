@@ -39,7 +39,7 @@ class MatrixGrid(QTableView):
             | QAbstractItemView.EditTrigger.EditKeyPressed
         )
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.horizontalHeader().setDefaultSectionSize(64)
+        self.horizontalHeader().setDefaultSectionSize(56)
         self.verticalHeader().setDefaultSectionSize(24)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         for text, keys, slot in (

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
 
@@ -167,7 +167,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self._labels: tuple[object, ...] = ()
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
-        self.setMinimumSize(180, 160)
+        self.setMinimumSize(150, 120)
 
     def set_spec(self, spec: HeatmapSpec) -> None:
         """Redraw from a new spec (the values, labels and levels of one matrix)."""
@@ -196,6 +196,9 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+
+    def sizeHint(self) -> QSize:
+        return QSize(240, 200)  # pyqtgraph asks for 480 high, which makes panels scroll
 
     def mark_column_blocks(self, width: int) -> None:
         """Draw a line every width columns (the head blocks of concat)."""

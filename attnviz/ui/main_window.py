@@ -6,22 +6,32 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
     QDockWidget,
     QFileDialog,
+    QFrame,
     QInputDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
+    QScrollArea,
     QSpinBox,
     QWidget,
 )
 
 from attnviz.core import files
 from attnviz.core.figure import spec_for
+from attnviz.core.lessons import STAGES
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
 from attnviz.ui.commands import ReplaceScenario
@@ -29,11 +39,24 @@ from attnviz.ui.document import Document
 from attnviz.ui.export import write_image
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.numbers_badge import NumbersBadge
 from attnviz.ui.panels.common import set_quietly
+from attnviz.ui.panels.cost import CostPanel
+from attnviz.ui.panels.experiments import ExperimentsPanel
+from attnviz.ui.panels.heads import HeadsPanel
 from attnviz.ui.panels.inputs import InputsPanel
+from attnviz.ui.panels.inspector import InspectorPanel
+from attnviz.ui.panels.lesson import LessonPanel
+from attnviz.ui.panels.masks import MasksPanel
+from attnviz.ui.panels.mix import MixPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.weights import WeightsPanel
 
+ENGINE_LABELS = {
+    "numpy": "NumPy float64",
+    "torch-float64": "torch float64",
+    "torch-float32": "torch float32",
+}
 SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
 IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
@@ -58,19 +81,38 @@ class MainWindow(QMainWindow):
         self.inputs = InputsPanel(self.doc)
         self.weights = WeightsPanel(self.doc)
         self.pipeline = PipelinePanel(self.doc)
-        self.docks = {
-            "Inputs": self._dock("Inputs", self.inputs),
-            "Weights": self._dock("Weights", self.weights),
-            "Pipeline": self._dock("Pipeline", self.pipeline),
+        self.masks = MasksPanel(self.doc)
+        self.heads = HeadsPanel(self.doc)
+        self.mix = MixPanel(self.doc)
+        self.experiments = ExperimentsPanel(self.doc)
+        self.lesson = LessonPanel(self.doc)
+        self.inspector = InspectorPanel(self.doc)
+        self.cost = CostPanel(self.doc)
+        panels = {
+            "Inputs": self.inputs,
+            "Weights": self.weights,
+            "Pipeline": self.pipeline,
+            "Masks": self.masks,
+            "Heads": self.heads,
+            "Mix": self.mix,
+            "Experiments": self.experiments,
+            "Lesson": self.lesson,
+            "Inspector": self.inspector,
+            "Cost": self.cost,
         }
-        self._default_layout()
-        self.default_state = self.saveState()
+        self.docks = {title: self._dock(title, panel) for title, panel in panels.items()}
+        self.lesson.showDocks.connect(self.bring_forward)
+        self.default_state: QByteArray | None = None  # the layout is made when first shown
 
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
         self.pipeline.cellClicked.connect(self._cell_clicked)
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
+        self.badge = NumbersBadge(self.doc)
+        self.statusBar().addPermanentWidget(self.badge)
+        self.doc.computeFailed.connect(lambda text: self.error("Cannot compute", text))
+        self.doc.engineChanged.connect(lambda _: self._sync_toolbar())
 
         self._build_toolbar()
         self._build_menus()
@@ -90,7 +132,9 @@ class MainWindow(QMainWindow):
         self.autosave_timer.start()
 
         self.resize(1400, 860)
-        self._restore_layout()
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
         self._sync_toolbar()
         self._update_title()
 
@@ -99,7 +143,12 @@ class MainWindow(QMainWindow):
     def _dock(self, title: str, widget: QWidget) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock-{title}")
-        dock.setWidget(widget)
+        # In a scroll area, so that a squeezed dock scrolls instead of widening the window.
+        scroll = QScrollArea()
+        scroll.setWidget(widget)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        dock.setWidget(scroll)
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable
             | QDockWidget.DockWidgetFeature.DockWidgetFloatable
@@ -112,25 +161,49 @@ class MainWindow(QMainWindow):
         for dock in d.values():
             dock.setFloating(False)
             dock.show()
+        # Left: the inputs. Middle: the views, one tab each. Right: lesson and inspector.
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, d["Inputs"])
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d["Pipeline"])
         self.splitDockWidget(d["Inputs"], d["Weights"], Qt.Orientation.Vertical)
-        self.resizeDocks([d["Inputs"], d["Pipeline"]], [460, 940], Qt.Orientation.Horizontal)
+        self.splitDockWidget(d["Pipeline"], d["Lesson"], Qt.Orientation.Horizontal)
+        self.splitDockWidget(d["Lesson"], d["Inspector"], Qt.Orientation.Vertical)
+        for title in ("Masks", "Heads", "Mix", "Experiments", "Cost"):
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
+        self.tabifyDockWidget(d["Inspector"], d["Cost"])
+        for title in ("Masks", "Heads", "Mix", "Experiments"):
+            self.tabifyDockWidget(d["Pipeline"], d[title])
+        d["Pipeline"].raise_()
+        d["Inspector"].raise_()
+        self.resizeDocks(
+            [d["Inputs"], d["Pipeline"], d["Lesson"]], [420, 720, 300], Qt.Orientation.Horizontal
+        )
         self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
+        self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
+
+    def bring_forward(self, titles: tuple[str, ...]) -> None:
+        """Show these docks and raise them over their tab neighbours (most important last)."""
+        for title in reversed(titles):
+            dock = self.docks[title]
+            dock.show()
+            dock.raise_()
 
     def reset_layout(self) -> None:
-        self.restoreState(self.default_state)
+        if self.default_state is not None:
+            self.restoreState(self.default_state)
         for dock in self.docks.values():
             dock.setFloating(False)
             dock.show()
 
-    def _restore_layout(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        state = self.settings.value("window/state")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+    def showEvent(self, event: QShowEvent) -> None:
+        # Docks are arranged once the window is shown: tabifying them earlier leaves
+        # stale, visible tab bars behind (a Qt quirk).
+        if self.default_state is None:
+            self._default_layout()
+            self.default_state = self.saveState()
+            state = self.settings.value("window/state")
+            if isinstance(state, QByteArray):
+                self.restoreState(state)
+        super().showEvent(event)
 
     def save_layout(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
@@ -161,6 +234,14 @@ class MainWindow(QMainWindow):
         self.head_spin.valueChanged.connect(lambda h: self.doc.set_head(h - 1))
         bar.addWidget(self.head_spin)
         bar.addSeparator()
+        self.engine_box = self._combo(
+            bar, "Engine", tuple(ENGINE_LABELS.values()), self._choose_engine
+        )
+        self.engine_box.setToolTip(
+            "Which engine the views show: NumPy float64 (the reference) or torch "
+            "(on CUDA when present); torch loads when first chosen"
+        )
+        bar.addSeparator()
         self.preset_box = self._combo(
             bar, "Preset", tuple(PRESETS), self.load_preset, current=False
         )
@@ -176,6 +257,12 @@ class MainWindow(QMainWindow):
         bar.addWidget(box)
         return box
 
+    def _choose_engine(self, label: str) -> None:
+        engine = next(k for k, v in ENGINE_LABELS.items() if v == label)
+        if engine != "numpy":
+            self.show_message("Loading torch…")
+        self.doc.set_engine(engine)
+
     def _sync_toolbar(self) -> None:
         st = self.doc.scenario.settings
         for action, on in ((self.act_projections, st.projections), (self.act_scale, st.scale)):
@@ -183,6 +270,7 @@ class MainWindow(QMainWindow):
             action.setChecked(on)
             action.blockSignals(False)
         self.mask_box.setCurrentText(st.mask)
+        self.engine_box.setCurrentText(ENGINE_LABELS[self.doc.engine])
         self.pos_box.setCurrentText(st.positional)
         self.head_spin.blockSignals(True)
         self.head_spin.setRange(1, self.doc.n_heads)
@@ -234,6 +322,8 @@ class MainWindow(QMainWindow):
         self._action(m, "&Export Matrix…", self.export_matrix, "Ctrl+E")
         self._action(m, "Export &Heatmap…", self.export_heatmap, "Ctrl+Shift+E")
         self._action(m, "Export All &Pipeline Heatmaps…", self.export_all)
+        self._action(m, "Export as NumPy Script…", lambda: self.export_code("numpy"))
+        self._action(m, "Export as PyTorch Script…", lambda: self.export_code("torch"))
         m.addSeparator()
         self._action(m, "&Quit", self.close, keys.Quit)
 
@@ -261,6 +351,17 @@ class MainWindow(QMainWindow):
             )
             action.setToolTip(preset.summary)
             action.setStatusTip(preset.summary)
+
+        m = self.menuBar().addMenu("&Lesson")
+        self._action(m, "&Next Stage", lambda: self.lesson.go(self.lesson.index + 1), "Alt+Right")
+        self._action(
+            m, "&Previous Stage", lambda: self.lesson.go(self.lesson.index - 1), "Alt+Left"
+        )
+        m.addSeparator()
+        for k, stage in enumerate(STAGES):
+            self._action(
+                m, f"{stage.number}. {stage.title}", lambda _=False, k=k: self.lesson.go(k)
+            )
 
         m = self.menuBar().addMenu("&Help")
         self._action(m, "&About attnviz", self.about)
@@ -503,6 +604,25 @@ class MainWindow(QMainWindow):
         self.show_message(f"Exported {len(written)} images to {folder}")
         return written
 
+    def export_code(self, flavor: str) -> None:
+        from attnviz.core.codegen import to_script
+
+        name = "attention_torch.py" if flavor == "torch" else "attention_numpy.py"
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export as code", self._folder(name), "Python (*.py)"
+        )
+        if not path:
+            return
+        source = self.doc.path.name if self.doc.path else "untitled"
+        try:
+            files.atomic_write(path, to_script(self.doc.scenario, flavor, source=source).encode())
+        except OSError as e:
+            self.error("Cannot export the script", f"{path}: {e.strerror or e}")
+            return
+        self.show_message(
+            f"Wrote {Path(path).name}: run it with python to print every head's weights"
+        )
+
     # Autosave and closing ------------------------------------------------------------------
 
     @property
@@ -569,4 +689,5 @@ class MainWindow(QMainWindow):
         self.clear_autosave()
         self._autosaver.shutdown(wait=True)
         self.doc.close()
+        self.badge.worker.close()
         event.accept()

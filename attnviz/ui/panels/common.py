@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
+from attnviz.core.engine import Result
 from attnviz.core.scenario import Scenario, ScenarioError
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
@@ -35,3 +37,36 @@ def push_change(doc: Document, make: Callable[[Scenario], Scenario], text: str) 
         return f"{e}; nothing was changed"
     doc.undo_stack.push(ReplaceScenario(doc, new, text))
     return ""
+
+
+class ResultPanel(QWidget):
+    """A panel drawn from complete results only, and only while it is on screen.
+
+    Subclasses implement ``show_result``; a result that arrives while the panel is hidden
+    (a closed dock, a tab behind another) is drawn when the panel is shown again.
+    """
+
+    def __init__(self, doc: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self._stale = True
+        doc.resultChanged.connect(self._on_result)
+
+    def show_result(self, result: Result) -> None:
+        raise NotImplementedError
+
+    def redraw(self) -> None:
+        """Draw the document's latest result now (if on screen) or when shown."""
+        self._stale = True
+        if self.isVisible() and self.doc.result.complete:
+            self._stale = False
+            self.show_result(self.doc.result)
+
+    def _on_result(self, result: Result) -> None:
+        if result.complete:
+            self.redraw()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.redraw()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
@@ -25,7 +26,7 @@ def describe(c: Cost) -> list[tuple[str, str]]:
         ("scores, all heads", f"{human_count(c.scores)} ({c.scores:,})"),
         (
             "score memory",
-            " · ".join(f"{human_bytes(c.score_bytes(t))} {t}" for t in ("float32", "float16")),
+            "\n".join(f"{human_bytes(c.score_bytes(t))} {t}" for t in ("float32", "float16")),
         ),
         (
             "attention FLOPs",
@@ -74,7 +75,9 @@ class CostPanel(QWidget):
     @staticmethod
     def _group(title: str) -> tuple[QGroupBox, QFormLayout]:
         box = QGroupBox(title)
-        return box, QFormLayout(box)
+        form = QFormLayout(box)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        return box, form
 
     @staticmethod
     def _fill(form: QFormLayout, lines: list[tuple[str, str]]) -> None:
@@ -83,6 +86,8 @@ class CostPanel(QWidget):
         for label, value in lines:
             text = QLabel(value)
             text.setObjectName(label)
+            text.setWordWrap(True)
+            text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             form.addRow(label, text)
 
     def costs(self) -> tuple[Cost, Cost]:
@@ -94,8 +99,7 @@ class CostPanel(QWidget):
 
     def refresh(self) -> None:
         now, what_if = self.costs()
-        s = self.doc.scenario
-        self.now_box.setTitle(f"This scenario: n = {now.n}, {now.heads} head(s) of d_k = {now.d_k}")
-        self.what_box.setTitle(f"What if n = {what_if.n:,} (same heads, d_model {s.d_model})")
+        self.now_box.setTitle(f"Now: n = {now.n}, {now.heads} × d_k {now.d_k}")
+        self.what_box.setTitle(f"What if n = {what_if.n:,}")
         self._fill(self.now_form, describe(now))
         self._fill(self.what_form, describe(what_if))

@@ -68,8 +68,11 @@ class ScalingTab(QWidget):
         )
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.variance_plot = pg.PlotWidget(title="variance of q·k (log scale): raw vs ÷√d_k")
-        self.variance_plot.setLogMode(y=True)
+        self.variance_plot = pg.PlotWidget(
+            title="variance of q·k (red) and of q·k ÷ √d_k (blue), log scale"
+        )
+        decades = [(k + 1, f"{10.0**k:g}") for k in range(-1, 5)]
+        self.variance_plot.getPlotItem().getAxis("left").setTicks([decades])
         self.status = QLabel()
         self.worker = Background(self)
         self.worker.done.connect(self.show_stats)
@@ -124,8 +127,13 @@ class ScalingTab(QWidget):
         plot = self.variance_plot.getPlotItem()
         plot.clear()
         x = np.arange(len(stats), dtype=float)
-        bars(plot, np.log10([s.var_raw for s in stats]), x - 0.2, "#d6604d")
-        bars(plot, np.log10([s.var_scaled for s in stats]), x + 0.2, "#4393c3")
+
+        # A log scale drawn by hand: bars rise from 0.1, so a variance of 1 is still a bar.
+        def height(values: list[float]) -> np.ndarray:
+            return np.log10(np.maximum(values, 0.1)) + 1
+
+        bars(plot, height([s.var_raw for s in stats]), x - 0.2, "#d6604d")
+        bars(plot, height([s.var_scaled for s in stats]), x + 0.2, "#4393c3")
         plot.getAxis("bottom").setTicks([[(i, f"d_k = {s.d_k}") for i, s in enumerate(stats)]])
 
     def show_saturation(self) -> None:

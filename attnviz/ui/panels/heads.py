@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
@@ -11,14 +12,14 @@ from attnviz.core.figure import spec_for
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.panels.common import ResultPanel
 
 
-class HeadsPanel(QWidget):
+class HeadsPanel(ResultPanel):
     """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
 
     def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.doc = doc
+        super().__init__(doc, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
         self.grid = QGridLayout()
@@ -36,23 +37,7 @@ class HeadsPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(hint)
         layout.addWidget(scroll)
-        self._stale = True
-        doc.resultChanged.connect(self._on_result)
         doc.headChanged.connect(lambda _: self._mark_selected())
-        self.show_result(doc.result)
-
-    def _on_result(self, result: Result) -> None:
-        if not result.complete:
-            return
-        if self.isVisible():
-            self.show_result(result)
-        else:
-            self._stale = True  # drawn when the dock is shown again
-
-    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
-        super().showEvent(event)
-        if self._stale:
-            self.show_result(self.doc.result)
 
     def _build(self, count: int) -> None:
         for widget in self.views + self.switches:
@@ -73,11 +58,12 @@ class HeadsPanel(QWidget):
             self.switches.append(switch)
 
     def show_result(self, result: Result) -> None:
-        self._stale = False
         if len(self.views) != result.n_heads:
             self._build(result.n_heads)
         for h, view in enumerate(self.views):
-            view.set_spec(spec_for(result, "weights", h))
+            spec = spec_for(result, "weights", h)
+            off = " (switched off)" if h in result.settings.ablated else ""
+            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{off}"))
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

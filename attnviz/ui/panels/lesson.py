@@ -30,8 +30,14 @@ class LessonPanel(QWidget):
         self.stages = QComboBox()
         self.stages.addItem("Choose a stage…")
         self.stages.addItems([f"{s.number}. {s.title}" for s in STAGES])
+        self.stages.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.stages.setMinimumContentsLength(8)
         self.stages.activated.connect(lambda i: i > 0 and self.go(i - 1))
-        self.previous, self.next = QPushButton("◀ Previous"), QPushButton("Next ▶")
+        self.previous, self.next = QPushButton("◀"), QPushButton("Next ▶")
+        self.previous.setToolTip("Previous stage (Alt+Left)")
+        self.next.setToolTip("Next stage (Alt+Right)")
         self.previous.clicked.connect(lambda: self.go(self.index - 1))
         self.next.clicked.connect(lambda: self.go(self.index + 1))
         self.text = QTextBrowser()

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -18,22 +19,23 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.compare import MaskComparison, Probe, compare_masks, probe
+from attnviz.core.engine import Result
 from attnviz.core.figure import make_spec
 from attnviz.core.scenario import MASKS
 from attnviz.ui.background import Background
 from attnviz.ui.document import SYNC_SCORE_CELLS, Document, Selection
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.panels.common import ResultPanel
 
 LEAK_COLOUR = QColor("#fdd0c7")
-COLUMNS = ("leak A", "leak B", "head output moved", "final output moved", "probe A", "probe B")
+COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe B")
 
 
-class MasksPanel(QWidget):
+class MasksPanel(ResultPanel):
     """Compares strategy A (default causal −∞) with B (default causal-zero)."""
 
     def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.doc = doc
+        super().__init__(doc, parent)
         self.comparison: MaskComparison | None = None
         self.probes: tuple[Probe, Probe] | None = None
         self.worker = Background(self)
@@ -44,7 +46,7 @@ class MasksPanel(QWidget):
         for box, default in ((self.mask_a, "causal"), (self.mask_b, "causal-zero")):
             box.addItems(MASKS)
             box.setCurrentText(default)
-            box.currentTextChanged.connect(lambda _: self.refresh())
+            box.currentTextChanged.connect(lambda _: self.redraw())
         controls = QHBoxLayout()
         controls.addWidget(QLabel("A"))
         controls.addWidget(self.mask_a)
@@ -67,9 +69,11 @@ class MasksPanel(QWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setToolTip(
-            "leak: weight on future tokens; moved: how far the output row moved from A to B; "
-            "probe: how much each output row changed when the probed token was nudged"
+            "leak: weight on future tokens; Δ: how far the head's output row and the final "
+            "output row moved from A to B; probe: how much each final output row changed when "
+            "the probed token was nudged (red: an earlier token moved, the future leaked)"
         )
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
 
         self.token = QComboBox()
         self.amount = QDoubleSpinBox()
@@ -96,18 +100,16 @@ class MasksPanel(QWidget):
         layout.addLayout(probe_row)
         layout.addWidget(self.verdict)
         layout.addWidget(self.table, 2)
-        doc.resultChanged.connect(lambda r: r.complete and self.refresh())
-        doc.headChanged.connect(lambda _: self.refresh())
-        self.refresh()
+        doc.headChanged.connect(lambda _: self.redraw())
 
     def _now(self) -> bool:
         s = self.doc.scenario
         return s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS
 
-    def refresh(self) -> None:
+    def show_result(self, r: Result) -> None:
         """Recompute the comparison for the current scenario and head."""
         self.probes = None
-        s, r, head = self.doc.scenario, self.doc.result, self.doc.head
+        s, head = self.doc.scenario, self.doc.head
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         tokens = list(s.tokens)
         if [self.token.itemText(i) for i in range(self.token.count())] != tokens:

@@ -13,6 +13,7 @@ from attnviz.core.engine import Result
 from attnviz.core.figure import make_spec, spec_for
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.panels.common import ResultPanel
 
 BOX = "border:1px solid #888; background:#f4f4f4; padding:4px 8px"
 
@@ -43,10 +44,9 @@ def flow_diagram(n: int, d_model: int, heads: int, d_k: int, projections: bool) 
     return f"<table cellspacing='0'><tr>{''.join(cells)}</tr></table>"
 
 
-class MixPanel(QWidget):
+class MixPanel(ResultPanel):
     def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.doc = doc
+        super().__init__(doc, parent)
         self.diagram = QLabel()
         self.concat, self.w_o, self.final = (
             HeatmapView("concat"),
@@ -77,25 +77,8 @@ class MixPanel(QWidget):
         layout.addLayout(top, 3)
         layout.addWidget(caption)
         layout.addWidget(scroll, 2)
-        self._stale = True
-        doc.resultChanged.connect(self._on_result)
-        self.show_result(doc.result)
-
-    def _on_result(self, result: Result) -> None:
-        if not result.complete:
-            return
-        if self.isVisible():
-            self.show_result(result)
-        else:
-            self._stale = True
-
-    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
-        super().showEvent(event)
-        if self._stale:
-            self.show_result(self.doc.result)
 
     def show_result(self, r: Result) -> None:
-        self._stale = False
         s = self.doc.scenario
         st = r.settings
         self.diagram.setText(

@@ -2,37 +2,43 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.engine import HEAD_MATRICES, Result
 from attnviz.core.figure import spec_for
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 
-COLUMNS = 3
 
-
-def legend(result: Result, head: int) -> str:
-    """What the eight heatmaps show, in words, with this scenario's numbers."""
+def legend(result: Result, head: int) -> tuple[str, str]:
+    """What the heatmaps show: one line for the panel, and the long form for its tooltip."""
     st = result.settings
     n, d_k = len(result.tokens), result.d_k
-    scale = f"divided by √d_k = √{d_k} = {result.scale_factor:.3g}" if st.scale else "not scaled"
+    scale = f"÷ √{d_k} = {result.scale_factor:.3g}" if st.scale else "not scaled"
     mask = {
-        "none": "no mask",
-        "causal": "causal mask: future keys set to −∞ (hatched grey), weight exactly 0",
-        "causal-zero": "future keys set to 0, not −∞: they still get weight (the leak)",
-        "drop-after-softmax": "future weights zeroed after softmax: rows sum to less than 1",
+        "none": ("no mask", "no mask"),
+        "causal": ("causal −∞ (hatched)", "future keys set to −∞ (hatched grey): weight exactly 0"),
+        "causal-zero": (
+            "causal zero: leaks",
+            "future keys set to 0, not −∞: they still get weight",
+        ),
+        "drop-after-softmax": (
+            "dropped after softmax",
+            "future weights zeroed after softmax: rows sum to less than 1",
+        ),
     }[st.mask]
     projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
-    return (
-        f"<b>Head {head + 1} of {result.n_heads}</b><br>"
-        f"{n} tokens, d_k = {d_k}<br><br>"
-        f"{projections}<br>scores Q Kᵀ {scale}<br>{mask}<br>"
-        "weights = softmax along each row (keys)<br>output = weights · V<br><br>"
-        "<i>Rows are queries, columns keys. Hover a cell for its exact value; "
-        "click to select it.</i>"
+    line = (
+        f"<b>Head {head + 1} of {result.n_heads}</b> · {n} tokens · d_k = {d_k} · scores {scale}"
+        f" · {mask[0]} · rows are queries, columns keys"
     )
+    tip = (
+        f"{projections}; scores Q Kᵀ {scale}; {mask[1]}; weights = softmax along each row; "
+        "output = weights · V. Hover a cell for its exact value; click it for its arithmetic."
+    )
+    return line, tip
 
 
 class PipelinePanel(QWidget):
@@ -46,24 +52,47 @@ class PipelinePanel(QWidget):
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
         self._awaiting: set[str] = set()
-        layout = QGridLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.setSpacing(2)
-        for k, name in enumerate(HEAD_MATRICES):
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(2, 2, 2, 2)
+        self.grid.setSpacing(2)
+        for name in HEAD_MATRICES:
             view = HeatmapView(name)
             view.cellClicked.connect(self._clicked)
             view.painted.connect(self._painted)
-            layout.addWidget(view, k // COLUMNS, k % COLUMNS)
             self.views[name] = view
+        # One line, no word wrap: a wrapping label would make the dock's scroll area size
+        # the panel by height-for-width from size hints, and the heatmaps would scroll.
         self.legend = QLabel()
-        self.legend.setWordWrap(True)
-        self.legend.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.legend.setContentsMargins(12, 12, 12, 12)
-        k = len(HEAD_MATRICES)
-        layout.addWidget(self.legend, k // COLUMNS, k % COLUMNS)
+        self.legend.setMinimumWidth(1)
+        self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.legend.setContentsMargins(6, 2, 6, 2)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.legend)
+        outer.addLayout(self.grid)
+        self.columns = 0
+        self._arrange(3)
         doc.resultChanged.connect(self.show_result)
         doc.headChanged.connect(lambda _: self.show_result(doc.result))
         self.show_result(doc.result)
+
+    def _arrange(self, columns: int) -> None:
+        """Lay the views out in reading order, columns wide."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        cells = list(self.views.values())
+        for widget in cells:
+            self.grid.removeWidget(widget)
+        for k, widget in enumerate(cells):
+            self.grid.addWidget(widget, k // columns, k % columns)
+        for c in range(4):
+            self.grid.setColumnStretch(c, 1 if c < columns else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # Narrow docks get two columns, wide ones up to four, so cells stay readable.
+        self._arrange(max(2, min(4, event.size().width() // 300)))
+        super().resizeEvent(event)
 
     def show_result(self, result: Result) -> None:
         head = min(self.doc.head, result.n_heads - 1)
@@ -73,7 +102,9 @@ class PipelinePanel(QWidget):
         if key == self._shown:
             return  # the complete result after a preview of this head: nothing new here
         self._shown = key
-        self.legend.setText(legend(result, head))
+        line, tip = legend(result, head)
+        self.legend.setText(line)
+        self.legend.setToolTip(tip)
         for name, view in self.views.items():
             view.set_spec(spec_for(result, name, head))
         if not result.complete:

@@ -53,7 +53,7 @@ class WeightsPanel(QWidget):
         self.w_o = self._grid("W_O", None)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tabs)
-        split.addWidget(titled("W_O  (h·d_k × d_model): mixes the concatenated heads", self.w_o))
+        split.addWidget(titled("W_O: mixes the concatenated heads (h·d_k × d_model)", self.w_o))
         split.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
@@ -76,7 +76,9 @@ class WeightsPanel(QWidget):
         row = QHBoxLayout(tab)
         row.setContentsMargins(0, 4, 0, 0)
         for name in WEIGHT_NAMES:
-            row.addWidget(titled(f"{name}  (d_model × d_k)", self._grid(name, head)))
+            box = titled(name, self._grid(name, head))
+            box.setToolTip(f"{name} of head {head + 1}: d_model rows × d_k columns")
+            row.addWidget(box)
         return tab
 
     def sync(self) -> None:
