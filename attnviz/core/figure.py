@@ -61,6 +61,8 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         cols = tuple(str(j + 1) for j in range(values.shape[1]))
         row_title, col_title = "token", "feature"
     caption = title = TITLES[view]
+    if view in ("Q", "K", "V") and not result.settings.projections:
+        caption = title = f"{view} = X (no projections)"
     if view in HEAD_MATRICES:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)

@@ -6,8 +6,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
-    QPushButton,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -35,7 +35,9 @@ class LessonPanel(QWidget):
         )
         self.stages.setMinimumContentsLength(8)
         self.stages.activated.connect(lambda i: i > 0 and self.go(i - 1))
-        self.previous, self.next = QPushButton("◀"), QPushButton("Next ▶")
+        self.previous, self.next = QToolButton(), QToolButton()
+        self.previous.setText("◀")
+        self.next.setText("Next ▶")
         self.previous.setToolTip("Previous stage (Alt+Left)")
         self.next.setToolTip("Next stage (Alt+Right)")
         self.previous.clicked.connect(lambda: self.go(self.index - 1))
