@@ -10,21 +10,22 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
 
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import make_app
-from attnviz.ui.document import Document
+from attnviz.ui.document import Document, Selection
 from attnviz.ui.main_window import MainWindow
 
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 
 
-def settle(app) -> None:  # type: ignore[no-untyped-def]
+def settle(app: QApplication) -> None:
     for _ in range(30):
         app.processEvents()
 
 
-def window(app, doc: Document | None = None) -> MainWindow:  # type: ignore[no-untyped-def]
+def window(app: QApplication, doc: Document | None = None) -> MainWindow:
     folder = Path(tempfile.mkdtemp())
     w = MainWindow(QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, doc)
     w.resize(1440, 900)
@@ -36,7 +37,15 @@ def window(app, doc: Document | None = None) -> MainWindow:  # type: ignore[no-u
 def main() -> None:
     app = make_app()
     w = window(app)
+    w.doc.select(Selection("weights", 0, 3, 2))
+    settle(app)
     w.grab().save(str(OUT / "window.png"))
+    w.masks.run_probe()
+    for name in ("Masks", "Heads", "Mix", "Experiments"):
+        w.docks[name].raise_()
+        settle(app)
+        w.docks[name].grab().save(str(OUT / f"dock-{name.lower()}.png"))
+    w.docks["Inspector"].grab().save(str(OUT / "dock-inspector.png"))
     w.docks["Weights"].setFloating(True)
     w.docks["Weights"].resize(620, 420)
     settle(app)

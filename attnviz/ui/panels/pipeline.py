@@ -72,6 +72,7 @@ class PipelinePanel(QWidget):
         outer.addLayout(self.grid)
         self.columns = 0
         self._arrange(3)
+        doc.selectionChanged.connect(self._mark)
         doc.resultChanged.connect(self.show_result)
         doc.headChanged.connect(lambda _: self.show_result(doc.result))
         self.show_result(doc.result)
@@ -118,6 +119,17 @@ class PipelinePanel(QWidget):
             self._awaiting.discard(name)
             if not self._awaiting:
                 self.doc.preview_drawn()
+
+    def _mark(self, sel: Selection | None) -> None:
+        """Outline the selected cell when it is one of this head's views."""
+        for name, view in self.views.items():
+            mine = (
+                sel is not None
+                and sel.view == name
+                and sel.mask is None
+                and sel.head == self.doc.head
+            )
+            view.select((sel.row, sel.col) if mine and sel is not None else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
         for other, view in self.views.items():

@@ -76,7 +76,9 @@ class WeightsPanel(QWidget):
         row = QHBoxLayout(tab)
         row.setContentsMargins(0, 4, 0, 0)
         for name in WEIGHT_NAMES:
-            box = titled(name, self._grid(name, head))
+            grid = self._grid(name, head)
+            grid.horizontalHeader().setDefaultSectionSize(48)
+            box = titled(name, grid)
             box.setToolTip(f"{name} of head {head + 1}: d_model rows × d_k columns")
             row.addWidget(box)
         return tab
