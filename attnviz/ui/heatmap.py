@@ -12,7 +12,16 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QCursor,
+    QFont,
+    QLinearGradient,
+    QPainter,
+    QPaintEvent,
+    QPen,
+)
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
 
 from attnviz.core import colors
@@ -24,11 +33,6 @@ pg.setConfigOptions(
 
 MIN_TEXT_CELL = (30.0, 16.0)  # device pixels a cell needs before its value is printed
 MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
-
-
-def colormap(kind: str) -> pg.ColorMap:
-    table = colors.stops(kind)
-    return pg.ColorMap(np.linspace(0.0, 1.0, len(table)), table)
 
 
 class CellOverlay(pg.GraphicsObject):
@@ -89,6 +93,51 @@ class CellOverlay(pg.GraphicsObject):
                 rect = QRectF(x, y, sx, sy).normalized()
                 painter.drawText(rect, align, colors.cell_text(float(block[i, j])))
         painter.restore()
+
+
+class ColorBar(pg.GraphicsWidget):
+    """A vertical colour bar with low, middle and high ticks, painted in one go.
+
+    Lighter than pyqtgraph's ColorBarItem (a whole PlotItem with menus), which made
+    every heatmap slow to build.
+    """
+
+    WIDTH, TEXT = 14.0, 46.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind, self.ticks = "diverging", [(0.0, "0")]
+        self.levels = (-1.0, 1.0)
+        self.setFixedWidth(self.WIDTH + self.TEXT + 8)
+        self.font = QFont()
+        self.font.setPixelSize(11)
+
+    def set_scale(
+        self, kind: str, levels: tuple[float, float], ticks: list[tuple[float, str]]
+    ) -> None:
+        self.kind, self.levels, self.ticks = kind, levels, ticks
+        self.update()
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        rect = self.boundingRect().adjusted(4, 10, 0, -10)
+        bar = QRectF(rect.left(), rect.top(), self.WIDTH, rect.height())
+        gradient = QLinearGradient(bar.bottomLeft(), bar.topLeft())
+        table = colors.stops(self.kind)
+        for k, (r, g, b) in enumerate(table):
+            gradient.setColorAt(k / (len(table) - 1), QColor(int(r), int(g), int(b)))
+        painter.fillRect(bar, QBrush(gradient))
+        painter.setPen(QPen(QColor("#666666")))
+        painter.drawRect(bar)
+        painter.setFont(self.font)
+        lo, hi = self.levels
+        for value, text in self.ticks:
+            y = bar.bottom() - (value - lo) / (hi - lo) * bar.height()
+            painter.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + 4, y))
+            painter.drawText(
+                QRectF(bar.right() + 6, y - 8, self.TEXT, 16), Qt.AlignmentFlag.AlignVCenter, text
+            )
 
 
 class LabelAxis(pg.AxisItem):
@@ -156,12 +205,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.marker.setPen(pg.mkPen("#ff7f00", width=3, cosmetic=True))
         self.marker.setVisible(False)
         self.plot.addItem(self.marker)
-        self.bar = pg.ColorBarItem(
-            values=(0, 1), width=14, interactive=False, colorMap=colormap("diverging")
-        )
-        self.bar.axis.setWidth(42)  # room for tick labels like −0.25 at any level
+        self.bar = ColorBar()
         self.addItem(self.bar)
-        self._kind = "diverging"
         self._bar_key: tuple[object, ...] = ()
         self._block_lines: list[pg.InfiniteLine] = []
         self._labels: tuple[object, ...] = ()
@@ -174,15 +219,12 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
         self.spec = spec
         lo, hi = spec.levels
-        if spec.kind != self._kind:
-            self._kind = spec.kind
-            self.bar.setColorMap(colormap(spec.kind))
         # Coloured here with the exported figures' map: masked cells come out grey.
         self.image.setImage(colors.rgba(spec.values, spec.kind, spec.levels), autoLevels=False)
         if self._bar_key != (spec.kind, lo, hi):
             self._bar_key = (spec.kind, lo, hi)
-            self.bar.setLevels((lo, hi))
-            self.bar.axis.setTicks([[(t, tick_label(t)) for t in colorbar_ticks(spec)]])
+            ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
+            self.bar.set_scale(spec.kind, (lo, hi), ticks)
         self.overlay.set_data(spec.values, spec.kind, spec.levels)
         if self.plot.titleLabel.text != spec.caption:
             self.plot.setTitle(spec.caption, size="10pt")

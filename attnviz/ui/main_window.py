@@ -61,6 +61,25 @@ SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
 IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
 AUTOSAVE_MS = 5000
+DOCK_ORDER = (
+    "Inputs",
+    "Weights",
+    "Pipeline",
+    "Masks",
+    "Heads",
+    "Mix",
+    "Experiments",
+    "Lesson",
+    "Inspector",
+    "Cost",
+)
+LAZY_PANELS = {
+    "Masks": MasksPanel,
+    "Heads": HeadsPanel,
+    "Mix": MixPanel,
+    "Experiments": ExperimentsPanel,
+    "Cost": CostPanel,
+}
 MAX_RECENT = 8
 
 
@@ -81,26 +100,16 @@ class MainWindow(QMainWindow):
         self.inputs = InputsPanel(self.doc)
         self.weights = WeightsPanel(self.doc)
         self.pipeline = PipelinePanel(self.doc)
-        self.masks = MasksPanel(self.doc)
-        self.heads = HeadsPanel(self.doc)
-        self.mix = MixPanel(self.doc)
-        self.experiments = ExperimentsPanel(self.doc)
         self.lesson = LessonPanel(self.doc)
         self.inspector = InspectorPanel(self.doc)
-        self.cost = CostPanel(self.doc)
-        panels = {
+        self._panels: dict[str, QWidget] = {
             "Inputs": self.inputs,
             "Weights": self.weights,
             "Pipeline": self.pipeline,
-            "Masks": self.masks,
-            "Heads": self.heads,
-            "Mix": self.mix,
-            "Experiments": self.experiments,
             "Lesson": self.lesson,
             "Inspector": self.inspector,
-            "Cost": self.cost,
         }
-        self.docks = {title: self._dock(title, panel) for title, panel in panels.items()}
+        self.docks = {title: self._dock(title) for title in DOCK_ORDER}
         self.lesson.showDocks.connect(self.bring_forward)
         self.default_state: QByteArray | None = None  # the layout is made when first shown
 
@@ -140,14 +149,17 @@ class MainWindow(QMainWindow):
 
     # Layout ------------------------------------------------------------------------------
 
-    def _dock(self, title: str, widget: QWidget) -> QDockWidget:
+    def _dock(self, title: str) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock-{title}")
         # In a scroll area, so that a squeezed dock scrolls instead of widening the window.
         scroll = QScrollArea()
-        scroll.setWidget(widget)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
+        if title in self._panels:
+            scroll.setWidget(self._panels[title])
+        else:  # built when first shown: start-up pays only for what is on screen
+            dock.visibilityChanged.connect(lambda visible: visible and self._build_if_shown(title))
         dock.setWidget(scroll)
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable
@@ -179,6 +191,41 @@ class MainWindow(QMainWindow):
         )
         self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
         self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
+
+    def _build_if_shown(self, title: str) -> None:
+        # Checked after the event: while the window first lays out its docks, docks bound
+        # for a hidden tab are visible for a moment.
+        QTimer.singleShot(0, lambda: self.docks[title].isVisible() and self.panel(title))
+
+    def panel(self, title: str) -> QWidget:
+        """The panel in a dock, built on first use for the docks that start hidden."""
+        if title not in self._panels:
+            panel = LAZY_PANELS[title](self.doc)
+            self._panels[title] = panel
+            scroll = self.docks[title].widget()
+            assert isinstance(scroll, QScrollArea)
+            scroll.setWidget(panel)
+        return self._panels[title]
+
+    @property
+    def masks(self) -> MasksPanel:
+        return self.panel("Masks")  # type: ignore[return-value]
+
+    @property
+    def heads(self) -> HeadsPanel:
+        return self.panel("Heads")  # type: ignore[return-value]
+
+    @property
+    def mix(self) -> MixPanel:
+        return self.panel("Mix")  # type: ignore[return-value]
+
+    @property
+    def experiments(self) -> ExperimentsPanel:
+        return self.panel("Experiments")  # type: ignore[return-value]
+
+    @property
+    def cost(self) -> CostPanel:
+        return self.panel("Cost")  # type: ignore[return-value]
 
     def bring_forward(self, titles: tuple[str, ...]) -> None:
         """Show these docks and raise them over their tab neighbours (most important last)."""

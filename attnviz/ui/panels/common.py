@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
@@ -69,4 +70,10 @@ class ResultPanel(QWidget):
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if self._stale:
+            # Later, not now: while the window first lays out its docks, panels bound for
+            # a hidden tab are shown for a moment.
+            QTimer.singleShot(0, self._redraw_if_stale)
+
+    def _redraw_if_stale(self) -> None:
+        if self._stale and self.isVisible():
             self.redraw()
