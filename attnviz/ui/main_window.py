@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
             "Lesson": self.lesson,
             "Inspector": self.inspector,
         }
+        self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
         self.lesson.showDocks.connect(self.bring_forward)
         self.default_state: QByteArray | None = None  # the layout is made when first shown
@@ -159,7 +160,7 @@ class MainWindow(QMainWindow):
         if title in self._panels:
             scroll.setWidget(self._panels[title])
         else:  # built when first shown: start-up pays only for what is on screen
-            dock.visibilityChanged.connect(lambda visible: visible and self._build_if_shown(title))
+            dock.visibilityChanged.connect(lambda visible: self._build_if_shown(title, visible))
         dock.setWidget(scroll)
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable
@@ -192,10 +193,11 @@ class MainWindow(QMainWindow):
         self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
         self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
 
-    def _build_if_shown(self, title: str) -> None:
-        # Checked after the event: while the window first lays out its docks, docks bound
-        # for a hidden tab are visible for a moment.
-        QTimer.singleShot(0, lambda: self.docks[title].isVisible() and self.panel(title))
+    def _build_if_shown(self, title: str, visible: bool) -> None:
+        # Decided after the event, on the latest news: while the window first lays out its
+        # docks, docks bound for a tab behind another are visible for a moment.
+        self._dock_shown[title] = visible
+        QTimer.singleShot(0, lambda: self._dock_shown[title] and self.panel(title))
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""
