@@ -31,6 +31,7 @@ TITLES = {
     "concat": "concat of heads",
     "final": "output (concat W_O)",
 }
+CAPTIONS = {"concat": "concat", "final": "output"}  # short titles for narrow views
 FONT = "DejaVu Sans, Arial, Helvetica, sans-serif"
 
 
@@ -60,9 +61,10 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     else:
         cols = tuple(str(j + 1) for j in range(values.shape[1]))
         row_title, col_title = "token", "feature"
-    caption = title = TITLES[view]
+    title = TITLES[view]
     if view in ("Q", "K", "V") and not result.settings.projections:
-        caption = title = f"{view} = X (no projections)"
+        title = f"{view} = X (no projections)"
+    caption = CAPTIONS.get(view, title)
     if view in HEAD_MATRICES:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)

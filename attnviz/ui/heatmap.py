@@ -102,7 +102,7 @@ class ColorBar(pg.GraphicsWidget):
     every heatmap slow to build.
     """
 
-    WIDTH, TEXT = 14.0, 46.0
+    WIDTH, TEXT = 12.0, 40.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -196,7 +196,9 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             axis.setStyle(tickLength=0)
             # Token labels rarely change: repaint them from a pixmap, not glyph by glyph.
             axis.setCacheMode(axis.CacheMode.DeviceCoordinateCache)
-        self.plot.titleLabel.setCacheMode(self.plot.titleLabel.CacheMode.DeviceCoordinateCache)
+        title = self.plot.titleLabel
+        title.setCacheMode(title.CacheMode.DeviceCoordinateCache)
+
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         self.overlay = CellOverlay()

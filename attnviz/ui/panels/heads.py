@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core.engine import Result
 from attnviz.core.figure import spec_for
@@ -22,12 +22,7 @@ class HeadsPanel(ResultPanel):
         super().__init__(doc, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
-        self.grid = QGridLayout()
-        holder = QWidget()
-        holder.setLayout(self.grid)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(holder)
+        self.grid = QGridLayout()  # the dock scrolls when there are many heads
         hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
             "in the Pipeline; untick it to switch it off in the W_O mix (ablation)."
@@ -36,7 +31,7 @@ class HeadsPanel(ResultPanel):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(hint)
-        layout.addWidget(scroll)
+        layout.addLayout(self.grid)
         doc.headChanged.connect(lambda _: self._mark_selected())
 
     def _build(self, count: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core import colors
 from attnviz.core.compare import head_contributions
@@ -57,15 +57,10 @@ class MixPanel(ResultPanel):
         self.final.cellClicked.connect(lambda _, i, j: doc.select(Selection("final", None, i, j)))
         top = QGridLayout()
         for k, view in enumerate((self.concat, self.w_o, self.final)):
-            view.setMinimumSize(200, 180)
+            view.setMinimumSize(150, 150)
             top.addWidget(view, 0, k)
-        self.parts_grid = QGridLayout()
+        self.parts_grid = QGridLayout()  # the dock scrolls when there are many heads
         self.parts: list[HeatmapView] = []
-        holder = QWidget()
-        holder.setLayout(self.parts_grid)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(holder)
         caption = QLabel(
             "<b>Each head's contribution</b>: its block of concat times its rows of W_O "
             "(shared colour scale). The contributions add up to the output."
@@ -76,7 +71,7 @@ class MixPanel(ResultPanel):
         layout.addWidget(self.diagram)
         layout.addLayout(top, 3)
         layout.addWidget(caption)
-        layout.addWidget(scroll, 2)
+        layout.addLayout(self.parts_grid, 2)
 
     def show_result(self, r: Result) -> None:
         s = self.doc.scenario
