@@ -14,16 +14,11 @@ def make_window(qtbot, tmp_path):
 
     from attnviz.ui.main_window import MainWindow
 
-    made = []
-
     def make(doc=None, settings_name="settings.ini"):
         settings = QSettings(str(tmp_path / settings_name), QSettings.Format.IniFormat)
         window = MainWindow(settings, tmp_path / "data", doc)
-        qtbot.addWidget(window)
-        made.append(window)
+        # No unsaved-changes prompt when pytest-qt closes the window at teardown.
+        qtbot.addWidget(window, before_close_func=lambda w: w.doc.undo_stack.setClean())
         return window
 
-    yield make
-    for window in made:
-        window.doc.undo_stack.setClean()  # no unsaved-changes prompt at teardown
-        window.close()
+    return make

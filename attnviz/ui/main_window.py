@@ -134,6 +134,7 @@ class MainWindow(QMainWindow):
         self.doc.headChanged.connect(self._sync_toolbar)
         self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
         self._autosaved: Scenario | None = None
+        self._closed = False
         self._autosaver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-autosave")
         self._autosave_failed.connect(self.show_message)
         self.autosave_timer = QTimer(self)
@@ -380,7 +381,13 @@ class MainWindow(QMainWindow):
         undo = self.doc.undo_stack.createUndoAction(self, "&Undo")
         undo.setShortcut(keys.Undo)
         redo = self.doc.undo_stack.createRedoAction(self, "&Redo")
-        redo.setShortcuts([QKeySequence(keys.Redo), QKeySequence("Ctrl+Y")])
+        # Every platform binding for Redo (Ctrl+Shift+Z, Ctrl+Y, …), each once.
+        redo_keys = QKeySequence.keyBindings(keys.Redo)
+        if QKeySequence("Ctrl+Y") not in redo_keys:
+            redo_keys.append(QKeySequence("Ctrl+Y"))
+        if QKeySequence("Ctrl+Shift+Z") not in redo_keys:
+            redo_keys.append(QKeySequence("Ctrl+Shift+Z"))
+        redo.setShortcuts(redo_keys)
         m.addAction(undo)
         m.addAction(redo)
 
@@ -626,8 +633,11 @@ class MainWindow(QMainWindow):
     def _export(self, spec, path: Path, scale: float) -> bool:  # type: ignore[no-untyped-def]
         try:
             write_image(spec, path, scale)
-        except (OSError, ValueError) as e:
-            self.error("Cannot export the image", str(e))
+        except OSError as e:
+            self.error("Cannot export the image", f"{path}: {e.strerror or e}")
+            return False
+        except ValueError as e:
+            self.error("Cannot export the image", f"{path.name}: {e}")
             return False
         self.show_message(f"Exported {path.name}")
         return True
@@ -685,7 +695,11 @@ class MainWindow(QMainWindow):
         when the scenario changed since the last autosave.
         """
         scenario = self.doc.scenario
-        if self.doc.undo_stack.isClean() or scenario is self._autosaved:
+        if self.doc.undo_stack.isClean():
+            if self._autosaved is not None:
+                self.clear_autosave()  # undone back to the saved state: nothing to restore
+            return
+        if scenario is self._autosaved:
             return
         self._autosaved = scenario
         origin = str(self.doc.path) if self.doc.path else ""
@@ -724,12 +738,23 @@ class MainWindow(QMainWindow):
             self.error("Cannot restore", str(e))
             return False
         origin_file = self.data_dir / "autosave.origin"
-        origin = origin_file.read_text("utf-8") if origin_file.exists() else ""
-        self.doc.reset(make_preset("worked-example"), Path(origin) if origin else None)
+        origin = Path(origin_file.read_text("utf-8")) if origin_file.exists() else None
+        # Undo then goes back to what the file holds (or to the worked example, untitled).
+        try:
+            saved = files.load_scenario(origin) if origin else None
+        except files.FileFormatError:
+            saved = None
+        if saved is None:
+            self.doc.reset(make_preset("worked-example"), None)
+        else:
+            self.doc.reset(saved, origin)
         self.replace(scenario, "Restore unsaved work")
         return True
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self._closed:
+            event.accept()
+            return
         if not self.maybe_save():
             event.ignore()
             return
@@ -739,4 +764,5 @@ class MainWindow(QMainWindow):
         self._autosaver.shutdown(wait=True)
         self.doc.close()
         self.badge.worker.close()
+        self._closed = True
         event.accept()
