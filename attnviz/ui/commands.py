@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -82,3 +83,21 @@ def _describe(name: str, head: int | None, row: int, col: int, rows: int, cols: 
     if (rows, cols) == (1, 1):
         return f"Edit {where}[{row + 1},{col + 1}]"
     return f"Edit {rows}×{cols} cells of {where}"
+
+
+class LoadScenario(QUndoCommand):
+    """Open a file (or start a new scenario): the scenario and the file path change together."""
+
+    def __init__(self, doc: Document, new: Scenario, path: Path | None, text: str):
+        super().__init__(text)
+        self.doc = doc
+        self.old, self.old_path = doc.scenario, doc.path
+        self.new, self.new_path = new, path
+
+    def redo(self) -> None:
+        self.doc.set_scenario(self.new)
+        self.doc.set_path(self.new_path, clean=False)
+
+    def undo(self) -> None:
+        self.doc.set_scenario(self.old)
+        self.doc.set_path(self.old_path, clean=False)

@@ -120,9 +120,11 @@ class Document(QObject):
         self.undo_stack.setClean()
         self.pathChanged.emit()
 
-    def set_path(self, path: Path) -> None:
+    def set_path(self, path: Path | None, clean: bool = True) -> None:
+        """The file the document is saved in; clean marks the current state as saved."""
         self.path = path
-        self.undo_stack.setClean()
+        if clean:
+            self.undo_stack.setClean()
         self.pathChanged.emit()
 
     def set_head(self, head: int) -> None:

@@ -34,7 +34,7 @@ from attnviz.core.figure import spec_for
 from attnviz.core.lessons import STAGES
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
-from attnviz.ui.commands import ReplaceScenario
+from attnviz.ui.commands import LoadScenario, ReplaceScenario
 from attnviz.ui.document import Document
 from attnviz.ui.export import write_image
 from attnviz.ui.grid import MatrixGrid
@@ -478,8 +478,13 @@ class MainWindow(QMainWindow):
 
     def new_document(self) -> None:
         if self.maybe_save():
-            self.doc.reset(make_preset("worked-example"), None)
+            self.load(make_preset("worked-example"), None, "New scenario")
             self.clear_autosave()
+
+    def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
+        """Replace the document as one undoable step; the loaded state counts as saved."""
+        self.doc.undo_stack.push(LoadScenario(self.doc, scenario, path, text))
+        self.doc.undo_stack.setClean()
 
     def open_dialog(self) -> None:
         if not self.maybe_save():
@@ -499,7 +504,7 @@ class MainWindow(QMainWindow):
         except files.FileFormatError as e:
             self.error("Cannot open the file", str(e))
             return False
-        self.doc.reset(scenario, path.resolve())
+        self.load(scenario, path.resolve(), f"Open {path.name}")
         self._add_recent(path.resolve())
         self.show_message(f"Opened {path.name}")
         return True

@@ -441,7 +441,7 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
     assert snapshot(second.doc) == snapshot(doc)
     assert second.doc.path == path.resolve()
     assert "round.attn.json" in second.windowTitle() and not second.isWindowModified()
-    assert second.doc.undo_stack.count() == 0
+    assert second.doc.undo_stack.count() == 1  # opening is itself one undoable step
     for name in HEAD_MATRICES:
         for head in (0, 1):
             np.testing.assert_array_equal(
@@ -546,8 +546,9 @@ def test_unsaved_prompt_discard_drops_the_changes(shown_window, answers, tmp_pat
     answers.queue(Button.Discard)
     window.new_document()
     np.testing.assert_array_equal(doc.scenario.X, reference.X)
-    assert doc.undo_stack.count() == 0 and not window.isWindowModified()
-    assert doc.path is None
+    assert not window.isWindowModified() and doc.path is None
+    doc.undo_stack.undo()  # New is one undoable step: the discarded edit comes back
+    assert doc.scenario.X[2, 2] == 0.5
 
 
 def test_unsaved_prompt_save_writes_the_file_first(shown_window, answers, tmp_path, monkeypatch):
@@ -827,3 +828,21 @@ def test_quick_edits_while_busy_end_with_the_latest_scenario(shown_window, qtbot
     assert window.pipeline.views["weights"].spec.values.shape == (4, 4)
     qtbot.wait(50)  # nothing stale arrives later
     assert doc.result.tokens == TOKENS and not doc.busy
+
+
+def test_opening_a_file_is_undoable(make_window, tmp_path, answers, warnings_shown):
+    from attnviz.core.files import save_scenario
+    from attnviz.core.presets import worked_example
+    from attnviz.core.scenario import Settings
+
+    path = tmp_path / "other.attn.json"
+    save_scenario(path, worked_example(Settings(mask="none")))
+    window = make_window()
+    window.show()
+    assert window.open_path(path)
+    assert window.doc.scenario.settings.mask == "none" and window.doc.path == path.resolve()
+    assert not window.isWindowModified()
+    window.doc.undo_stack.undo()
+    assert window.doc.scenario.settings.mask == "causal" and window.doc.path is None
+    window.doc.undo_stack.redo()
+    assert window.doc.scenario.settings.mask == "none" and not window.isWindowModified()
