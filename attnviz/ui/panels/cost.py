@@ -94,7 +94,7 @@ class CostPanel(QWidget):
         s = self.doc.scenario
         heads = s.n_heads if s.settings.projections else 1
         d_k = s.d_k if s.settings.projections else s.d_model
-        causal = s.settings.mask != "none"
+        causal = s.settings.mask == "causal"  # only −∞ lets a kernel skip the future keys
         return Cost(s.n, heads, d_k, causal), Cost(self.length.value(), heads, d_k, causal)
 
     def refresh(self) -> None:

@@ -257,10 +257,10 @@ class KVCacheTab(QWidget):
     def step(self) -> None:
         if self.cache is None:
             self.cache = KVCache.start(self.doc.scenario)
-        self.show(self.cache.step())
+        self.show_step(self.cache.step())
         self.step_button.setEnabled(not self.cache.done)
 
-    def show(self, st: Step) -> None:  # type: ignore[override]
+    def show_step(self, st: Step) -> None:
         tokens = self.doc.scenario.tokens
         self.labels["token"].setText(f"t = {st.t + 1} of {len(tokens)}: {tokens[st.t]}")
         self.labels["cache"].setText(

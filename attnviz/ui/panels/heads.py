@@ -33,6 +33,7 @@ class HeadsPanel(ResultPanel):
         layout.addWidget(hint)
         layout.addLayout(self.grid)
         doc.headChanged.connect(lambda _: self._mark_selected())
+        doc.selectionChanged.connect(lambda _: self._mark_selected())
 
     def _build(self, count: int) -> None:
         for widget in self.views + self.switches:
@@ -68,7 +69,11 @@ class HeadsPanel(ResultPanel):
         self._mark_selected()
 
     def _mark_selected(self) -> None:
+        """Frame the shown head; outline the selected cell in its view only."""
+        sel = self.doc.selection
         for h, view in enumerate(self.views):
+            mine = sel is not None and sel.view == "weights" and sel.head == h and sel.mask is None
+            view.select((sel.row, sel.col) if mine and sel is not None else None)
             selected = h == self.doc.head
             view.setStyleSheet(
                 "border: 3px solid #ff7f00;" if selected else "border: 3px solid transparent;"

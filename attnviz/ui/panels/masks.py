@@ -101,6 +101,7 @@ class MasksPanel(ResultPanel):
         layout.addWidget(self.verdict)
         layout.addWidget(self.table, 2)
         doc.headChanged.connect(lambda _: self.redraw())
+        doc.selectionChanged.connect(lambda _: self._mark())
 
     def _now(self) -> bool:
         s = self.doc.scenario
@@ -192,6 +193,19 @@ class MasksPanel(ResultPanel):
                 moved_text = ", ".join(moved) or "nothing"
                 lines.append(f"Nudging <b>{token}</b> under {name} moved: {moved_text}{flag}")
         return "<br>".join(lines)
+
+    def _mark(self) -> None:
+        """Outline the selected cell in the view of its mask, and nowhere else."""
+        sel, c = self.doc.selection, self.comparison
+        for key, mask in (("A", c.mask_a if c else None), ("B", c.mask_b if c else None)):
+            mine = (
+                sel is not None
+                and c is not None
+                and sel.view == "weights"
+                and sel.head == c.head
+                and sel.mask == mask
+            )
+            self.views[key].select((sel.row, sel.col) if mine and sel is not None else None)
 
     def _select(self, key: str, row: int, col: int) -> None:
         if self.comparison is None:

@@ -75,6 +75,7 @@ class PipelinePanel(QWidget):
         doc.selectionChanged.connect(self._mark)
         doc.resultChanged.connect(self.show_result)
         doc.headChanged.connect(lambda _: self.show_result(doc.result))
+        doc.headChanged.connect(lambda _: self._mark(doc.selection))
         self.show_result(doc.result)
 
     def _arrange(self, columns: int) -> None:
