@@ -339,11 +339,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             atomic_write(args.out, to_svg(spec).encode("utf-8"))
         else:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
-            from PySide6.QtGui import QGuiApplication
+            from PySide6.QtWidgets import QApplication
 
             from attnviz.ui.export import write_png
 
-            _app = QGuiApplication.instance() or QGuiApplication(["attnviz"])
+            # A QApplication (not a QGuiApplication), so that windows may follow in-process.
+            _app = QApplication.instance() or QApplication(["attnviz"])
             write_png(spec, args.out, args.scale)
     except (OSError, ValueError) as e:
         raise UsageError(f"--out {args.out}: {getattr(e, 'strerror', None) or e}") from None
