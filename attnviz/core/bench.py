@@ -1,0 +1,495 @@
+"""Long-sequence attention timing: dense attention against fused SDPA and its backends.
+
+``run(config)`` sweeps n over powers of two and returns records (never draws). It needs
+only torch and the standard library, so that it runs on a GPU machine with nothing else.
+
+Implementations: ``naive`` (Q Kᵀ, scale, −∞ mask, softmax, · V: the n × n matrix is
+stored), ``sdpa`` (torch's default dispatch) and ``flash``, ``efficient``, ``cudnn``,
+``math`` (one SDPA backend each, forced with ``torch.nn.attention.sdpa_kernel``).
+
+FLOPs follow FlashAttention's convention: 4·b·h·n²·d for the forward pass, half of it
+with a causal mask, and 2.5 times the forward for the backward pass.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import statistics
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+IMPLEMENTATIONS = ("naive", "sdpa", "flash", "efficient", "cudnn", "math")
+BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+DTYPES = ("float32", "float16", "bfloat16")
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+MAX_N = {"cpu": 32768, "cuda": 131072}
+CHECK_N = 128  # the size at which every implementation is compared with float64
+MEMORY_HEADROOM = 0.8  # never plan to use more than this share of the free memory
+
+
+class Cancelled(Exception):
+    """The caller asked the sweep to stop."""
+
+
+@dataclass(frozen=True)
+class Config:
+    device: str = "auto"
+    dtype: str = "float32"
+    batch: int = 1
+    heads: int = 12
+    d_head: int = 64
+    causal: bool = False
+    backward: bool = False
+    min_n: int = 256
+    max_n: int = 4096
+    impls: tuple[str, ...] = ("naive", "sdpa")
+    repeats: int = 5
+    warmup: int = 1
+    threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad parameter."""
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device: {self.device!r}; expected auto, cpu or cuda")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        for name, low, high in (
+            ("batch", 1, 1024),
+            ("heads", 1, 1024),
+            ("d_head", 1, 1024),
+            ("repeats", 1, 1000),
+            ("warmup", 0, 100),
+            ("threads", 0, 1024),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name}: {value!r}; expected a whole number from {low} to {high}")
+        for name in ("min_n", "max_n"):
+            n = getattr(self, name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n & (n - 1):
+                raise ValueError(f"{name}: {n!r}; expected a power of two")
+        if self.min_n > self.max_n:
+            raise ValueError(f"min_n {self.min_n} is larger than max_n {self.max_n}")
+        if self.max_n > MAX_N["cuda"]:
+            raise ValueError(f"max_n: {self.max_n}; the largest sweep goes to {MAX_N['cuda']}")
+        unknown = [i for i in self.impls if i not in IMPLEMENTATIONS]
+        if unknown or not self.impls:
+            given = ", ".join(unknown) or "none given"
+            raise ValueError(f"impl: {given}; expected some of {', '.join(IMPLEMENTATIONS)}")
+
+    def sizes(self) -> list[int]:
+        return [2**k for k in range(self.min_n.bit_length() - 1, self.max_n.bit_length())]
+
+
+@dataclass
+class Record:
+    """One implementation at one n."""
+
+    impl: str
+    n: int
+    status: str  # ok, oom, skipped: reason, unsupported: reason
+    time_ms: float | None = None
+    peak_bytes: int | None = None
+    predicted_bytes: int = 0
+    tflops: float | None = None
+    share_of_gemm: float | None = None
+    error: float | None = None  # max |output − float64 reference| at n = CHECK_N
+
+
+@dataclass
+class Report:
+    device: dict[str, Any]
+    config: dict[str, Any]
+    gemm_tflops: float
+    records: list[Record] = field(default_factory=list)
+    cancelled: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "config": self.config,
+            "gemm_tflops": self.gemm_tflops,
+            "cancelled": self.cancelled,
+            "records": [asdict(r) for r in self.records],
+        }
+
+
+# Arithmetic ---------------------------------------------------------------------------
+
+
+def attention_flops(c: Config, n: int) -> float:
+    """FlashAttention's count: 4·b·h·n²·d forward (half if causal), backward 2.5× that."""
+    forward = 4 * c.batch * c.heads * n * n * c.d_head / (2 if c.causal else 1)
+    return forward * (3.5 if c.backward else 1.0)
+
+
+def predicted_bytes(c: Config, impl: str, n: int) -> int:
+    """Memory above the inputs that the implementation needs, by formula.
+
+    Dense attention (naive, and the math backend) holds the b·h·n² scores and their
+    softmax at once (two n × n matrices), plus the output; with backward, autograd keeps
+    both and the gradient of each. Fused kernels hold the output and per-row statistics
+    (b·h·n) only, plus the input gradients with backward. ``sdpa`` is predicted as fused.
+    """
+    size = BYTES[c.dtype]
+    rows = c.batch * c.heads * n
+    out = rows * c.d_head * size
+    if impl in ("naive", "math"):
+        squares = 2 * rows * n * size * (2 if c.backward else 1)
+        return squares + out * (4 if c.backward else 1)
+    return out * (4 if c.backward else 1) + rows * 4
+
+
+# Devices and memory ---------------------------------------------------------------------
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda was asked for, but torch sees no CUDA GPU")
+    return device
+
+
+def free_bytes(device: str) -> int:
+    """Memory the sweep may still use: free GPU memory, or the OS's available memory."""
+    import torch
+
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 2**62  # unknown: no guard beyond out-of-memory errors
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"type": device, "torch": torch.__version__}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(name=props.name, memory_bytes=int(props.total_memory))
+    else:
+        info.update(
+            name=_cpu_name(), threads=torch.get_num_threads(), memory_bytes=free_bytes("cpu")
+        )
+    info["backends"] = available_backends(device)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def available_backends(device: str) -> list[str]:
+    """The SDPA backends that run a tiny float32 problem on this device."""
+    import torch
+
+    q = torch.randn(1, 1, 8, 8, device=device)
+    return [name for name in BACKENDS if _unsupported(name, q, q, q, False) is None]
+
+
+class PeakRSS:
+    """Peak resident memory above a baseline, sampled by a thread every millisecond.
+
+    Why this measure on the CPU: torch's CPU allocator has no peak counter, but every
+    large tensor is a fresh mmap whose pages become resident when written and return to
+    the OS when freed, so the process's resident set tracks live tensor memory closely.
+    The n × n matrices live for many milliseconds, so sampling catches them.
+    """
+
+    def __init__(self) -> None:
+        self.baseline = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _rss())
+
+    @property
+    def above_baseline(self) -> int:
+        return max(0, self.peak - self.baseline)
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+# Implementations ------------------------------------------------------------------------
+
+
+def naive(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    """The brief's explicit attention: the n × n scores are materialised."""
+    import torch
+
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[-2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _call(impl: str, q: Any, k: Any, v: Any, causal: bool) -> Any:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if impl == "naive":
+        return naive(q, k, v, causal)
+    if impl == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    with sdpa_kernel(getattr(SDPBackend, BACKENDS[impl])):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _unsupported(impl: str, q: Any, k: Any, v: Any, causal: bool) -> str | None:
+    """None if impl runs on these inputs, else why not (torch's own words where it has any)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _call(impl, q, k, v, causal)
+            return None
+        except RuntimeError as e:
+            said = [str(w.message).strip().splitlines()[0] for w in caught]
+            detail = said[0] if said else str(e).strip().splitlines()[0]
+            dtype = str(q.dtype).removeprefix("torch.")
+            return f"no {impl} kernel for {dtype} on {q.device.type} ({detail[:160]})"
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    if isinstance(e, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    text = str(e).lower()
+    return isinstance(e, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def _release(device: str) -> None:
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+# Timing ---------------------------------------------------------------------------------
+
+
+def _inputs(c: Config, n: int, device: str, dtype: Any, seed: int = 0) -> tuple[Any, Any, Any]:
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    shape = (c.batch, c.heads, n, c.d_head)
+    return tuple(
+        torch.randn(shape, generator=g).to(device=device, dtype=dtype).requires_grad_(c.backward)
+        for _ in range(3)
+    )  # type: ignore[return-value]
+
+
+def _step(impl: str, q: Any, k: Any, v: Any, c: Config) -> None:
+    out = _call(impl, q, k, v, c.causal)
+    if c.backward:
+        out.backward(out.detach())  # any upstream gradient of the right shape will do
+        for t in (q, k, v):
+            t.grad = None
+
+
+def _timed(fn: Callable[[], None], device: str) -> float:
+    """Seconds one call takes: CUDA events on a GPU, the wall clock on a CPU."""
+    import torch
+
+    if device == "cuda":
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(stop)) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def gemm_tflops(device: str, dtype: str, repeats: int = 5) -> float:
+    """The device's measured square matrix-multiply throughput for dtype (the ceiling)."""
+    import torch
+
+    size = 8192 if device == "cuda" else 1024
+    dt = getattr(torch, dtype)
+    a = torch.randn(size, size, device=device).to(dt)
+    b = torch.randn(size, size, device=device).to(dt)
+    a @ b  # warm-up
+    seconds = statistics.median(_timed(lambda: a @ b, device) for _ in range(repeats))
+    return 2 * size**3 / seconds / 1e12
+
+
+def reference_error(impl: str, c: Config, device: str) -> float:
+    """Max |impl − float64 reference| on the same inputs at n = CHECK_N (forward)."""
+    import torch
+
+    dt = getattr(torch, c.dtype)
+    q, k, v = (t.detach() for t in _inputs(c, CHECK_N, "cpu", torch.float64, seed=1))
+    expected = naive(q, k, v, c.causal)
+    with torch.no_grad():
+        got = _call(impl, q.to(device, dt), k.to(device, dt), v.to(device, dt), c.causal)
+    return float((got.double().cpu() - expected).abs().max())
+
+
+# The sweep ------------------------------------------------------------------------------
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def run(
+    config: Config,
+    progress: Progress | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> Report:
+    """Time every implementation at every n; returns the report (partial if cancelled)."""
+    import torch
+
+    config.check()
+    device = resolve_device(config.device)
+    if config.threads and device == "cpu":
+        torch.set_num_threads(config.threads)
+    dt = getattr(torch, config.dtype)
+    sizes = config.sizes()
+    total = len(sizes) * len(config.impls) + 1
+    report = Report(describe_device(device), asdict(config) | {"device": device}, 0.0)
+    step = 0
+
+    def tell(message: str) -> None:
+        if progress:
+            progress(step, total, message)
+        if cancelled and cancelled():
+            raise Cancelled
+
+    try:
+        tell("measuring the matrix-multiply ceiling")
+        report.gemm_tflops = gemm_tflops(device, config.dtype)
+        step += 1
+        errors, failed_at = {}, {}
+        for impl in config.impls:
+            q = torch.randn(1, 1, 16, 16, device=device, dtype=dt)
+            reason = _unsupported(impl, q, q, q, config.causal)
+            errors[impl] = None if reason else reference_error(impl, config, device)
+            if reason:
+                failed_at[impl] = f"unsupported: {reason}"
+        for n in sizes:
+            for impl in config.impls:
+                tell(f"{impl} at n = {n}")
+                record = _measure(impl, n, config, device, dt, failed_at, tell)
+                record.error = errors[impl]
+                if record.tflops is not None and report.gemm_tflops > 0:
+                    record.share_of_gemm = record.tflops / report.gemm_tflops
+                report.records.append(record)
+                if on_record:
+                    on_record(record)
+                step += 1
+        tell("done")
+    except Cancelled:
+        report.cancelled = True
+    return report
+
+
+def _measure(
+    impl: str,
+    n: int,
+    c: Config,
+    device: str,
+    dt: Any,
+    failed_at: dict[str, str],
+    tell: Callable[[str], None],
+) -> Record:
+    import torch
+
+    predicted = predicted_bytes(c, impl, n)
+    record = Record(impl, n, "ok", predicted_bytes=predicted)
+    if impl in failed_at:
+        record.status = failed_at[impl]
+        return record
+    inputs_bytes = 3 * c.batch * c.heads * n * c.d_head * BYTES[c.dtype]
+    free = free_bytes(device)
+    if n > MAX_N[device]:
+        record.status = f"skipped: n above {MAX_N[device]} on {device}"
+        return record
+    if (predicted + inputs_bytes) > MEMORY_HEADROOM * free:
+        need = (predicted + inputs_bytes) / 2**30
+        record.status = f"skipped: needs {need:.1f} GiB, {free / 2**30:.1f} GiB free"
+        return record
+    q = k = v = None
+    try:
+        q, k, v = _inputs(c, n, device, dt)
+        for _ in range(c.warmup):
+            _step(impl, q, k, v, c)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        times = []
+        with PeakRSS() as rss:
+            for _ in range(c.repeats):
+                tell(f"{impl} at n = {n}")
+                times.append(_timed(partial(_step, impl, q, k, v, c), device))
+        seconds = statistics.median(times)
+        record.time_ms = seconds * 1e3
+        if device == "cuda":
+            record.peak_bytes = int(torch.cuda.max_memory_allocated() - base)
+        else:
+            record.peak_bytes = rss.above_baseline
+        record.tflops = attention_flops(c, n) / seconds / 1e12
+    except Exception as e:
+        if not _is_oom(e):
+            raise
+        record.status = "oom"
+        failed_at[impl] = f"skipped: out of memory at n = {n}"
+    finally:
+        del q, k, v
+        _release(device)
+    return record
