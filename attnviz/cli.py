@@ -13,12 +13,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
+if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` needs no numpy
+    import numpy as np
 
-from attnviz.core.engine import HEAD_MATRICES, Result, compute
-from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
+    from attnviz.core.engine import Result
+    from attnviz.core.scenario import Scenario
 
 EXIT_USAGE = 2
 
@@ -53,6 +54,8 @@ def _seed(text: str) -> int:
 
 
 def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
+    from attnviz.core.scenario import MASKS, POSITIONALS
+
     p.add_argument("file", nargs="?", metavar="FILE", help="a .attn.json scenario")
     p.add_argument(
         "--preset", metavar="NAME", help="a preset instead of a file (see 'attnviz presets')"
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("presets", help="list the presets")
+    sub.add_parser("bench", help="time dense against fused attention (attnviz bench --help)")
 
     p = sub.add_parser("explain", help="print the worked arithmetic of one cell")
     _add_source(p)
@@ -161,7 +165,7 @@ def load_source(args: argparse.Namespace) -> Scenario:
 
 
 def _cell(v: float) -> str:
-    return "-inf" if v == -np.inf else f"{v:.4f}"
+    return "-inf" if v == -float("inf") else f"{v:.4f}"
 
 
 def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> str:
@@ -176,6 +180,10 @@ def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -
 
 
 def format_result(s: Scenario, r: Result) -> str:
+    import numpy as np
+
+    from attnviz.core.engine import HEAD_MATRICES
+
     st = s.settings
     toks = list(r.tokens)
     numbered = [str(i + 1) for i in range(max(r.d_k * r.n_heads, s.d_model))]
@@ -205,10 +213,11 @@ def format_result(s: Scenario, r: Result) -> str:
 
 def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
     """The JSON form: the scenario as saved, per-head intermediates, concat and output."""
+    from attnviz.core.engine import HEAD_MATRICES
     from attnviz.core.files import scenario_to_dict
 
     def rows(a: np.ndarray) -> list[list[Any]]:
-        return [["-inf" if v == -np.inf else v for v in row] for row in a.tolist()]
+        return [["-inf" if v == -float("inf") else v for v in row] for row in a.tolist()]
 
     heads = []
     for h in range(r.n_heads):
@@ -229,6 +238,8 @@ def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
+    from attnviz.core.engine import compute
+
     s = load_source(args)
     r = compute(s)
     if args.format == "json":
@@ -289,6 +300,7 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from attnviz.core.engine import HEAD_MATRICES, compute
     from attnviz.core.explain import EXPLAINABLE, explain, format_text
 
     s = load_source(args)
@@ -321,6 +333,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from attnviz.core.engine import compute
     from attnviz.core.figure import VIEWS, spec_for, to_svg
     from attnviz.core.files import atomic_write
 
@@ -373,8 +386,14 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":  # torch and the standard library only (GPU machines)
+        from attnviz.bench_cli import main as bench_main
+
+        return bench_main(argv[1:])
     if not argv or (len(argv) == 1 and argv[0] not in COMMANDS and not argv[0].startswith("-")):
         return open_window(argv[0] if argv else None)
+    from attnviz.core.scenario import ScenarioError
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

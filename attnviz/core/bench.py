@@ -13,14 +13,15 @@ with a causal mask, and 2.5 times the forward for the backward pass.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import statistics
-import threading
+import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -215,44 +216,37 @@ def available_backends(device: str) -> list[str]:
     return [name for name in BACKENDS if _unsupported(name, q, q, q, False) is None]
 
 
-class PeakRSS:
-    """Peak resident memory above a baseline, sampled by a thread every millisecond.
+def cpu_peak_bytes(fn: Callable[[], None]) -> int:
+    """Peak bytes that fn allocates through torch's CPU allocator, above what it held before.
 
-    Why this measure on the CPU: torch's CPU allocator has no peak counter, but every
-    large tensor is a fresh mmap whose pages become resident when written and return to
-    the OS when freed, so the process's resident set tracks live tensor memory closely.
-    The n × n matrices live for many milliseconds, so sampling catches them.
+    Why this measure on the CPU: torch keeps no peak counter there (CUDA has
+    max_memory_allocated), and the process's resident memory misses tensors that reuse
+    freed heap. The profiler records every allocation and free with the op that made
+    it; their running sum in time order is the memory held, and its maximum is the peak.
     """
+    from torch.profiler import ProfilerActivity, profile
 
-    def __init__(self) -> None:
-        self.baseline = self.peak = _rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss())
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.001):
-            self.peak = max(self.peak, _rss())
-
-    @property
-    def above_baseline(self) -> int:
-        return max(0, self.peak - self.baseline)
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    held = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        held += event.self_cpu_memory_usage
+        peak = max(peak, held)
+    return peak
 
 
-def _rss() -> int:
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the profiler's C++ start/stop lines, which no setting turns off."""
+    sys.stderr.flush()
+    saved = os.dup(2)
     try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # Implementations ------------------------------------------------------------------------
@@ -290,10 +284,12 @@ def _unsupported(impl: str, q: Any, k: Any, v: Any, causal: bool) -> str | None:
             _call(impl, q, k, v, causal)
             return None
         except RuntimeError as e:
-            said = [str(w.message).strip().splitlines()[0] for w in caught]
-            detail = said[0] if said else str(e).strip().splitlines()[0]
+            said = [str(w.message).strip().splitlines()[0][:160] for w in caught]
             dtype = str(q.dtype).removeprefix("torch.")
-            return f"no {impl} kernel for {dtype} on {q.device.type} ({detail[:160]})"
+            reason = f"no {impl} kernel for {dtype} on {q.device.type}"
+            if said:
+                return f"{reason} ({said[0]})"
+            return reason if "No viable backend" in str(e) else f"{reason} ({str(e)[:160]})"
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -358,11 +354,12 @@ def gemm_tflops(device: str, dtype: str, repeats: int = 5) -> float:
     """The device's measured square matrix-multiply throughput for dtype (the ceiling)."""
     import torch
 
-    size = 8192 if device == "cuda" else 1024
+    size = 8192 if device == "cuda" else 2048
     dt = getattr(torch, dtype)
     a = torch.randn(size, size, device=device).to(dt)
     b = torch.randn(size, size, device=device).to(dt)
-    a @ b  # warm-up
+    for _ in range(2):  # warm-up
+        a @ b
     seconds = statistics.median(_timed(lambda: a @ b, device) for _ in range(repeats))
     return 2 * size**3 / seconds / 1e12
 
@@ -473,16 +470,15 @@ def _measure(
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         times = []
-        with PeakRSS() as rss:
-            for _ in range(c.repeats):
-                tell(f"{impl} at n = {n}")
-                times.append(_timed(partial(_step, impl, q, k, v, c), device))
+        for _ in range(c.repeats):
+            tell(f"{impl} at n = {n}")
+            times.append(_timed(partial(_step, impl, q, k, v, c), device))
         seconds = statistics.median(times)
         record.time_ms = seconds * 1e3
         if device == "cuda":
             record.peak_bytes = int(torch.cuda.max_memory_allocated() - base)
         else:
-            record.peak_bytes = rss.above_baseline
+            record.peak_bytes = cpu_peak_bytes(partial(_step, impl, q, k, v, c))
         record.tflops = attention_flops(c, n) / seconds / 1e12
     except Exception as e:
         if not _is_oom(e):
