@@ -10,8 +10,9 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import NoReturn
 
@@ -69,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeats", type=_whole, default=d.repeats)
     p.add_argument("--threads", type=_whole, default=0, help="CPU threads (default: torch's)")
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "csv", "jsonl"),
+        default="table",
+        help="jsonl streams progress and records as JSON lines while it runs (for programs)",
+    )
     p.add_argument("--out", metavar="FILE", help="write the report here instead of stdout")
     return p
 
@@ -102,6 +108,16 @@ def progress_bar(step: int, total: int, message: str) -> None:
     )
     if step >= total:
         print(file=sys.stderr)
+
+
+def stream_line(kind: str) -> Callable[..., None]:
+    """A callback that prints its arguments as one JSON line: {"progress": [...]} etc."""
+
+    def emit(*args: object) -> None:
+        value = asdict(args[0]) if kind == "record" else list(args)  # type: ignore[call-overload]
+        print(json.dumps({kind: value}), flush=True)
+
+    return emit
 
 
 def _number(v: float | None, digits: int = 3) -> str:
@@ -186,11 +202,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"attnviz bench: {e}", file=sys.stderr)
         return EXIT_USAGE
+    stream = args.format == "jsonl"
+    if stream and hasattr(os, "nice"):
+        os.nice(10)  # a window reads this stream: leave it the CPU it needs to stay responsive
     try:
-        report = run(config, progress=progress_bar)
+        report = run(
+            config,
+            progress=stream_line("progress") if stream else progress_bar,
+            on_record=stream_line("record") if stream else None,
+        )
     except KeyboardInterrupt:
         print("\nattnviz bench: interrupted", file=sys.stderr)
         return 130
+    if stream:
+        summary = report.to_dict()
+        del summary["records"]  # already streamed
+        print(json.dumps({"report": summary}), flush=True)
+        return 0
     text = render(report, args.format)
     if args.out:
         try:

@@ -1,4 +1,4 @@
-"""Heatmap images: SVG straight from the core's figure, PNG by rendering that SVG.
+"""Images: SVG straight from the core (heatmap figures, charts), PNG by rendering that SVG.
 
 Both the window and ``attnviz export`` write through here, so they write the same image.
 """
@@ -20,7 +20,12 @@ MAX_PNG_PIXELS = 100_000_000
 
 def render(spec: HeatmapSpec, scale: float = 2.0) -> QImage:
     """The figure as an image, scale pixels per SVG unit (2 = sharp on high-DPI screens)."""
-    renderer = QSvgRenderer(QByteArray(to_svg(spec).encode("utf-8")))
+    return render_svg(to_svg(spec), scale)
+
+
+def render_svg(svg: str, scale: float = 2.0) -> QImage:
+    """Any SVG document as an image on white, scale pixels per SVG unit."""
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
     base = renderer.defaultSize()
     size = QSize(max(1, round(base.width() * scale)), max(1, round(base.height() * scale)))
     if size.width() * size.height() > MAX_PNG_PIXELS:
@@ -38,23 +43,28 @@ def render(spec: HeatmapSpec, scale: float = 2.0) -> QImage:
 
 
 def write_png(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
+    write_svg_as_png(to_svg(spec), path, scale)
+
+
+def write_svg_as_png(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:
     buffer = QBuffer()
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not render(spec, scale).save(buffer, "PNG"):
+    if not render_svg(svg, scale).save(buffer, "PNG"):
         raise OSError(f"{Path(path).name}: the PNG could not be encoded")
     atomic_write(path, bytes(buffer.data().data()))
 
 
-def write_svg(spec: HeatmapSpec, path: str | os.PathLike[str]) -> None:
-    atomic_write(path, to_svg(spec).encode("utf-8"))
-
-
 def write_image(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
-    """PNG or SVG, by the path's suffix."""
+    """A heatmap as PNG or SVG, by the path's suffix."""
+    save_svg(to_svg(spec), path, scale)
+
+
+def save_svg(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:
+    """An SVG document as SVG or rendered to PNG, by the path's suffix."""
     suffix = Path(path).suffix.lower()
     if suffix == ".svg":
-        write_svg(spec, path)
+        atomic_write(path, svg.encode("utf-8"))
     elif suffix == ".png":
-        write_png(spec, path, scale)
+        write_svg_as_png(svg, path, scale)
     else:
         raise ValueError(f"{Path(path).name}: expected a .png or .svg file name")

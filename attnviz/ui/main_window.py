@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,15 +70,25 @@ DOCK_ORDER = (
     "Heads",
     "Mix",
     "Experiments",
+    "GPU timing",
     "Lesson",
     "Inspector",
     "Cost",
 )
-LAZY_PANELS = {
+
+
+def _bench_panel(_: Document) -> QWidget:
+    from attnviz.ui.panels.bench import BenchPanel  # loads torch: only once it is opened
+
+    return BenchPanel()
+
+
+LAZY_PANELS: dict[str, Callable[[Document], QWidget]] = {
     "Masks": MasksPanel,
     "Heads": HeadsPanel,
     "Mix": MixPanel,
     "Experiments": ExperimentsPanel,
+    "GPU timing": _bench_panel,
     "Cost": CostPanel,
 }
 MAX_RECENT = 8
@@ -181,10 +192,10 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(d["Inputs"], d["Weights"], Qt.Orientation.Vertical)
         self.splitDockWidget(d["Pipeline"], d["Lesson"], Qt.Orientation.Horizontal)
         self.splitDockWidget(d["Lesson"], d["Inspector"], Qt.Orientation.Vertical)
-        for title in ("Masks", "Heads", "Mix", "Experiments", "Cost"):
+        for title in ("Masks", "Heads", "Mix", "Experiments", "GPU timing", "Cost"):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
         self.tabifyDockWidget(d["Inspector"], d["Cost"])
-        for title in ("Masks", "Heads", "Mix", "Experiments"):
+        for title in ("Masks", "Heads", "Mix", "Experiments", "GPU timing"):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
         d["Inspector"].raise_()

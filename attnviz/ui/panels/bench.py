@@ -1,0 +1,418 @@
+"""GPU timing dock: dense against fused attention over growing n, on CUDA or the CPU.
+
+The sweep (attnviz.core.bench) runs in a child process; records arrive one by one and
+the plots and table grow as they do. Cancel stops it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QObject, QProcess, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.bench import DTYPES, IMPLEMENTATIONS, Config, Record, Report
+from attnviz.core.chart import Chart, Series, n_squared_guide, to_svg
+from attnviz.core.cost import human_bytes
+from attnviz.ui.export import save_svg
+
+POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
+COLUMNS = ("impl", "n", "time ms", "peak", "predicted", "TFLOP/s", "of GEMM", "error", "status")
+
+
+class ChartView(QWidget):
+    """A core chart drawn from its SVG at the widget's size: exactly what Export writes."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.chart: Chart | None = None
+        self.renderer = QSvgRenderer(self)
+        self.setMinimumSize(220, 180)
+
+    def set_chart(self, chart: Chart) -> None:
+        self.chart = chart
+        self._load()
+
+    def _load(self) -> None:
+        if self.chart is not None:
+            svg = to_svg(self.chart, max(200, self.width()), max(160, self.height()))
+            self.renderer.load(QByteArray(svg.encode("utf-8")))
+            self.update()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._load()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), QColor("white"))
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.renderer.render(painter)
+        painter.end()
+
+
+class Sweep(QObject):
+    """Runs one sweep as ``python -m attnviz bench --format jsonl`` in a child process.
+
+    A process, not a thread: torch's profiler (the CPU memory measure) holds the
+    interpreter lock for a long time, running out of memory cannot take the window
+    down with it, and Cancel stops the sweep at once.
+    """
+
+    progress = Signal(int, int, str)
+    record = Signal(object)
+    finished = Signal(object)  # Report
+    failed = Signal(str)
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.records: list[Record] = []
+        self.cancelled = False
+        self._buffer = b""
+        self.process = QProcess(self)
+        self.process.readyReadStandardOutput.connect(self._read)
+        self.process.finished.connect(self._done)
+
+    def arguments(self) -> list[str]:
+        c = self.config
+        args = ["-m", "attnviz", "bench", "--format", "jsonl", "--device", c.device]
+        args += ["--dtype", c.dtype, "--batch", str(c.batch), "--heads", str(c.heads)]
+        args += ["--d-head", str(c.d_head), "--min-n", str(c.min_n), "--max-n", str(c.max_n)]
+        args += ["--impl", ",".join(c.impls), "--repeats", str(c.repeats)]
+        return args + (["--causal"] if c.causal else []) + (["--backward"] if c.backward else [])
+
+    def start(self) -> None:
+        self.process.start(sys.executable, self.arguments())
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.process.kill()
+
+    def _read(self) -> None:
+        self._buffer += bytes(self.process.readAllStandardOutput().data())
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            message = json.loads(line)
+            if "progress" in message:
+                self.progress.emit(*message["progress"])
+            elif "record" in message:
+                record = Record(**message["record"])
+                self.records.append(record)
+                self.record.emit(record)
+            elif "report" in message:
+                r = message["report"]
+                self.report = Report(
+                    r["device"], r["config"], r["gemm_tflops"], self.records, r["cancelled"]
+                )
+
+    def _done(self, code: int, _status: object) -> None:
+        self._read()
+        if self.cancelled or code == 0:
+            report = getattr(self, "report", None) or Report({}, {}, 0.0, self.records, True)
+            report.cancelled = report.cancelled or self.cancelled
+            self.finished.emit(report)
+        else:
+            error = bytes(self.process.readAllStandardError().data()).decode(errors="replace")
+            last = [line for line in error.splitlines() if line.strip()][-1:] or [
+                f"exit status {code}"
+            ]
+            self.failed.emit(f"the benchmark stopped: {last[0][-300:]}")
+
+
+def charts(
+    report_records: list[Record], gemm: float, config: Config, detailed: bool = False
+) -> dict[str, Chart]:
+    """The three plots of a sweep, as core charts; detailed titles name the configuration."""
+    by_impl: dict[str, list[Record]] = {}
+    for r in report_records:
+        by_impl.setdefault(r.impl, []).append(r)
+
+    def series(value: str, scale: float = 1.0) -> list[Series]:
+        out = []
+        for impl, records in by_impl.items():
+            ok = [r for r in records if getattr(r, value) is not None]
+            if ok:
+                out.append(
+                    Series(
+                        impl, tuple(r.n for r in ok), tuple(getattr(r, value) * scale for r in ok)
+                    )
+                )
+        return out
+
+    def guide(items: list[Series]) -> list[Series]:
+        if not items or not items[0].xs:
+            return []
+        first = items[0]
+        return [n_squared_guide(first.xs, first.xs[0], first.ys[0])]
+
+    times, memory = series("time_ms"), series("peak_bytes", 1 / 2**20)
+    what = f"{config.dtype}, {config.heads} heads of {config.d_head}" + (
+        ", causal" if config.causal else ""
+    )
+    return {
+        "time": Chart(f"Time ({what})", "sequence length n", "ms", tuple(times + guide(times))),
+        "memory": Chart(
+            f"Peak memory above the inputs ({what})",
+            "sequence length n",
+            "MiB",
+            tuple(memory + guide(memory)),
+        ),
+        "tflops": Chart(
+            f"Throughput ({what})",
+            "sequence length n",
+            "TFLOP/s",
+            tuple(series("tflops")),
+            log_y=False,
+            hlines=(("matrix-multiply ceiling", gemm),) if gemm else (),
+        ),
+    }
+
+
+class BenchPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        import torch
+
+        self.sweep: Sweep | None = None
+        self.records: list[Record] = []
+        self.report: Report | None = None
+        self.gemm = 0.0
+        cuda = torch.cuda.is_available()
+
+        self.device = QComboBox()
+        self.device.addItems(["cuda", "cpu"] if cuda else ["cpu"])
+        self.dtype = QComboBox()
+        self.dtype.addItems(DTYPES)
+        self.dtype.setCurrentText("bfloat16" if cuda else "float32")
+        self.batch, self.heads, self.d_head, self.repeats = (QSpinBox() for _ in range(4))
+        for spin, low, high, value in (
+            (self.batch, 1, 64, 1),
+            (self.heads, 1, 128, 16 if cuda else 12),
+            (self.d_head, 8, 256, 128 if cuda else 64),
+            (self.repeats, 1, 50, 5 if cuda else 3),
+        ):
+            spin.setRange(low, high)
+            spin.setValue(value)
+        self.min_n, self.max_n = QComboBox(), QComboBox()
+        for box, value in ((self.min_n, 256), (self.max_n, 32768 if cuda else 4096)):
+            box.addItems([str(n) for n in POWERS])
+            box.setCurrentText(str(value))
+        self.causal, self.backward = QCheckBox("causal"), QCheckBox("forward + backward")
+        self.impls = {name: QCheckBox(name) for name in IMPLEMENTATIONS}
+        for name, box in self.impls.items():
+            box.setChecked(name in ("naive", "sdpa") or cuda)
+
+        form = QGridLayout()
+        cells = [
+            ("device", self.device), ("dtype", self.dtype), ("batch", self.batch),
+            ("heads", self.heads), ("d_head", self.d_head), ("repeats", self.repeats),
+            ("n from", self.min_n), ("to", self.max_n),
+        ]  # fmt: skip
+        for k, (label, widget) in enumerate(cells):
+            form.addWidget(QLabel(label), k // 3, 2 * (k % 3))
+            form.addWidget(widget, k // 3, 2 * (k % 3) + 1)
+        checks = QHBoxLayout()
+        for box in (self.causal, self.backward, *self.impls.values()):
+            checks.addWidget(box)
+        checks.addStretch(1)
+
+        self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        export_csv, export_plots = QPushButton("Export CSV…"), QPushButton("Export plots…")
+        export_csv.clicked.connect(self.export_csv)
+        export_plots.clicked.connect(self.export_plots)
+        self.progress = QProgressBar()
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        for w in (self.run_button, self.cancel_button, self.progress, export_csv, export_plots):
+            buttons.addWidget(w)
+
+        self.info = QLabel()
+        self.info.setWordWrap(True)
+        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.plots = {key: ChartView() for key in ("time", "memory", "tflops")}
+        plot_row = QHBoxLayout()
+        for plot in self.plots.values():
+            plot_row.addWidget(plot)
+        self._redraw = QTimer(self)
+        self._redraw.setSingleShot(True)
+        self._redraw.setInterval(250)
+        self._redraw.timeout.connect(self._draw)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.info)
+        layout.addLayout(form)
+        layout.addLayout(checks)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addLayout(plot_row, 2)
+        layout.addWidget(self.table, 1)
+        self._show_device()
+
+    # Running --------------------------------------------------------------------------
+
+    def config(self) -> Config:
+        return Config(
+            device=self.device.currentText(),
+            dtype=self.dtype.currentText(),
+            batch=self.batch.value(),
+            heads=self.heads.value(),
+            d_head=self.d_head.value(),
+            causal=self.causal.isChecked(),
+            backward=self.backward.isChecked(),
+            min_n=int(self.min_n.currentText()),
+            max_n=int(self.max_n.currentText()),
+            impls=tuple(name for name, box in self.impls.items() if box.isChecked()),
+            repeats=self.repeats.value(),
+        )
+
+    def run(self) -> None:
+        config = self.config()
+        try:
+            config.check()
+        except ValueError as e:
+            self.status.setText(f"<span style='color:#b00'>{e}</span>")
+            return
+        self.records, self.report, self.gemm = [], None, 0.0
+        self.table.setRowCount(0)
+        self._draw()
+        self.sweep = Sweep(config)
+        self.sweep.progress.connect(self._progress)
+        self.sweep.record.connect(self._record)
+        self.sweep.finished.connect(self._finished)
+        self.sweep.failed.connect(self._failed)
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.status.setText("running…")
+        self.sweep.start()
+
+    def cancel(self) -> None:
+        if self.sweep is not None:
+            self.sweep.cancel()
+
+    def _progress(self, step: int, total: int, message: str) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(step)
+        self.status.setText(message)
+
+    def _record(self, record: Record) -> None:
+        self.records.append(record)
+        self._add_row(record)
+        if not self._redraw.isActive():
+            self._redraw.start()  # at most a few redraws a second, however fast records come
+
+    def _finished(self, report: Report) -> None:
+        self.report, self.gemm = report, report.gemm_tflops
+        self.records = list(report.records)
+        self.table.setRowCount(0)
+        for record in self.records:
+            self._add_row(record)
+        self._draw()
+        self._idle("cancelled" if report.cancelled else f"done: {len(report.records)} records")
+
+    def _failed(self, message: str) -> None:
+        self._idle(f"<span style='color:#b00'>{message}</span>")
+
+    def _idle(self, text: str) -> None:
+        self.sweep = None
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.status.setText(text)
+
+    # Drawing ---------------------------------------------------------------------------
+
+    def _show_device(self) -> None:
+        from attnviz.core.bench import describe_device, resolve_device
+
+        d = describe_device(resolve_device(self.device.currentText()))
+        backends = ", ".join(d["backends"]) or "none"
+        name, memory = d.get("name", d["type"]), human_bytes(d["memory_bytes"])
+        self.info.setText(
+            f"<b>{name}</b> ({d['type']}) · memory {memory} · torch {d['torch']}"
+            f" · SDPA backends here: {backends}"
+        )
+
+    def _add_row(self, r: Record) -> None:
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        share = "" if r.share_of_gemm is None else f"{100 * r.share_of_gemm:.0f}%"
+        values = (
+            r.impl,
+            str(r.n),
+            "" if r.time_ms is None else f"{r.time_ms:.4g}",
+            "" if r.peak_bytes is None else human_bytes(r.peak_bytes),
+            human_bytes(r.predicted_bytes),
+            "" if r.tflops is None else f"{r.tflops:.3g}",
+            share,
+            "" if r.error is None else f"{r.error:.2g}",
+            r.status,
+        )
+        for col, text in enumerate(values):
+            self.table.setItem(row, col, QTableWidgetItem(text))
+
+    def _draw(self) -> None:
+        for key, chart in charts(self.records, self.gemm, self.config()).items():
+            self.plots[key].set_chart(chart)
+
+    # Export -----------------------------------------------------------------------------
+
+    def export_csv(self) -> None:
+        from attnviz.bench_cli import as_csv
+        from attnviz.core.files import atomic_write
+
+        if not self.records:
+            self.status.setText("Run a sweep first.")
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export records", "attention-timing.csv", "CSV (*.csv)"
+        )
+        if path:
+            report = self.report or Report({}, {}, self.gemm, self.records)
+            atomic_write(path, as_csv(report).encode("utf-8"))
+            self.status.setText(f"Wrote {Path(path).name}")
+
+    def export_plots(self) -> None:
+        if not self.records:
+            self.status.setText("Run a sweep first.")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export the three plots (PNG and SVG) to")
+        if folder:
+            written = self.export_plots_to(Path(folder))
+            self.status.setText(f"Wrote {len(written)} files to {folder}")
+
+    def export_plots_to(self, folder: Path) -> list[Path]:
+        written = []
+        for key, chart in charts(self.records, self.gemm, self.config(), detailed=True).items():
+            svg = to_svg(chart)
+            for suffix in (".svg", ".png"):
+                path = folder / f"attention-{key}{suffix}"
+                save_svg(svg, path)
+                written.append(path)
+        return written
