@@ -77,11 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="jsonl streams progress and records as JSON lines while it runs (for programs)",
     )
     p.add_argument("--out", metavar="FILE", help="write the report here instead of stdout")
+    p.add_argument(
+        "--low-priority",
+        action="store_true",
+        help="run at a lower CPU priority (a window running the sweep stays responsive)",
+    )
     return p
 
 
 def config_from(args: argparse.Namespace, device: str) -> Config:
-    max_n = args.max_n or (65536 if device == "cuda" else 4096)
+    max_n = args.max_n if args.max_n is not None else (65536 if device == "cuda" else 4096)
     return Config(
         device=device,
         dtype=args.dtype,
@@ -203,8 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnviz bench: {e}", file=sys.stderr)
         return EXIT_USAGE
     stream = args.format == "jsonl"
-    if stream and hasattr(os, "nice"):
-        os.nice(10)  # a window reads this stream: leave it the CPU it needs to stay responsive
+    if stream and args.out:
+        print("attnviz bench: --format jsonl streams to stdout; leave out --out", file=sys.stderr)
+        return EXIT_USAGE
+    if args.low_priority and hasattr(os, "nice"):
+        os.nice(10)
     try:
         report = run(
             config,

@@ -142,7 +142,8 @@ def predicted_bytes(c: Config, impl: str, n: int) -> int:
     Dense attention (naive, and the math backend) holds the b·h·n² scores and their
     softmax at once (two n × n matrices), plus the output; with backward, autograd keeps
     both and the gradient of each. Fused kernels hold the output and per-row statistics
-    (b·h·n) only, plus the input gradients with backward. ``sdpa`` is predicted as fused.
+    (b·h·n) only, plus the input gradients with backward; their small per-thread scratch
+    buffers are not counted. ``sdpa`` is predicted as fused.
     """
     size = BYTES[c.dtype]
     rows = c.batch * c.heads * n
@@ -221,16 +222,23 @@ def cpu_peak_bytes(fn: Callable[[], None]) -> int:
 
     Why this measure on the CPU: torch keeps no peak counter there (CUDA has
     max_memory_allocated), and the process's resident memory misses tensors that reuse
-    freed heap. The profiler records every allocation and free with the op that made
-    it; their running sum in time order is the memory held, and its maximum is the peak.
+    freed heap. The profiler records every allocation and free; their running sum in
+    time order is the memory held, and its maximum is the peak. The per-allocation
+    records sit in a private part of the profiler; where it is missing, the per-op
+    totals stand in (they miss memory an op allocates and frees inside itself).
     """
     from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
+    try:
+        raw = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        steps = [(e.start_ns(), e.nbytes()) for e in raw]
+    except AttributeError:
+        steps = [(e.time_range.start, e.self_cpu_memory_usage) for e in prof.events()]
     held = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        held += event.self_cpu_memory_usage
+    for _, change in sorted(steps):
+        held += change
         peak = max(peak, held)
     return peak
 
@@ -368,12 +376,19 @@ def gemm_tflops(device: str, dtype: str, repeats: int = 5) -> float:
 
 
 def reference_error(impl: str, c: Config, device: str) -> float:
-    """Max |impl − float64 reference| on the same inputs at n = CHECK_N (forward)."""
+    """Max |impl − float64 reference| on the same inputs at n = CHECK_N (forward).
+
+    The reference is torch's math backend in float64 on the CPU: not the naive code
+    being checked, so a mistake in either shows.
+    """
     import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     dt = getattr(torch, c.dtype)
     q, k, v = (t.detach() for t in _inputs(c, CHECK_N, "cpu", torch.float64, seed=1))
-    expected = naive(q, k, v, c.causal)
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=c.causal)
     with torch.no_grad():
         got = _call(impl, q.to(device, dt), k.to(device, dt), v.to(device, dt), c.causal)
     return float((got.double().cpu() - expected).abs().max())
@@ -416,10 +431,16 @@ def run(
         step += 1
         errors, failed_at = {}, {}
         for impl in config.impls:
-            q = torch.randn(1, 1, 16, 16, device=device, dtype=dt)
+            # Probed at the sweep's head size and dtype: kernels refuse some of them.
+            q = torch.randn(1, 1, 16, config.d_head, device=device, dtype=dt)
             reason = _unsupported(impl, q, q, q, config.causal)
-            errors[impl] = None if reason else reference_error(impl, config, device)
+            if reason is None:
+                try:
+                    errors[impl] = reference_error(impl, config, device)
+                except RuntimeError as e:
+                    reason = f"no {impl} kernel for these inputs ({str(e).splitlines()[0][:160]})"
             if reason:
+                errors[impl] = None
                 failed_at[impl] = f"unsupported: {reason}"
         for n in sizes:
             for impl in config.impls:

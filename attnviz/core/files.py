@@ -142,6 +142,8 @@ def _settings(value: Any) -> Settings:
         heads = value["ablated"]
         if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
             raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
+        if len(set(heads)) != len(heads):
+            raise FileFormatError(f"settings.ablated: head numbers {heads} repeat")
         value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
     if "dropout" in value and type(value["dropout"]) is int:
         try:

@@ -116,7 +116,8 @@ def make_preset(name: str, n: int | None = None, seed: int | None = None) -> Sce
         raise ScenarioError(f"preset {name!r} does not exist; try one of: {', '.join(PRESETS)}")
     if not preset.sized:
         if n is not None or seed is not None:
-            raise ScenarioError(f"preset {name!r} has a fixed size: n and seed do not apply")
+            sized = " or ".join(p.name for p in PRESETS.values() if p.sized)
+            raise ScenarioError(f"preset {name!r} has a fixed size: n and seed need {sized}")
         return preset.make()
     kwargs = {k: v for k, v in (("n", n), ("seed", seed)) if v is not None}
     return preset.make(**kwargs)

@@ -179,10 +179,16 @@ class CrossCheck:
     torch_diff: float
     sdpa_diff: float | None
     sdpa_note: str  # why SDPA was not compared, when it was not
+    scale: float = 1.0  # the largest |value| compared, at least 1
 
     @property
     def worst(self) -> float:
         return max(self.torch_diff, self.sdpa_diff or 0.0)
+
+    @property
+    def relative(self) -> float:
+        """worst over the size of the numbers: what float64 rounding is measured against."""
+        return self.worst / self.scale
 
 
 def cross_check(s: Scenario, device: str = "cpu", dtype: str = "float64") -> CrossCheck:
@@ -190,8 +196,13 @@ def cross_check(s: Scenario, device: str = "cpu", dtype: str = "float64") -> Cro
     dev = resolve_device(device)
     ref = compute(s)
     torch_diff = max_difference(ref, compute_torch(s, dev, dtype))
+    finite = ref.scaled[np.isfinite(ref.scaled)]
+    scale = max(
+        1.0, *(float(np.abs(a).max()) for a in (ref.Q, ref.K, ref.V, ref.final, finite) if a.size)
+    )
     sdpa = sdpa_output(s, dev, dtype)
     if sdpa is None:
         why = "dropout is on" if s.settings.dropout > 0 else f"mask {s.settings.mask!r}"
-        return CrossCheck(dev, dtype, torch_diff, None, f"SDPA cannot express {why}")
-    return CrossCheck(dev, dtype, torch_diff, float(np.abs(sdpa - ref.output).max()), "")
+        return CrossCheck(dev, dtype, torch_diff, None, f"SDPA cannot express {why}", scale)
+    sdpa_diff = float(np.abs(sdpa - ref.output).max())
+    return CrossCheck(dev, dtype, torch_diff, sdpa_diff, "", scale)

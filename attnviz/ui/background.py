@@ -34,6 +34,10 @@ class Background(QObject):
             gen = self._generation
             self._pool.submit(lambda: self._finished.emit(gen, *self._call(job, args)))
 
+    def discard(self) -> None:
+        """Drop the answer of any job still running."""
+        self._generation += 1
+
     @staticmethod
     def _call(job: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str]:
         try:

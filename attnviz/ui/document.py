@@ -65,8 +65,8 @@ class Document(QObject):
     selectionChanged = Signal(object)  # Selection
     engineChanged = Signal(str)
     computeFailed = Signal(str)
-    _computed = Signal(int, object)  # generation, Result (from the worker thread)
-    _failed = Signal(str)
+    _computed = Signal(int, object, str, object)  # generation, Scenario, engine, Result
+    _failed = Signal(int, str)  # generation, message
 
     def __init__(self, scenario: Scenario | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -77,12 +77,15 @@ class Document(QObject):
         self.selection: Selection | None = None
         self.engine = "numpy"
         self.result: Result = compute(self.scenario)
+        self.result_scenario = self.scenario  # what self.result was computed from
         self._base = self.result  # the newest computed result, base for incremental updates
         self._dirty = Dirty()
         self._generation = 0
         self._busy = False
         self._preview_shown = threading.Event()
         self._preview_held = False
+        self._pending = False  # changes not yet handed to the worker
+        self._closed = False
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-compute")
         self._computed.connect(self._on_computed)
         self._failed.connect(self._on_failed)
@@ -164,69 +167,86 @@ class Document(QObject):
         s = self.scenario
         if self.engine == "numpy" and s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS:
             self._dirty = Dirty()
-            self._publish(compute(s))
-        elif not self._busy:
+            self._pending = False
+            self._publish(compute(s), s)
+            return
+        self._pending = True
+        if not self._busy:
             self._start()
 
     def _start(self) -> None:
         self._set_busy(True)
-        gen, s, base, dirty = self._generation, self.scenario, self._base, self._dirty
+        self._pending = False
+        job = (self._generation, self.scenario, self._base, self._dirty, self.head, self.engine)
         self._dirty = Dirty()
-        self._pool.submit(self._work, gen, s, base, dirty, self.head)
+        self._pool.submit(self._work, *job)
 
-    def _work(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
+    def _work(
+        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+    ) -> None:
         try:
-            self._compute(gen, s, base, dirty, head)
+            self._compute(gen, s, base, dirty, head, engine)
         except Exception as e:  # e.g. torch missing or out of memory: say so, keep going
-            self._failed.emit(f"{type(e).__name__}: {e}")
+            self._failed.emit(gen, f"{type(e).__name__}: {e}")
 
-    def _on_failed(self, message: str) -> None:
-        self._set_busy(False)
-        if self.engine != "numpy":
-            message += "; showing the NumPy engine instead"
-            self.engine = "numpy"
-            self.engineChanged.emit(self.engine)
-            self._dirty.full = True
-            self._recompute()
-        self.computeFailed.emit(message)
-
-    def _compute(self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int) -> None:
+    def _compute(
+        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+    ) -> None:
         """On the worker thread: the shown head first (a preview), then the rest."""
-        if self.engine != "numpy":
+        if engine != "numpy":
             from attnviz.core.torch_engine import compute_torch
 
-            self._computed.emit(gen, compute_torch(s, "auto", ENGINES[self.engine]))
+            self._computed.emit(gen, s, engine, compute_torch(s, "auto", ENGINES[engine]))
             return
         if dirty.full:
-            self._computed.emit(gen, compute(s))
+            self._computed.emit(gen, s, engine, compute(s))
             return
         args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
         fresh: list[int] = []
         if dirty.x_rows or head in dirty.heads:
             self._preview_shown.clear()
             preview = update(base, *args, only=head)
-            self._computed.emit(gen, preview)
+            self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=1.0)
             base, fresh = preview, [head]
-        self._computed.emit(gen, update(base, *args, fresh=fresh))
+        self._computed.emit(gen, s, engine, update(base, *args, fresh=fresh))
 
-    def _on_computed(self, gen: int, result: Result) -> None:
-        if result.complete:
-            self._base = result
-        if gen != self._generation:
+    def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
+        if self._closed:
+            return
+        self._preview_held = False  # a view still drawing the last preview will not be waited for
+        if result.complete and engine == "numpy":
+            self._base = result  # incremental updates build on reference results only
+        if gen != self._generation:  # superseded
             if result.complete:
-                self._start()  # newer edits arrived meanwhile: compute the latest
+                self._set_busy(False)
+                if self._pending:
+                    self._start()
             else:
                 self._preview_shown.set()
             return
         if result.complete:
             self._set_busy(False)
-        self._publish(result)
-        if not result.complete and not self.preview_pending:
+        self._publish(result, s)
+        if not result.complete and not self._preview_held:
             self._preview_shown.set()  # nobody is drawing it
+
+    def _on_failed(self, gen: int, message: str) -> None:
+        if self._closed:
+            return
+        self._set_busy(False)
+        self._dirty.full = True  # the failed job's changes were taken: recompute everything
+        if self.engine != "numpy":
+            message += "; showing the NumPy engine instead"
+            self.engine = "numpy"
+            self.engineChanged.emit(self.engine)
+            self._recompute()
+        elif gen != self._generation or self._pending:
+            self._start()
+        self.computeFailed.emit(message)
 
     @property
     def preview_pending(self) -> bool:
@@ -241,10 +261,10 @@ class Document(QObject):
         self._preview_held = False
         self._preview_shown.set()
 
-    def _publish(self, result: Result) -> None:
-        if result.complete:
+    def _publish(self, result: Result, scenario: Scenario) -> None:
+        if result.complete and self.engine == "numpy":
             self._base = result
-        self.result = result
+        self.result, self.result_scenario = result, scenario
         self.resultChanged.emit(result)
 
     def _set_busy(self, busy: bool) -> None:
@@ -260,4 +280,6 @@ class Document(QObject):
             QCoreApplication.processEvents()
 
     def close(self) -> None:
+        self._closed = True
+        self._preview_shown.set()
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -29,12 +29,14 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QWidget,
 )
+from shiboken6 import isValid
 
 from attnviz.core import files
 from attnviz.core.figure import spec_for
 from attnviz.core.lessons import STAGES
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
+from attnviz.ui.background import Background
 from attnviz.ui.commands import LoadScenario, ReplaceScenario
 from attnviz.ui.document import Document
 from attnviz.ui.export import write_image
@@ -583,7 +585,14 @@ class MainWindow(QMainWindow):
     # Matrices and images -------------------------------------------------------------------
 
     def _target_grid(self) -> MatrixGrid:
-        return self.last_grid or self.inputs.grid
+        """The grid that last had focus, unless it has gone (its head was removed)."""
+        grid = self.last_grid
+        if grid is None or not isValid(grid):
+            return self.inputs.grid
+        model = grid.matrix_model()
+        if model.head is not None and model.head >= self.doc.scenario.n_heads:
+            return self.inputs.grid
+        return grid
 
     def import_matrix(self) -> None:
         grid = self._target_grid()
@@ -626,7 +635,9 @@ class MainWindow(QMainWindow):
             self.show_message(f"Exported {model.label} to {Path(path).name}")
 
     def export_heatmap(self) -> None:
-        view = self.last_heatmap or self.pipeline.views["weights"]
+        view = self.last_heatmap
+        if view is None or not isValid(view) or view.spec is None:
+            view = self.pipeline.views["weights"]
         spec = view.spec
         assert spec is not None
         default = self._folder(f"head{self.doc.head + 1}-{view.name}.png")
@@ -752,9 +763,11 @@ class MainWindow(QMainWindow):
             scenario = files.load_snapshot(self.autosave_path)
         except files.FileFormatError as e:
             self.error("Cannot restore", str(e))
+            self.clear_autosave()  # or the same broken copy is offered at every start
             return False
         origin_file = self.data_dir / "autosave.origin"
-        origin = Path(origin_file.read_text("utf-8")) if origin_file.exists() else None
+        text = origin_file.read_text("utf-8") if origin_file.exists() else ""
+        origin = Path(text) if text else None
         # Undo then goes back to what the file holds (or to the worked example, untitled).
         try:
             saved = files.load_scenario(origin) if origin else None
@@ -779,6 +792,7 @@ class MainWindow(QMainWindow):
         self.clear_autosave()
         self._autosaver.shutdown(wait=True)
         self.doc.close()
-        self.badge.worker.close()
+        for worker in self.findChildren(Background):
+            worker.close()
         self._closed = True
         event.accept()

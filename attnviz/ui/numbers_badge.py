@@ -9,7 +9,7 @@ from attnviz.core.scenario import Scenario
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document
 
-TOLERANCE = 1e-9  # float64: anything larger means an engine computes something else
+TOLERANCE = 1e-9  # float64, relative to the size of the numbers: past it, an engine differs
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
 
 
@@ -26,7 +26,8 @@ class NumbersBadge(QToolButton):
         self.clicked.connect(self.start)
         self.setToolTip(
             "Largest difference between the NumPy float64 engine, the torch engine and "
-            "torch's scaled_dot_product_attention on this scenario (red past 1e-9)"
+            "torch's scaled_dot_product_attention on this scenario (red past 1e-9 of the "
+            "largest value compared)"
         )
         self._paint("Numbers check: click to run (loads torch)", GREY)
         doc.resultChanged.connect(self._on_result)
@@ -47,9 +48,8 @@ class NumbersBadge(QToolButton):
         from attnviz.core.torch_engine import CrossCheck
 
         assert isinstance(c, CrossCheck)
-        worst = c.worst
         sdpa = f"SDPA {c.sdpa_diff:.1e}" if c.sdpa_diff is not None else "SDPA n/a"
-        ok = worst <= TOLERANCE
+        ok = c.relative <= TOLERANCE
         text = f"{'✓' if ok else '✗'} NumPy vs torch {c.torch_diff:.1e} · {sdpa} ({c.device})"
         self._paint(text, GREEN if ok else RED)
         if c.sdpa_note:

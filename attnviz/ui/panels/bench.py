@@ -94,7 +94,16 @@ class Sweep(QObject):
 
     def arguments(self) -> list[str]:
         c = self.config
-        args = ["-m", "attnviz", "bench", "--format", "jsonl", "--device", c.device]
+        args = [
+            "-m",
+            "attnviz",
+            "bench",
+            "--format",
+            "jsonl",
+            "--low-priority",
+            "--device",
+            c.device,
+        ]
         args += ["--dtype", c.dtype, "--batch", str(c.batch), "--heads", str(c.heads)]
         args += ["--d-head", str(c.d_head), "--min-n", str(c.min_n), "--max-n", str(c.max_n)]
         args += ["--impl", ",".join(c.impls), "--repeats", str(c.repeats)]

@@ -58,7 +58,8 @@ class HeadsPanel(ResultPanel):
             self._build(result.n_heads)
         for h, view in enumerate(self.views):
             spec = spec_for(result, "weights", h)
-            off = " (switched off)" if h in result.settings.ablated else ""
+            off = h in result.settings.ablated and result.settings.projections
+            off = " (switched off)" if off else ""
             view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{off}"))
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):

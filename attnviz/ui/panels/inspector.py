@@ -9,10 +9,12 @@ from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.engine import HEAD_MATRICES, Result, compute
 from attnviz.core.explain import Explanation, explain
-from attnviz.ui.document import Document, Selection
+from attnviz.core.scenario import Scenario
+from attnviz.ui.background import Background
+from attnviz.ui.document import SYNC_SCORE_CELLS, Document, Selection
 
 EMPTY = (
-    "<p style='color:#666'>Click any cell of a heatmap (or of the X grid) to see the "
+    "<p style='color:#666'>Click any cell of a heatmap to see the "
     "arithmetic behind it: the products and their sum for a score, the division by √d_k, "
     "the exponentials and their quotient for a weight, the weighted sum of value rows for "
     "an output, the head blocks times W_O for the final output.</p>"
@@ -62,26 +64,47 @@ class InspectorPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.view)
+        # A cell of the Masks comparison lives in the scenario under another mask:
+        # (result it came from, mask) -> (that scenario, its result), computed off-thread.
+        self._other: tuple[Result, str, Scenario, Result] | None = None
+        self.worker = Background(self)
+        self.worker.done.connect(self._other_ready)
         doc.selectionChanged.connect(lambda _: self.refresh())
         doc.resultChanged.connect(lambda r: r.complete and self.refresh())
         self.refresh()
 
-    def _result_for(self, sel: Selection) -> tuple[object, Result]:
-        s = self.doc.scenario
+    def _other_ready(self, other: tuple[Result, str, Scenario, Result]) -> None:
+        self._other = other
+        self.refresh()
+
+    def _result_for(self, sel: Selection) -> tuple[Scenario, Result] | None:
+        """The scenario and result the selected cell belongs to; None while computing."""
+        s, r = self.doc.result_scenario, self.doc.result
         if sel.mask is None or sel.mask == s.settings.mask:
-            return s, self.doc.result
-        s = s.with_settings(mask=sel.mask)
-        return s, compute(s)
+            return s, r
+        if self._other is not None and self._other[0] is r and self._other[1] == sel.mask:
+            return self._other[2], self._other[3]
+        other, mask = s.with_settings(mask=sel.mask), sel.mask
+        if other.n_heads * other.n**2 <= SYNC_SCORE_CELLS:
+            self._other = (r, mask, other, compute(other))
+            return other, self._other[3]
+        self.worker.run(lambda: (r, mask, other, compute(other)))
+        return None
 
     def refresh(self) -> None:
         sel = self.doc.selection
-        if sel is None:
-            self.view.setHtml(EMPTY)
+        if sel is None or not self.doc.result.complete:
+            if sel is None:
+                self.view.setHtml(EMPTY)
             return
-        scenario, result = self._result_for(sel)
+        found = self._result_for(sel)
+        if found is None:
+            self.view.setHtml("<p style='color:#666'>computing…</p>")
+            return
+        scenario, result = found
         head = sel.head if sel.view in HEAD_MATRICES else None
         try:
-            e = explain(scenario, result, sel.view, head, sel.row, sel.col)  # type: ignore[arg-type]
+            e = explain(scenario, result, sel.view, head, sel.row, sel.col)
         except KeyError:
             self.view.setHtml(EMPTY)  # the cell is gone (the matrix shrank)
             return

@@ -110,7 +110,7 @@ class MasksPanel(ResultPanel):
     def show_result(self, r: Result) -> None:
         """Recompute the comparison for the current scenario and head."""
         self.probes = None
-        s, head = self.doc.scenario, self.doc.head
+        s, head = self.doc.result_scenario, self.doc.head
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         tokens = list(s.tokens)
         if [self.token.itemText(i) for i in range(self.token.count())] != tokens:
@@ -123,7 +123,7 @@ class MasksPanel(ResultPanel):
         self.worker.run(lambda: (compare_masks(s, head, a, b, base=r), None), now=self._now())
 
     def run_probe(self) -> None:
-        s, token, amount = self.doc.scenario, self.token.currentIndex(), self.amount.value()
+        s, token, amount = self.doc.result_scenario, self.token.currentIndex(), self.amount.value()
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         head, r = self.doc.head, self.doc.result
 

@@ -74,7 +74,7 @@ class MixPanel(ResultPanel):
         layout.addLayout(self.parts_grid, 2)
 
     def show_result(self, r: Result) -> None:
-        s = self.doc.scenario
+        s = self.doc.result_scenario
         st = r.settings
         self.diagram.setText(
             flow_diagram(len(r.tokens), s.d_model, r.n_heads, r.d_k, st.projections)

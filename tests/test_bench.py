@@ -1,0 +1,546 @@
+"""The long-sequence benchmark core: records, arithmetic, errors, guards, cancellation.
+
+CPU only and small (heads 2, d_head 16, n from 64 to 512, one repeat, no warm-up). Every
+expected number (FLOPs, predicted bytes, reference outputs) is computed here from the
+formulas in the issue, never read back from attnviz.core.bench. The matrix-multiply
+ceiling is replaced by a fixed number in most tests: it is slow on a CPU and its value
+only enters through share_of_gemm, which the tests check against that number.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnviz.core import bench  # noqa: E402 (needs torch, after the skip)
+from attnviz.core.bench import Config  # noqa: E402
+
+GEMM = 0.25  # TFLOP/s: the ceiling the fixture below pretends to measure
+F32 = 4  # bytes per float32
+CUDA = torch.cuda.is_available()
+
+
+def tiny(**kw: object) -> Config:
+    """A CPU sweep small enough for a unit test."""
+    base: dict[str, object] = dict(
+        device="cpu",
+        heads=2,
+        d_head=16,
+        min_n=64,
+        max_n=128,
+        impls=("naive", "sdpa"),
+        repeats=1,
+        warmup=0,
+    )
+    base.update(kw)
+    return Config(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fixed_gemm(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(bench, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
+    return GEMM
+
+
+# Our own arithmetic, from the issue -------------------------------------------------------
+
+
+def my_flops(b: int, h: int, n: int, d: int, causal: bool, backward: bool) -> float:
+    """FlashAttention's count: 4·b·h·n²·d forward, half if causal; backward adds 2.5×."""
+    forward = 4 * b * h * n * n * d
+    if causal:
+        forward /= 2
+    return forward * 3.5 if backward else forward
+
+
+def my_predicted(impl: str, b: int, h: int, n: int, d: int, size: int, backward: bool) -> int:
+    """Dense: two b·h·n² matrices (four with backward) + the output (+3 input gradients).
+    Fused: the output (+3 input gradients) + one float32 statistic per row."""
+    rows = b * h * n
+    out = rows * d * size
+    with_grads = 4 * out if backward else out
+    if impl in ("naive", "math"):
+        return 2 * rows * n * size * (2 if backward else 1) + with_grads
+    return with_grads + rows * 4
+
+
+def my_inputs_bytes(b: int, h: int, n: int, d: int, size: int) -> int:
+    return 3 * b * h * n * d * size
+
+
+def reference_attention(q, k, v, causal: bool):
+    """softmax(Q Kᵀ / √d + mask) V in float64, written out with explicit exponentials."""
+    q, k, v = (t.double() for t in (q, k, v))
+    n, d = q.shape[-2], q.shape[-1]
+    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d)
+    if causal:
+        future = torch.arange(n)[None, :] > torch.arange(n)[:, None]
+        s = s.masked_fill(future, float("-inf"))
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    w = e / e.sum(dim=-1, keepdim=True)
+    return torch.einsum("bhij,bhjd->bhid", w, v)
+
+
+def cells(records: list[bench.Record]) -> list[tuple[str, int]]:
+    return [(r.impl, r.n) for r in records]
+
+
+def by_cell(records: list[bench.Record]) -> dict[tuple[str, int], bench.Record]:
+    return {(r.impl, r.n): r for r in records}
+
+
+# Config.check -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"min_n": 3}, "min_n"),
+        ({"max_n": 100}, "max_n"),
+        ({"min_n": 0}, "min_n"),
+        ({"min_n": 256, "max_n": 128}, "min_n"),
+        ({"max_n": 2**18}, "max_n"),
+        ({"impls": ("naive", "foo")}, "foo"),
+        ({"impls": ("foo",)}, "impl"),
+        ({"impls": ()}, "impl"),
+        ({"dtype": "float8"}, "dtype"),
+        ({"dtype": "float64"}, "dtype"),
+        ({"device": "tpu"}, "device"),
+        ({"repeats": 0}, "repeats"),
+        ({"warmup": -1}, "warmup"),
+        ({"batch": 0}, "batch"),
+        ({"heads": True}, "heads"),
+        ({"min_n": True}, "min_n"),
+        ({"d_head": 16.0}, "d_head"),
+        ({"repeats": "3"}, "repeats"),
+    ],
+)
+def test_config_check_names_the_bad_parameter(changes: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        tiny(**changes).check()
+
+
+def test_config_check_accepts_a_good_config_and_sizes_are_the_powers_of_two() -> None:
+    c = tiny(min_n=16, max_n=1024, impls=bench.IMPLEMENTATIONS, causal=True, backward=True)
+    c.check()
+    assert c.sizes() == [16, 32, 64, 128, 256, 512, 1024]
+    assert tiny(min_n=256, max_n=256).sizes() == [256]
+
+
+# The arithmetic on its own ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("backward", [False, True])
+def test_attention_flops_follow_flashattention(causal: bool, backward: bool) -> None:
+    c = Config(batch=3, heads=5, d_head=24, causal=causal, backward=backward)
+    for n in (16, 1024, 65536):
+        expected = my_flops(3, 5, n, 24, causal, backward)
+        assert bench.attention_flops(c, n) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("impl", bench.IMPLEMENTATIONS)
+def test_predicted_bytes_by_the_documented_formula(dtype: str, backward: bool, impl: str) -> None:
+    size = 4 if dtype == "float32" else 2
+    c = Config(dtype=dtype, batch=2, heads=3, d_head=40, backward=backward)
+    for n in (64, 4096):
+        assert bench.predicted_bytes(c, impl, n) == my_predicted(impl, 2, 3, n, 40, size, backward)
+
+
+def test_dense_prediction_grows_fourfold_and_fused_twofold() -> None:
+    c = Config(heads=8, d_head=64)
+    for n in (1024, 2048, 4096):
+        dense = bench.predicted_bytes(c, "naive", 2 * n) / bench.predicted_bytes(c, "naive", n)
+        fused = bench.predicted_bytes(c, "sdpa", 2 * n) / bench.predicted_bytes(c, "sdpa", n)
+        assert 3.8 < dense <= 4.0
+        assert fused == pytest.approx(2.0)
+
+
+# Records: complete and consistent ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("causal", "backward"), [(False, False), (True, False), (True, True)])
+def test_records_are_complete_and_consistent(
+    fixed_gemm: float, causal: bool, backward: bool
+) -> None:
+    c = tiny(impls=("naive", "sdpa", "math"), causal=causal, backward=backward)
+    seen: list[bench.Record] = []
+    report = bench.run(c, on_record=seen.append)
+
+    assert not report.cancelled
+    assert report.gemm_tflops == fixed_gemm
+    assert report.device["type"] == "cpu"
+    assert report.config["device"] == "cpu"
+    assert cells(report.records) == [(i, n) for n in (64, 128) for i in ("naive", "sdpa", "math")]
+    assert seen == report.records
+    for r in report.records:
+        assert r.status == "ok", (r.impl, r.n, r.status)
+        assert r.time_ms is not None and r.time_ms > 0
+        assert isinstance(r.peak_bytes, int) and r.peak_bytes > 0
+        flops = my_flops(1, 2, r.n, 16, causal, backward)
+        assert r.tflops == pytest.approx(flops / (r.time_ms / 1e3) / 1e12, rel=1e-9)
+        assert r.share_of_gemm == pytest.approx(r.tflops / fixed_gemm, rel=1e-9)
+        assert r.predicted_bytes == my_predicted(r.impl, 1, 2, r.n, 16, F32, backward)
+        assert r.error is not None and 0 < r.error < 1e-4
+
+
+def test_share_of_gemm_against_the_measured_ceiling() -> None:
+    """One sweep with the real (slow) ceiling: positive, and every share is tflops over it."""
+    report = bench.run(tiny(min_n=64, max_n=64, impls=("sdpa",)))
+    assert report.gemm_tflops > 0
+    (r,) = report.records
+    assert r.status == "ok"
+    assert r.share_of_gemm == pytest.approx(r.tflops / report.gemm_tflops, rel=1e-9)
+
+
+def test_report_to_dict_holds_every_record(fixed_gemm: float) -> None:
+    report = bench.run(tiny())
+    d = report.to_dict()
+    assert d["gemm_tflops"] == fixed_gemm
+    assert d["cancelled"] is False
+    assert [(r["impl"], r["n"]) for r in d["records"]] == cells(report.records)
+    assert set(d["records"][0]) == {
+        "impl",
+        "n",
+        "status",
+        "time_ms",
+        "peak_bytes",
+        "predicted_bytes",
+        "tflops",
+        "share_of_gemm",
+        "error",
+    }
+
+
+# Peak memory on the CPU against the prediction ---------------------------------------------
+
+
+def test_cpu_peak_memory_matches_the_prediction(fixed_gemm: float) -> None:
+    report = bench.run(tiny(min_n=256, max_n=512))
+    got = by_cell(report.records)
+    for n in (256, 512):
+        r = got["naive", n]
+        assert r.status == "ok"
+        assert r.peak_bytes == pytest.approx(
+            my_predicted("naive", 1, 2, n, 16, F32, False), rel=0.1
+        )
+        # The fused kernel also takes small per-thread scratch buffers, not in the formula.
+        s = got["sdpa", n]
+        predicted = my_predicted("sdpa", 1, 2, n, 16, F32, False)
+        assert 0.9 * predicted <= s.peak_bytes <= predicted + 512 * 1024, n
+    naive_growth = got["naive", 512].peak_bytes / got["naive", 256].peak_bytes
+    assert 3.5 < naive_growth < 4.5
+
+
+def test_cpu_peak_memory_of_the_math_backend_shows_the_dense_scores(fixed_gemm: float) -> None:
+    report = bench.run(tiny(min_n=256, max_n=512, impls=("math",)))
+    for r in report.records:
+        assert r.status == "ok"
+        predicted = my_predicted("math", 1, 2, r.n, 16, F32, False)
+        assert r.peak_bytes == pytest.approx(predicted, rel=0.25), r.n
+
+
+# Errors against the float64 reference -----------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_matches_an_independent_float64_reference(causal: bool) -> None:
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 3, 128, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    expected = reference_attention(q, k, v, causal)
+    exact = bench.naive(q, k, v, causal)
+    assert float((exact - expected).abs().max()) < 1e-12
+    rounded = bench.naive(q.float(), k.float(), v.float(), causal)
+    assert rounded.dtype == torch.float32
+    err = float((rounded.double() - expected).abs().max())
+    assert 0 < err < 1e-5
+
+
+def test_every_cpu_implementation_is_close_to_the_reference(fixed_gemm: float) -> None:
+    report = bench.run(tiny(min_n=64, max_n=64, impls=("naive", "sdpa", "flash", "math")))
+    for r in report.records:
+        if r.status.startswith("unsupported"):
+            continue  # flash on a CPU depends on the torch build
+        assert r.status == "ok"
+        assert r.error is not None and 0 < r.error < 1e-4, (r.impl, r.error)
+
+
+def test_error_reflects_the_dtype(fixed_gemm: float) -> None:
+    """bfloat16 keeps 8 bits of mantissa: its error is far above float32's, still bounded."""
+    report = bench.run(tiny(min_n=64, max_n=64, impls=("naive",), dtype="bfloat16"))
+    (r,) = report.records
+    assert r.status == "ok"
+    assert r.predicted_bytes == my_predicted("naive", 1, 2, 64, 16, 2, False)
+    assert r.error is not None and 1e-4 < r.error < 0.1
+
+
+def test_a_wrong_fused_implementation_is_caught(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_call = bench._call
+
+    def off_by_two_percent(impl, q, k, v, causal):
+        out = real_call(impl, q, k, v, causal)
+        return out * 1.02 if impl == "sdpa" else out
+
+    monkeypatch.setattr(bench, "_call", off_by_two_percent)
+    report = bench.run(tiny(min_n=64, max_n=64))
+    got = by_cell(report.records)
+    assert got["naive", 64].error < 1e-4
+    assert got["sdpa", 64].error > 1e-3
+
+
+def unscaled_naive(q, k, v, causal):
+    """Dense attention that forgets the 1/√d: a plausible bug."""
+    s = q @ k.transpose(-2, -1)
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def test_a_wrong_naive_is_caught_in_its_own_error(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "naive", unscaled_naive)
+    report = bench.run(tiny(min_n=64, max_n=64, impls=("naive",)))
+    assert report.records[0].error > 1e-2
+
+
+# Out of memory in the middle of a sweep ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "oom",
+    [
+        MemoryError(),
+        RuntimeError("CUDA out of memory. Tried to allocate 64.00 GiB"),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"
+        ),
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+    ],
+    ids=["MemoryError", "cuda-text", "cpu-text", "OutOfMemoryError"],
+)
+def test_out_of_memory_is_recorded_and_the_sweep_continues(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch, oom: BaseException
+) -> None:
+    real_step = bench._step
+
+    def step(impl, q, k, v, c):
+        if impl == "naive" and q.shape[-2] == 128:
+            raise oom
+        return real_step(impl, q, k, v, c)
+
+    monkeypatch.setattr(bench, "_step", step)
+    report = bench.run(tiny(max_n=512))
+    got = by_cell(report.records)
+    assert cells(report.records) == [(i, n) for n in (64, 128, 256, 512) for i in ("naive", "sdpa")]
+    assert got["naive", 64].status == "ok"
+    assert got["naive", 128].status == "oom"
+    for n in (256, 512):
+        assert got["naive", n].status == "skipped: out of memory at n = 128"
+    for n in (128, 256, 512):
+        r = got["naive", n]
+        assert (r.time_ms, r.peak_bytes, r.tflops, r.share_of_gemm) == (None,) * 4
+        assert r.predicted_bytes == my_predicted("naive", 1, 2, n, 16, F32, False)
+    for n in (64, 128, 256, 512):
+        r = got["sdpa", n]
+        assert r.status == "ok" and r.time_ms > 0 and r.peak_bytes > 0
+
+
+@pytest.mark.parametrize(
+    "error", [ValueError("a real bug"), RuntimeError("shapes cannot be multiplied")]
+)
+def test_an_error_that_is_not_out_of_memory_propagates(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def step(impl, q, k, v, c):
+        raise error
+
+    monkeypatch.setattr(bench, "_step", step)
+    with pytest.raises(type(error), match=str(error)):
+        bench.run(tiny())
+
+
+# The predicted-memory guard ------------------------------------------------------------------
+
+
+def test_the_memory_guard_skips_a_too_large_n_without_running_it(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need = {
+        (impl, n): my_predicted(impl, 1, 2, n, 16, F32, False) + my_inputs_bytes(1, 2, n, 16, F32)
+        for impl in ("naive", "sdpa")
+        for n in (64, 128, 256)
+    }
+    # Twice what naive needs at 128: enough under any headroom from 50 % to 100 %, but
+    # below what naive needs at 256 (4× the n² part); sdpa fits everywhere.
+    free = 2 * need["naive", 128]
+    assert need["naive", 256] > free
+    assert max(v for (i, _), v in need.items() if i == "sdpa") < free / 2
+    monkeypatch.setattr(bench, "free_bytes", lambda device: free)
+    stepped: list[tuple[str, int]] = []
+    real_step = bench._step
+
+    def spy(impl, q, k, v, c):
+        stepped.append((impl, q.shape[-2]))
+        return real_step(impl, q, k, v, c)
+
+    monkeypatch.setattr(bench, "_step", spy)
+    report = bench.run(tiny(max_n=256))
+    got = by_cell(report.records)
+    assert len(report.records) == 6
+    skipped = got["naive", 256]
+    assert skipped.status.startswith("skipped: needs ") and "GiB" in skipped.status
+    assert (skipped.time_ms, skipped.peak_bytes, skipped.tflops) == (None, None, None)
+    assert skipped.predicted_bytes == my_predicted("naive", 1, 2, 256, 16, F32, False)
+    assert ("naive", 256) not in stepped
+    for cell, r in got.items():
+        if cell != ("naive", 256):
+            assert r.status == "ok", cell
+            assert cell in stepped
+
+
+# Cancellation and progress -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("after", [1, 4, 7])
+def test_cancellation_stops_the_sweep(fixed_gemm: float, after: int) -> None:
+    calls: list[tuple[int, int, str]] = []
+    asked_after_cancel: list[int] = []
+
+    def progress(step: int, total: int, message: str) -> None:
+        calls.append((step, total, message))
+
+    def cancelled() -> bool:
+        if len(calls) > after:
+            asked_after_cancel.append(len(calls))
+        return len(calls) >= after
+
+    c = tiny(max_n=256)
+    report = bench.run(c, progress=progress, cancelled=cancelled)
+    assert report.cancelled
+    assert len(report.records) < 6
+    full = [(i, n) for n in (64, 128, 256) for i in ("naive", "sdpa")]
+    assert cells(report.records) == full[: len(report.records)]
+    assert all(r.status == "ok" for r in report.records)
+    assert len(calls) == after  # nothing runs after the answer turned True
+    assert not asked_after_cancel
+
+
+def test_progress_steps_increase_to_a_constant_total(fixed_gemm: float) -> None:
+    calls: list[tuple[int, int, str]] = []
+    report = bench.run(tiny(max_n=256), progress=lambda s, t, m: calls.append((s, t, m)))
+    assert not report.cancelled and len(report.records) == 6
+    steps = [s for s, _, _ in calls]
+    totals = {t for _, t, _ in calls}
+    assert len(totals) == 1
+    (total,) = totals
+    assert total >= 6
+    assert steps == sorted(steps)
+    assert steps[0] == 0 and steps[-1] == total
+    assert all(0 <= s <= total for s in steps)
+    assert all(isinstance(m, str) and m for _, _, m in calls)
+    assert any("naive" in m and "256" in m for _, _, m in calls)
+
+
+def test_an_uncancelled_sweep_reports_not_cancelled(fixed_gemm: float) -> None:
+    report = bench.run(tiny(), cancelled=lambda: False)
+    assert not report.cancelled and len(report.records) == 4
+
+
+# Unsupported backends -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CUDA, reason="these backends exist on CUDA")
+def test_gpu_only_backends_are_unsupported_on_a_cpu(fixed_gemm: float) -> None:
+    report = bench.run(tiny(impls=("efficient", "cudnn", "naive")))
+    assert len(report.records) == 6
+    for r in report.records:
+        if r.impl == "naive":
+            assert r.status == "ok"
+            continue
+        assert r.status.startswith("unsupported: ")
+        assert len(r.status.removeprefix("unsupported: ").strip()) > 5  # a reason
+        assert (r.time_ms, r.peak_bytes, r.tflops, r.share_of_gemm, r.error) == (None,) * 5
+        assert r.predicted_bytes == my_predicted(r.impl, 1, 2, r.n, 16, F32, False)
+    assert "efficient" not in report.device["backends"]
+    assert "cudnn" not in report.device["backends"]
+    assert "math" in report.device["backends"]
+
+
+def test_a_backend_that_refuses_the_configured_head_size_is_recorded(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_call = bench._call
+
+    def picky(impl, q, k, v, causal):
+        # as CUDA's flash kernel refuses some head sizes (and float32) that it cannot tile
+        if impl == "flash" and q.shape[-1] != 16:
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real_call(impl, q, k, v, causal)
+
+    monkeypatch.setattr(bench, "_call", picky)
+    report = bench.run(tiny(d_head=24, impls=("flash", "sdpa")))
+    got = by_cell(report.records)
+    assert got["flash", 64].status.startswith("unsupported: ")
+    assert got["sdpa", 64].status == "ok"
+
+
+# Devices ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CUDA, reason="needs a machine without CUDA")
+def test_asking_for_cuda_without_it_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="cuda"):
+        bench.resolve_device("cuda")
+    with pytest.raises(ValueError, match="cuda"):
+        bench.run(tiny(device="cuda"))
+    assert bench.resolve_device("auto") == "cpu"
+    assert bench.resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_a_tiny_cuda_sweep_measures_peak_memory() -> None:
+    c = tiny(device="cuda", min_n=1024, max_n=2048, warmup=1)
+    report = bench.run(c)
+    assert report.device["type"] == "cuda" and report.gemm_tflops > 0
+    got = by_cell(report.records)
+    for n in (1024, 2048):
+        dense = got["naive", n]
+        assert dense.status == "ok" and dense.time_ms > 0
+        predicted = my_predicted("naive", 1, 2, n, 16, F32, False)
+        assert dense.peak_bytes == pytest.approx(predicted, rel=0.25)
+        fused = got["sdpa", n]
+        assert fused.status == "ok"
+        out_bytes = 2 * n * 16 * F32
+        assert out_bytes <= fused.peak_bytes < dense.peak_bytes / 4
+        assert fused.error < 1e-3  # TF32 may be allowed on the GPU
+    assert 3.5 < got["naive", 2048].peak_bytes / got["naive", 1024].peak_bytes < 4.5
+
+
+def test_n_above_the_device_limit_is_skipped_without_running(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stepped: list[int] = []
+    monkeypatch.setattr(bench, "_step", lambda impl, q, k, v, c: stepped.append(q.shape[-2]))
+    report = bench.run(tiny(min_n=65536, max_n=65536, impls=("sdpa",)))
+    (r,) = report.records
+    assert r.status.startswith("skipped: n above ") and r.status.endswith(" on cpu")
+    assert r.time_ms is None and stepped == []
+
+
+def test_threads_sets_torch_cpu_threads(fixed_gemm: float) -> None:
+    before = torch.get_num_threads()
+    try:
+        report = bench.run(tiny(min_n=64, max_n=64, impls=("sdpa",), threads=1))
+        assert torch.get_num_threads() == 1
+        assert report.records[0].status == "ok"
+    finally:
+        torch.set_num_threads(before)

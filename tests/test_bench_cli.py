@@ -1,0 +1,378 @@
+"""``attnviz bench``: JSON, CSV and table reports, --out, the progress bar, bad flags.
+
+In-process runs go through ``attnviz.cli.main(["bench", ...])`` with the (slow, on a CPU)
+matrix-multiply ceiling replaced by a fixed number; two runs use a fresh interpreter,
+one of them without NumPy, as on a GPU machine that has torch only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnviz import bench_cli  # noqa: E402 (needs torch, after the skip)
+from attnviz.cli import main  # noqa: E402
+from attnviz.core import bench  # noqa: E402
+
+GEMM = 0.5
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "bench",
+    "--device",
+    "cpu",
+    "--heads",
+    "2",
+    "--d-head",
+    "16",
+    "--min-n",
+    "64",
+    "--max-n",
+    "128",
+    "--repeats",
+    "1",
+    "--impl",
+    "naive,sdpa",
+]
+CELLS = [(i, n) for n in (64, 128) for i in ("naive", "sdpa")]
+FIELDS = (
+    "impl",
+    "n",
+    "time_ms",
+    "peak_bytes",
+    "predicted_bytes",
+    "tflops",
+    "share_of_gemm",
+    "error",
+    "status",
+)
+
+
+@pytest.fixture(autouse=True)
+def fixed_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
+
+
+def run_cli(argv: list[str]) -> int:
+    """main()'s exit status, whether it returns it or argparse raises SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+def my_flops(n: int, heads: int = 2, d: int = 16) -> float:
+    return 4.0 * heads * n * n * d
+
+
+def my_naive_bytes(n: int, heads: int = 2, d: int = 16) -> int:
+    return 2 * heads * n * n * 4 + heads * n * d * 4
+
+
+def my_sdpa_bytes(n: int, heads: int = 2, d: int = 16) -> int:
+    return heads * n * d * 4 + heads * n * 4
+
+
+def check_json_report(data: dict) -> None:
+    assert {"device", "gemm_tflops", "records"} <= set(data)
+    assert data["device"]["type"] == "cpu"
+    assert data["gemm_tflops"] == GEMM
+    records = data["records"]
+    assert [(r["impl"], r["n"]) for r in records] == CELLS
+    for r in records:
+        assert set(FIELDS) <= set(r)
+        assert r["status"] == "ok"
+        assert r["time_ms"] > 0 and r["peak_bytes"] > 0
+        assert r["tflops"] == pytest.approx(my_flops(r["n"]) / r["time_ms"] * 1e-9, rel=1e-9)
+        assert r["share_of_gemm"] == pytest.approx(r["tflops"] / GEMM, rel=1e-9)
+        mine = my_naive_bytes if r["impl"] == "naive" else my_sdpa_bytes
+        assert r["predicted_bytes"] == mine(r["n"])
+        assert 0 < r["error"] < 1e-4
+
+
+# The three formats ---------------------------------------------------------------------------
+
+
+def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli([*TINY, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    check_json_report(json.loads(out))  # one object, nothing else on stdout
+    assert "#" in err and "/" in err  # the progress bar went to stderr
+    assert "Traceback" not in err
+
+
+def test_csv_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli([*TINY, "--format", "csv"]) == 0
+    out, _ = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert set(FIELDS) <= set(rows[0])
+    assert [(r["impl"], int(r["n"])) for r in rows] == CELLS
+    for r in rows:
+        assert r["status"] == "ok"
+        time_ms, tflops = float(r["time_ms"]), float(r["tflops"])
+        assert tflops == pytest.approx(my_flops(int(r["n"])) / time_ms * 1e-9, rel=1e-6)
+        assert float(r["share_of_gemm"]) == pytest.approx(tflops / GEMM, rel=1e-6)
+        mine = my_naive_bytes if r["impl"] == "naive" else my_sdpa_bytes
+        assert int(r["predicted_bytes"]) == mine(int(r["n"]))
+        assert int(r["peak_bytes"]) > 0
+        assert 0 < float(r["error"]) < 1e-4
+
+
+def test_table_report_lists_every_record(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli([*TINY, "--format", "table"]) == 0
+    out, _ = capsys.readouterr()
+    lines = out.splitlines()
+    assert "cpu" in lines[0]  # the heading names the device
+    rows = [line.split() for line in lines[1:] if line.split()[:1] in (["naive"], ["sdpa"])]
+    assert [(w[0], int(w[1])) for w in rows] == CELLS
+    for w in rows:
+        impl, n = w[0], int(w[1])
+        assert w[-1] == "ok"
+        mine = my_naive_bytes if impl == "naive" else my_sdpa_bytes
+        assert float(w[4]) == pytest.approx(mine(n) / 2**20, abs=0.051)  # predicted MiB
+
+
+def test_table_is_the_default_format(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(TINY) == 0
+    out, _ = capsys.readouterr()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out)
+    assert sum(1 for line in out.splitlines() if line.split()[:1] in (["naive"], ["sdpa"])) == 4
+
+
+def test_unsupported_records_show_in_every_format(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the efficient backend exists on CUDA")
+    argv = [*TINY[:-1], "naive,efficient"]
+    assert run_cli([*argv, "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)["records"]
+    eff = [r for r in records if r["impl"] == "efficient"]
+    assert len(eff) == 2
+    assert all(r["status"].startswith("unsupported: ") and r["time_ms"] is None for r in eff)
+    assert run_cli([*argv, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["time_ms"] for r in rows if r["impl"] == "efficient"] == ["", ""]
+    assert run_cli([*argv, "--format", "table"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("unsupported: ") == 2
+
+
+# --out ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_out_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    path = tmp_path / f"report.{fmt}"
+    assert run_cli([*TINY, "--format", fmt, "--out", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert str(path) in err
+    text = path.read_text(encoding="utf-8")
+    if fmt == "json":
+        check_json_report(json.loads(text))
+    elif fmt == "csv":
+        assert len(list(csv.DictReader(io.StringIO(text)))) == 4
+    else:
+        assert "naive" in text and "sdpa" in text
+
+
+def test_out_to_a_folder_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli([*TINY, "--format", "json", "--out", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    last = err.strip().splitlines()[-1]  # after the progress bar
+    assert last.startswith("attnviz bench: --out ") and str(tmp_path) in last
+    assert "Traceback" not in err
+
+
+# Bad flags: exit 2, one line on stderr, no traceback, no sweep ---------------------------------
+
+
+@pytest.fixture
+def no_sweep(monkeypatch: pytest.MonkeyPatch) -> list[bench.Config]:
+    """Replace the sweep by a spy that records the config it got and returns an empty report."""
+    seen: list[bench.Config] = []
+
+    def spy(config, progress=None, cancelled=None, on_record=None):
+        seen.append(config)
+        return bench.Report({"type": "cpu", "torch": torch.__version__}, {"dtype": "float32"}, 1.0)
+
+    monkeypatch.setattr(bench_cli, "run", spy)
+    return seen
+
+
+BAD = [
+    (["--min-n", "3"], "min_n"),
+    (["--max-n", "100"], "max_n"),
+    (["--min-n", "256", "--max-n", "128"], "min_n"),
+    (["--impl", "foo"], "foo"),
+    (["--impl", "naive,foo"], "foo"),
+    (["--impl", ","], "impl"),
+    (["--dtype", "float8"], "float8"),
+    (["--repeats", "0"], "repeats"),
+    (["--heads", "two"], "two"),
+    (["--format", "xml"], "xml"),
+    (["--device", "tpu"], "tpu"),
+]
+
+
+@pytest.mark.parametrize(("flags", "named"), BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_bad_flags_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], no_sweep: list, flags: list[str], named: str
+) -> None:
+    argv = ["bench", "--device", "cpu", *flags]
+    assert run_cli(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("attnviz bench: ")
+    assert named in lines[0]
+    assert no_sweep == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    assert run_cli(["bench", "--device", "cuda"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnviz bench: ") and "cuda" in lines[0]
+    assert no_sweep == []
+
+
+def test_max_n_zero_is_rejected(capsys: pytest.CaptureFixture[str], no_sweep: list) -> None:
+    assert run_cli([*TINY[:9], "--max-n", "0"]) == 2
+    assert no_sweep == []
+
+
+def test_defaults_reach_the_config(no_sweep: list, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["bench", "--device", "cpu", "--format", "json"]) == 0
+    (config,) = no_sweep
+    assert config.device == "cpu"
+    assert config.max_n == 4096
+    assert config.impls == bench.IMPLEMENTATIONS
+    assert not config.causal and not config.backward
+    assert run_cli([*TINY, "--causal", "--backward", "--batch", "3", "--dtype", "bfloat16"]) == 0
+    config = no_sweep[-1]
+    assert (config.causal, config.backward, config.batch, config.dtype) == (
+        True,
+        True,
+        3,
+        "bfloat16",
+    )
+    assert (config.heads, config.d_head, config.min_n, config.max_n) == (2, 16, 64, 128)
+    assert config.impls == ("naive", "sdpa")
+
+
+# Fresh interpreters -----------------------------------------------------------------------
+
+
+def python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def test_bad_flag_from_the_command_line_exits_2() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", "bench", "--impl", "foo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and "foo" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_bench_runs_without_numpy() -> None:
+    """``python -m attnviz bench`` where NumPy is absent, as on a torch-only GPU machine.
+
+    NumPy is made absent the way the import system sees a missing package: None in
+    sys.modules makes ``import numpy`` raise ModuleNotFoundError and
+    ``importlib.util.find_spec("numpy")`` return None. (A meta-path finder that raises
+    instead is not faithful: torch._dynamo calls find_spec("numpy") and expects None.)
+    A meta-path finder still records any attempt to import a NumPy submodule.
+    """
+    p = python(
+        """
+        import importlib.abc, json, runpy, sys
+
+        tried = []
+
+        class Watch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "numpy":
+                    tried.append(name)
+                return None
+
+        sys.meta_path.insert(0, Watch())
+        sys.modules["numpy"] = None
+        sys.argv = ["attnviz", *sys.argv[1:]]
+        try:
+            runpy.run_module("attnviz", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code
+        loaded = [m for m, v in sys.modules.items() if m.split(".")[0] == "numpy" and v]
+        print("\\nCHILD " + json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
+        """,
+        "bench",
+        "--device",
+        "cpu",
+        "--heads",
+        "1",
+        "--d-head",
+        "8",
+        "--min-n",
+        "16",
+        "--max-n",
+        "32",
+        "--repeats",
+        "1",
+        "--impl",
+        "naive,sdpa",
+        "--format",
+        "json",
+    )
+    assert "Traceback" not in p.stderr, p.stderr
+    child = json.loads(p.stderr.rsplit("CHILD ", 1)[1])
+    assert child == {"code": 0, "loaded": []}
+    data = json.loads(p.stdout)
+    assert data["gemm_tflops"] > 0
+    records = data["records"]
+    assert [(r["impl"], r["n"]) for r in records] == [
+        ("naive", 16),
+        ("sdpa", 16),
+        ("naive", 32),
+        ("sdpa", 32),
+    ]
+    for r in records:
+        assert r["status"] == "ok"
+        assert r["tflops"] == pytest.approx(4.0 * r["n"] ** 2 * 8 / r["time_ms"] * 1e-9, rel=1e-9)
+        assert r["share_of_gemm"] == pytest.approx(r["tflops"] / data["gemm_tflops"], rel=1e-9)
+        assert 0 < r["error"] < 1e-4
+        assert math.isfinite(r["time_ms"])
