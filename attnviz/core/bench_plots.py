@@ -1,0 +1,58 @@
+"""The three plots of a timing sweep (time, peak memory, throughput) as core charts.
+
+The window shows them and exports them; the GPU script writes them: one definition.
+"""
+
+from __future__ import annotations
+
+from attnviz.core.bench import Config, Record
+from attnviz.core.chart import Chart, Series, n_squared_guide
+
+
+def charts(
+    report_records: list[Record], gemm: float, config: Config, detailed: bool = False
+) -> dict[str, Chart]:
+    """The three plots of a sweep, as core charts; detailed titles name the configuration."""
+    by_impl: dict[str, list[Record]] = {}
+    for r in report_records:
+        by_impl.setdefault(r.impl, []).append(r)
+
+    def series(value: str, scale: float = 1.0) -> list[Series]:
+        out = []
+        for impl, records in by_impl.items():
+            ok = [r for r in records if getattr(r, value) is not None]
+            if ok:
+                out.append(
+                    Series(
+                        impl, tuple(r.n for r in ok), tuple(getattr(r, value) * scale for r in ok)
+                    )
+                )
+        return out
+
+    def guide(items: list[Series]) -> list[Series]:
+        if not items or not items[0].xs:
+            return []
+        first = items[0]
+        return [n_squared_guide(first.xs, first.xs[0], first.ys[0])]
+
+    times, memory = series("time_ms"), series("peak_bytes", 1 / 2**20)
+    what = f"{config.dtype}, {config.heads} heads of {config.d_head}" + (
+        ", causal" if config.causal else ""
+    )
+    return {
+        "time": Chart(f"Time ({what})", "sequence length n", "ms", tuple(times + guide(times))),
+        "memory": Chart(
+            f"Peak memory above the inputs ({what})",
+            "sequence length n",
+            "MiB",
+            tuple(memory + guide(memory)),
+        ),
+        "tflops": Chart(
+            f"Throughput ({what})",
+            "sequence length n",
+            "TFLOP/s",
+            tuple(series("tflops")),
+            log_y=False,
+            hlines=(("matrix-multiply ceiling", gemm),) if gemm else (),
+        ),
+    }

@@ -1,0 +1,71 @@
+"""The GPU timing dock runs a tiny sweep (in a child process) and draws its plots."""
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def test_dock_runs_a_tiny_sweep_and_draws(qtbot, tmp_path):
+    from attnviz.ui.panels.bench import BenchPanel
+
+    panel = BenchPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.device.setCurrentText("cpu")
+    panel.dtype.setCurrentText("float32")
+    panel.heads.setValue(2)
+    panel.d_head.setValue(16)
+    panel.repeats.setValue(1)
+    panel.min_n.setCurrentText("64")
+    panel.max_n.setCurrentText("128")
+    for name, box in panel.impls.items():
+        box.setChecked(name in ("naive", "sdpa", "efficient"))
+    panel.run()
+    assert not panel.run_button.isEnabled() and panel.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    assert panel.status.text().startswith("done"), panel.status.text()
+    cells = {(r.impl, r.n): r for r in panel.records}
+    assert set(cells) == {(i, n) for i in ("naive", "sdpa", "efficient") for n in (64, 128)}
+    assert cells["naive", 128].status == "ok" and cells["naive", 128].time_ms > 0
+    assert cells["efficient", 64].status.startswith("unsupported")
+    # FLOPs by FlashAttention's convention, computed here: 4·b·h·n²·d.
+    r = cells["sdpa", 128]
+    assert r.tflops == pytest.approx(4 * 1 * 2 * 128**2 * 16 / (r.time_ms / 1e3) / 1e12)
+    assert panel.table.rowCount() == 6
+    # The plots are drawn from the charts the exports write.
+    chart = panel.plots["time"].chart
+    assert chart is not None and {s.label for s in chart.series} >= {"naive", "sdpa"}
+    written = panel.export_plots_to(tmp_path)
+    assert len(written) == 6 and all(p.stat().st_size > 0 for p in written)
+    root = ET.parse(tmp_path / "attention-time.svg").getroot()
+    assert root.tag.endswith("svg")
+
+
+def test_cancel_stops_the_sweep(qtbot):
+    from attnviz.ui.panels.bench import BenchPanel
+
+    panel = BenchPanel()
+    qtbot.addWidget(panel)
+    panel.device.setCurrentText("cpu")
+    panel.heads.setValue(2)
+    panel.d_head.setValue(16)
+    panel.min_n.setCurrentText("64")
+    panel.max_n.setCurrentText("4096")
+    panel.run()
+    panel.cancel()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=30_000)
+    assert panel.status.text() == "cancelled"
+    assert panel.run_button.isEnabled()
+
+
+def test_bad_settings_are_refused_in_the_dock(qtbot):
+    from attnviz.ui.panels.bench import BenchPanel
+
+    panel = BenchPanel()
+    qtbot.addWidget(panel)
+    panel.min_n.setCurrentText("4096")
+    panel.max_n.setCurrentText("256")
+    panel.run()
+    assert panel.sweep is None and "min_n" in panel.status.text()
