@@ -36,23 +36,22 @@ def charts(
         return [n_squared_guide(first.xs, first.xs[0], first.ys[0])]
 
     times, memory = series("time_ms"), series("peak_bytes", 1 / 2**20)
-    what = f"{config.dtype}, {config.heads} heads of {config.d_head}" + (
-        ", causal" if config.causal else ""
-    )
+    what = f"{config.dtype}, batch {config.batch}, {config.heads} heads of {config.d_head}"
+    what += (", causal" if config.causal else "") + (", fwd+bwd" if config.backward else "")
+
+    def title(name: str) -> str:
+        return f"{name} ({what})" if detailed else name
+
+    n = "sequence length n"
     return {
-        "time": Chart(f"Time ({what})", "sequence length n", "ms", tuple(times + guide(times))),
-        "memory": Chart(
-            f"Peak memory above the inputs ({what})",
-            "sequence length n",
-            "MiB",
-            tuple(memory + guide(memory)),
-        ),
+        "time": Chart(title("Time"), n, "ms", tuple(times + guide(times))),
+        "memory": Chart(title("Peak memory above inputs"), n, "MiB", tuple(memory + guide(memory))),
         "tflops": Chart(
-            f"Throughput ({what})",
-            "sequence length n",
+            title("Throughput"),
+            n,
             "TFLOP/s",
             tuple(series("tflops")),
             log_y=False,
-            hlines=(("matrix-multiply ceiling", gemm),) if gemm else (),
+            hlines=(("GEMM ceiling", gemm),) if gemm else (),
         ),
     }
