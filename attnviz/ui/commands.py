@@ -35,8 +35,7 @@ class SetCells(QUndoCommand):
         self.doc, self.name, self.head, self.row, self.col = doc, name, head, row, col
         self.new = values
         self.old = np.array(doc.scenario.matrix(name, head)[row : row + rows, col : col + cols])
-        # Validate now, so that a refused edit never reaches the undo stack.
-        self.after = doc.scenario.with_cells(name, head, row, col, values)
+        doc.scenario.with_cells(name, head, row, col, values)  # raises now: never a bad command
 
     def id(self) -> int:
         return SET_CELL_ID
