@@ -344,7 +344,7 @@ def _step(impl: str, q: Any, k: Any, v: Any, c: Config) -> None:
             t.grad = None
 
 
-def _timed(fn: Callable[[], None], device: str) -> float:
+def _timed(fn: Callable[[], object], device: str) -> float:
     """Seconds one call takes: CUDA events on a GPU, the wall clock on a CPU."""
     import torch
 
@@ -429,7 +429,8 @@ def run(
         tell("measuring the matrix-multiply ceiling")
         report.gemm_tflops = gemm_tflops(device, config.dtype)
         step += 1
-        errors, failed_at = {}, {}
+        errors: dict[str, float | None] = {}
+        failed_at: dict[str, str] = {}
         for impl in config.impls:
             # Probed at the sweep's head size and dtype: kernels refuse some of them.
             q = torch.randn(1, 1, 16, config.d_head, device=device, dtype=dt)

@@ -330,8 +330,10 @@ def update(
             if rows:
                 stack[:, rows] = _project(X[rows], W)
             QKV.append(stack)
-        keep = None if prev.heads[0].keep is None else np.stack([prev.heads[h].keep for h in todo])
-        for h, head in zip(todo, _attend(*QKV, st, prev.future, keep), strict=True):
+        keeps = [prev.heads[h].keep for h in todo]
+        keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
+        Q, K, V = QKV
+        for h, head in zip(todo, _attend(Q, K, V, st, prev.future, keep), strict=True):
             new[h] = head
     _frozen(X)
     if only is not None:

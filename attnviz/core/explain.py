@@ -71,7 +71,8 @@ class _Explainer:
     """Holds one scenario and result; one method per kind of cell."""
 
     def __init__(self, s: Scenario, r: Result, head: int | None, row: int, col: int):
-        self.s, self.r, self.h, self.i, self.j = s, r, head, row, col
+        # head is given for the per-head matrices, the only ones that read self.h
+        self.s, self.r, self.h, self.i, self.j = s, r, head or 0, row, col
         self.tok = r.tokens
 
     def X(self) -> Explanation:

@@ -65,7 +65,7 @@ def split_table(text: str) -> list[list[str]]:
 def parse_table(text: str) -> np.ndarray:
     """A rectangular block of finite numbers as a 2-D float64 array; ValueError otherwise."""
     rows = split_table(text)
-    out = []
+    out: list[list[float]] = []
     for r, cells in enumerate(rows, start=1):
         if not cells or cells == [""]:
             raise ValueError(f"row {r} is empty")
