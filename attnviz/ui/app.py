@@ -6,7 +6,11 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
+
+from attnviz import resources
+from attnviz.resources import APP_ID
 
 APP_NAME = "attnviz"
 
@@ -18,6 +22,8 @@ def make_app() -> QApplication:
         app = QApplication(sys.argv[:1])
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(APP_NAME)
+    app.setDesktopFileName(APP_ID)  # matches packaging/<APP_ID>.desktop
+    app.setWindowIcon(QIcon(str(resources.path("attnviz.svg"))))
     assert isinstance(app, QApplication)
     return app
 
