@@ -1,6 +1,6 @@
 """Render the application icon (attnviz/resources/attnviz.svg) to the PNG sizes desktops use.
 
-    python packaging/make_icons.py    # writes packaging/icons/hicolor/<size>x<size>/apps/
+python packaging/make_icons.py    # writes packaging/icons/hicolor/<size>x<size>/apps/
 """
 
 from __future__ import annotations
