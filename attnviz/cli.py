@@ -259,6 +259,10 @@ def cmd_compute(args: argparse.Namespace) -> int:
 
 
 def _check(s: Scenario) -> dict[str, Any]:
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"--check needs PyTorch ({e})") from None
     from attnviz.core.torch_engine import cross_check
 
     c = cross_check(s, "auto", "float64")
