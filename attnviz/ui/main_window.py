@@ -1,17 +1,14 @@
-"""The main window: docks, menus, toolbar, files, layout and autosave."""
+"""The main window: docks, menus, toolbar, layout; files and autosave come from their modules."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
-    QDragEnterEvent,
-    QDropEvent,
     QKeySequence,
     QShowEvent,
 )
@@ -19,7 +16,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
     QDockWidget,
-    QFileDialog,
     QFrame,
     QInputDialog,
     QLabel,
@@ -29,17 +25,16 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QWidget,
 )
-from shiboken6 import isValid
 
 from attnviz.core import files
-from attnviz.core.figure import spec_for
 from attnviz.core.lessons import STAGES
 from attnviz.core.presets import PRESETS, make_preset
-from attnviz.core.scenario import MASKS, POSITIONALS, Scenario, ScenarioError
+from attnviz.core.scenario import MASKS, POSITIONALS, Scenario
+from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
-from attnviz.ui.commands import LoadScenario, ReplaceScenario
+from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
-from attnviz.ui.export import write_image
+from attnviz.ui.file_actions import FileActions
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.numbers_badge import NumbersBadge
@@ -60,10 +55,6 @@ ENGINE_LABELS = {
     "torch-float64": "torch float64",
     "torch-float32": "torch float32",
 }
-SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
-MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
-IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
-AUTOSAVE_MS = 5000
 DOCK_ORDER = (
     "Inputs",
     "Weights",
@@ -93,13 +84,10 @@ LAZY_PANELS: dict[str, Callable[[Document], QWidget]] = {
     "GPU timing": _bench_panel,
     "Cost": CostPanel,
 }
-MAX_RECENT = 8
 
 
-class MainWindow(QMainWindow):
+class MainWindow(FileActions, QMainWindow):
     """One document in one window."""
-
-    _autosave_failed = Signal(str)  # from the autosave thread
 
     def __init__(self, settings: QSettings, data_dir: Path, doc: Document | None = None):
         super().__init__()
@@ -146,14 +134,9 @@ class MainWindow(QMainWindow):
         self.doc.scenarioChanged.connect(self._sync_toolbar)
         self.doc.headChanged.connect(self._sync_toolbar)
         self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
-        self._autosaved: Scenario | None = None
         self._closed = False
-        self._autosaver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-autosave")
-        self._autosave_failed.connect(self.show_message)
-        self.autosave_timer = QTimer(self)
-        self.autosave_timer.setInterval(AUTOSAVE_MS)
-        self.autosave_timer.timeout.connect(self.autosave)
-        self.autosave_timer.start()
+        self.autosaver = Autosave(self.doc, data_dir, self)
+        self.autosaver.failed.connect(self.show_message)
 
         self.resize(1400, 860)
         geometry = self.settings.value("window/geometry")
@@ -467,288 +450,21 @@ class MainWindow(QMainWindow):
         self.last_heatmap = self.pipeline.views[view]
         self.show_message(self.pipeline.views[view].describe(row, col).replace("\n", " · "))
 
-    # Files ------------------------------------------------------------------------------------
-
-    def maybe_save(self) -> bool:
-        """True when it is fine to drop the current document (saved, discarded)."""
-        if self.doc.undo_stack.isClean():
-            return True
-        name = self.doc.path.name if self.doc.path else "the untitled scenario"
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
-            "Unsaved changes",
-            f"Save the changes to {name}?",
-            QMessageBox.StandardButton.Save
-            | QMessageBox.StandardButton.Discard
-            | QMessageBox.StandardButton.Cancel,
-            self,
-        )
-        box.setDefaultButton(QMessageBox.StandardButton.Save)
-        answer = box.exec()
-        if answer == QMessageBox.StandardButton.Save:
-            return self.save()
-        return answer == QMessageBox.StandardButton.Discard
-
-    def new_document(self) -> None:
-        if self.maybe_save():
-            self.load(make_preset("worked-example"), None, "New scenario")
-            self.clear_autosave()
-
-    def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
-        """Replace the document as one undoable step; the loaded state counts as saved."""
-        self.doc.undo_stack.push(LoadScenario(self.doc, scenario, path, text))
-        self.doc.undo_stack.setClean()
-
-    def open_dialog(self) -> None:
-        if not self.maybe_save():
-            return
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open scenario", self._folder(), SCENARIO_FILTER
-        )
-        if path:
-            self.open_path(Path(path), ask=False)
-
-    def open_path(self, path: Path, ask: bool = True) -> bool:
-        """Load a scenario file; on any problem show it and keep the open document."""
-        if ask and not self.maybe_save():
-            return False
-        try:
-            scenario = files.load_scenario(path)
-        except files.FileFormatError as e:
-            self.error("Cannot open the file", str(e))
-            return False
-        self.load(scenario, path.resolve(), f"Open {path.name}")
-        self._add_recent(path.resolve())
-        self.show_message(f"Opened {path.name}")
-        return True
-
-    def save(self) -> bool:
-        if self.doc.path is None:
-            return self.save_as()
-        return self._write(self.doc.path)
-
-    def save_as(self) -> bool:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Save scenario", self._folder("scenario.attn.json"), SCENARIO_FILTER
-        )
-        if not path:
-            return False
-        if not path.endswith(".json"):
-            path += files.SUFFIX
-        return self._write(Path(path))
-
-    def _write(self, path: Path) -> bool:
-        try:
-            files.save_scenario(path, self.doc.scenario)
-        except OSError as e:
-            self.error("Cannot save", f"{path}: {e.strerror or e}")
-            return False
-        self.doc.set_path(path.resolve())
-        self._add_recent(path.resolve())
-        self.clear_autosave()
-        self.show_message(f"Saved {path.name}")
-        return True
-
-    def error(self, title: str, text: str) -> None:
-        self.show_message(text)
-        QMessageBox.warning(self, title, text)
-
-    def _folder(self, name: str = "") -> str:
-        base = self.doc.path.parent if self.doc.path else Path.home()
-        return str(base / name) if name else str(base)
-
-    def recent_files(self) -> list[str]:
-        value = self.settings.value("recent", [])
-        return [value] if isinstance(value, str) else list(value or [])
-
-    def _add_recent(self, path: Path) -> None:
-        recent = [str(path)] + [p for p in self.recent_files() if p != str(path)]
-        self.settings.setValue("recent", recent[:MAX_RECENT])
-
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
-        for p in self.recent_files():
-            self._action(self.recent_menu, p, lambda _=False, p=p: self.open_path(Path(p)))
-        if self.recent_menu.isEmpty():
-            self.recent_menu.addAction("(none)").setEnabled(False)
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.isLocalFile() for u in event.mimeData().urls()):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
-        if urls:
-            event.acceptProposedAction()
-            self.open_path(Path(urls[0].toLocalFile()))
-
-    # Matrices and images -------------------------------------------------------------------
-
-    def _target_grid(self) -> MatrixGrid:
-        """The grid that last had focus, unless it has gone (its head was removed)."""
-        grid = self.last_grid
-        if grid is None or not isValid(grid):
-            return self.inputs.grid
-        model = grid.matrix_model()
-        if model.head is not None and model.head >= self.doc.scenario.n_heads:
-            return self.inputs.grid
-        return grid
-
-    def import_matrix(self) -> None:
-        grid = self._target_grid()
-        model = grid.matrix_model()
-        path, _ = QFileDialog.getOpenFileName(
-            self, f"Import into {model.label}", self._folder(), MATRIX_FILTER
-        )
-        if path:
-            self.import_matrix_from(grid, Path(path))
-
-    def import_matrix_from(self, grid: MatrixGrid, path: Path) -> bool:
-        model = grid.matrix_model()
-        try:
-            values = files.load_matrix(path)
-        except files.FileFormatError as e:
-            self.error("Cannot import the matrix", str(e))
-            return False
-        if values.shape != model.matrix().shape:
-            shape = "×".join(map(str, model.matrix().shape))
-            got = "×".join(map(str, values.shape))
-            self.error(
-                "Cannot import the matrix",
-                f"{path.name}: {model.label} is {shape}, the file holds {got}",
-            )
-            return False
-        return model.set_block(0, 0, values, f"Import {path.name} into {model.label}")
-
-    def export_matrix(self) -> None:
-        model = self._target_grid().matrix_model()
-        name = model.label.replace("[", "").replace("]", "").replace(".", "-")
-        path, _ = QFileDialog.getSaveFileName(
-            self, f"Export {model.label}", self._folder(f"{name}.csv"), MATRIX_FILTER
-        )
-        if path:
-            try:
-                files.save_matrix(path, model.matrix())
-            except (OSError, ScenarioError) as e:
-                self.error("Cannot export the matrix", str(e))
-                return
-            self.show_message(f"Exported {model.label} to {Path(path).name}")
-
-    def export_heatmap(self) -> None:
-        view = self.last_heatmap
-        if view is None or not isValid(view) or view.spec is None:
-            view = self.pipeline.views["weights"]
-        spec = view.spec
-        assert spec is not None
-        default = self._folder(f"head{self.doc.head + 1}-{view.name}.png")
-        path, chosen = QFileDialog.getSaveFileName(
-            self, f"Export {spec.title}", default, IMAGE_FILTER
-        )
-        if not path:
-            return
-        if Path(path).suffix.lower() not in (".png", ".svg"):
-            path += ".svg" if "svg" in chosen.lower() else ".png"
-        scale = 2.0
-        if path.lower().endswith(".png"):
-            scale, ok = QInputDialog.getDouble(
-                self, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
-            )
-            if not ok:
-                return
-        self._export(spec, Path(path), scale)
-
-    def _export(self, spec, path: Path, scale: float) -> bool:  # type: ignore[no-untyped-def]
-        try:
-            write_image(spec, path, scale)
-        except OSError as e:
-            self.error("Cannot export the image", f"{path}: {e.strerror or e}")
-            return False
-        except ValueError as e:
-            self.error("Cannot export the image", f"{path.name}: {e}")
-            return False
-        self.show_message(f"Exported {path.name}")
-        return True
-
-    def export_all(self) -> None:
-        folder = QFileDialog.getExistingDirectory(
-            self, "Export all pipeline heatmaps to", self._folder()
-        )
-        if folder:
-            self.export_all_to(Path(folder))
-
-    def export_all_to(self, folder: Path) -> list[Path]:
-        """Every view of the selected head as PNG and SVG; returns the files written."""
-        written = []
-        head = self.doc.head
-        for name in self.pipeline.views:
-            spec = spec_for(self.doc.result, name, head)
-            for suffix in (".png", ".svg"):
-                path = folder / f"head{head + 1}-{name}{suffix}"
-                if not self._export(spec, path, 2.0):
-                    return written
-                written.append(path)
-        self.show_message(f"Exported {len(written)} images to {folder}")
-        return written
-
-    def export_code(self, flavor: str) -> None:
-        from attnviz.core.codegen import to_script
-
-        name = "attention_torch.py" if flavor == "torch" else "attention_numpy.py"
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export as code", self._folder(name), "Python (*.py)"
-        )
-        if not path:
-            return
-        source = self.doc.path.name if self.doc.path else "untitled"
-        try:
-            files.atomic_write(path, to_script(self.doc.scenario, flavor, source=source).encode())
-        except OSError as e:
-            self.error("Cannot export the script", f"{path}: {e.strerror or e}")
-            return
-        self.show_message(
-            f"Wrote {Path(path).name}: run it with python to print every head's weights"
-        )
-
-    # Autosave and closing ------------------------------------------------------------------
+    # Autosave ------------------------------------------------------------------------------
 
     @property
     def autosave_path(self) -> Path:
-        return self.data_dir / "autosave.npz"
+        return self.autosaver.path
 
     def autosave(self) -> None:
-        """While there are unsaved changes, keep a copy in the user's data folder.
-
-        The file is written on a background thread (the scenario is immutable), and only
-        when the scenario changed since the last autosave.
-        """
-        scenario = self.doc.scenario
-        if self.doc.undo_stack.isClean():
-            if self._autosaved is not None:
-                self.clear_autosave()  # undone back to the saved state: nothing to restore
-            return
-        if scenario is self._autosaved:
-            return
-        self._autosaved = scenario
-        origin = str(self.doc.path) if self.doc.path else ""
-        self._autosaver.submit(self._write_autosave, scenario, origin)
-
-    def _write_autosave(self, scenario: Scenario, origin: str) -> None:
-        try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            files.save_snapshot(self.autosave_path, scenario)
-            files.atomic_write(self.data_dir / "autosave.origin", origin.encode("utf-8"))
-        except OSError as e:
-            self._autosave_failed.emit(f"Autosave failed: {e.strerror or e}")
+        self.autosaver.tick()
 
     def clear_autosave(self) -> None:
-        self._autosaver.submit(lambda: None).result()  # let a pending write finish first
-        self._autosaved = None
-        for name in ("autosave.npz", "autosave.origin"):
-            (self.data_dir / name).unlink(missing_ok=True)
+        self.autosaver.clear()
 
     def offer_restore(self) -> bool:
         """After a crash: offer the autosaved scenario; True if it was restored."""
-        if not self.autosave_path.exists():
+        if not self.autosaver.path.exists():
             return False
         answer = QMessageBox.question(
             self,
@@ -760,14 +476,11 @@ class MainWindow(QMainWindow):
             self.clear_autosave()
             return False
         try:
-            scenario = files.load_snapshot(self.autosave_path)
+            scenario, origin = self.autosaver.read()
         except files.FileFormatError as e:
             self.error("Cannot restore", str(e))
             self.clear_autosave()  # or the same broken copy is offered at every start
             return False
-        origin_file = self.data_dir / "autosave.origin"
-        text = origin_file.read_text("utf-8") if origin_file.exists() else ""
-        origin = Path(text) if text else None
         # Undo then goes back to what the file holds (or to the worked example, untitled).
         try:
             saved = files.load_scenario(origin) if origin else None
@@ -788,9 +501,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.save_layout()
-        self.autosave_timer.stop()
-        self.clear_autosave()
-        self._autosaver.shutdown(wait=True)
+        self.autosaver.close()
         self.doc.close()
         for worker in self.findChildren(Background):
             worker.close()

@@ -644,7 +644,7 @@ def test_autosave_and_restore(make_window, qtbot, monkeypatch):
     edit(first.doc, "W_V", 1, 2, 0, -3.5)
     first.autosave()
     qtbot.waitUntil(first.autosave_path.exists)
-    assert first.autosave_timer.isActive()
+    assert first.autosaver.timer.isActive()
 
     second = make_window(settings_name="second.ini")  # same data folder: "after a crash"
     second.show()
