@@ -263,14 +263,17 @@ def _mix(s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray, np.ndarray]:
     if not s.settings.projections:
         final = concat
     elif s.settings.ablated:
-        kept = np.repeat(
-            [h not in s.settings.ablated for h in range(len(heads))], heads[0].Q.shape[1]
-        )
+        kept = kept_columns(s.settings, len(heads), heads[0].Q.shape[1])
         final = concat[:, kept] @ s.W_O[kept]
     else:
         final = concat @ s.W_O
     _frozen(concat, final)
     return concat, final
+
+
+def kept_columns(settings: Settings, n_heads: int, d_k: int) -> np.ndarray:
+    """Which columns of concat (rows of W_O) belong to heads that are not ablated."""
+    return np.repeat([h not in settings.ablated for h in range(n_heads)], d_k)
 
 
 def compute(s: Scenario) -> Result:

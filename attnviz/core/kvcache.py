@@ -15,7 +15,7 @@ from types import MappingProxyType
 import numpy as np
 
 from attnviz.core.cost import BYTES_PER
-from attnviz.core.engine import Result, compute, sinusoidal
+from attnviz.core.engine import Result, compute, kept_columns, sinusoidal
 from attnviz.core.scenario import Scenario
 
 CACHE_DTYPES = ("float64", "float32", "float16")
@@ -82,7 +82,7 @@ class KVCache:
         self._V = np.zeros((heads, scenario.n, d_k))
         self._t = 0
         # Columns of concat (rows of W_O) that belong to heads not ablated.
-        self._kept = np.repeat([h not in st.ablated for h in range(scenario.n_heads)], scenario.d_k)
+        self._kept = kept_columns(st, scenario.n_heads, scenario.d_k)
 
     @classmethod
     def start(cls, scenario: Scenario) -> KVCache:
