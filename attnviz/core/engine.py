@@ -19,7 +19,6 @@ import numpy as np
 from attnviz.core.scenario import Scenario, Settings
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
-ROW_STATS = ("leak", "row_sum", "entropy", "empty_rows")
 LAYER_MATRICES = ("X", "concat", "final")
 
 

@@ -28,6 +28,11 @@ SYNC_SCORE_CELLS = 1 << 16
 ENGINES = {"numpy": "", "torch-float64": "float64", "torch-float32": "float32"}
 
 
+def computes_at_once(s: Scenario) -> bool:
+    """Small enough to compute on the UI thread before the next frame."""
+    return s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS
+
+
 @dataclass
 class Dirty:
     """What changed since the last computed result, for an incremental update."""
@@ -116,7 +121,7 @@ class Document(QObject):
         self._recompute()
 
     def reset(self, scenario: Scenario, path: Path | None) -> None:
-        """Start over on a new scenario (New, Open): clears undo history."""
+        """Start over on a scenario with no undo history (restoring autosaved work)."""
         self.undo_stack.clear()
         self.path = path
         self.set_scenario(scenario)
@@ -165,7 +170,7 @@ class Document(QObject):
     def _recompute(self) -> None:
         self._generation += 1
         s = self.scenario
-        if self.engine == "numpy" and s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS:
+        if self.engine == "numpy" and computes_at_once(s):
             self._dirty = Dirty()
             self._pending = False
             self._publish(compute(s), s)
@@ -247,11 +252,6 @@ class Document(QObject):
         elif gen != self._generation or self._pending:
             self._start()
         self.computeFailed.emit(message)
-
-    @property
-    def preview_pending(self) -> bool:
-        """True while a view is still to draw a preview (the worker waits for it)."""
-        return self._preview_held
 
     def hold_preview(self) -> None:
         """The preview just published will be drawn; call preview_drawn() once it is."""

@@ -27,7 +27,7 @@ from attnviz.core.scenario import permute_tokens
 from attnviz.core.text import parse_table
 from attnviz.ui.background import Background
 from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import SYNC_SCORE_CELLS, Document
+from attnviz.ui.document import Document, computes_at_once
 
 D_KS = (2, 64, 512)
 
@@ -263,7 +263,7 @@ class KVCacheTab(QWidget):
         if self.cache is None:
             s = self.doc.scenario  # the reference row needs a full compute: off-thread if large
             self.step_button.setEnabled(False)
-            self.worker.run(KVCache, s, now=s.n_heads * s.n**2 <= SYNC_SCORE_CELLS)
+            self.worker.run(KVCache, s, now=computes_at_once(s))
             return
         self.show_step(self.cache.step())
         self.step_button.setEnabled(not self.cache.done)

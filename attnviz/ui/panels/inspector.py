@@ -11,7 +11,7 @@ from attnviz.core.engine import HEAD_MATRICES, Result, compute
 from attnviz.core.explain import Explanation, explain
 from attnviz.core.scenario import Scenario
 from attnviz.ui.background import Background
-from attnviz.ui.document import SYNC_SCORE_CELLS, Document, Selection
+from attnviz.ui.document import Document, Selection, computes_at_once
 
 EMPTY = (
     "<p style='color:#666'>Click any cell of a heatmap to see the "
@@ -85,7 +85,7 @@ class InspectorPanel(QWidget):
         if self._other is not None and self._other[0] is r and self._other[1] == sel.mask:
             return self._other[2], self._other[3]
         other, mask = s.with_settings(mask=sel.mask), sel.mask
-        if other.n_heads * other.n**2 <= SYNC_SCORE_CELLS:
+        if computes_at_once(other):
             self._other = (r, mask, other, compute(other))
             return other, self._other[3]
         self.worker.run(lambda: (r, mask, other, compute(other)))

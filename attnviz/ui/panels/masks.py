@@ -23,7 +23,7 @@ from attnviz.core.engine import Result
 from attnviz.core.figure import make_spec
 from attnviz.core.scenario import MASKS
 from attnviz.ui.background import Background
-from attnviz.ui.document import SYNC_SCORE_CELLS, Document, Selection
+from attnviz.ui.document import Document, Selection, computes_at_once
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
 
@@ -103,10 +103,6 @@ class MasksPanel(ResultPanel):
         doc.headChanged.connect(lambda _: self.redraw())
         doc.selectionChanged.connect(lambda _: self._mark())
 
-    def _now(self) -> bool:
-        s = self.doc.scenario
-        return s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS
-
     def show_result(self, r: Result) -> None:
         """Recompute the comparison for the current scenario and head."""
         self.probes = None
@@ -120,7 +116,10 @@ class MasksPanel(ResultPanel):
             self.token.setCurrentIndex(
                 min(max(current, 1 if len(tokens) > 1 else 0), len(tokens) - 1)
             )
-        self.worker.run(lambda: (compare_masks(s, head, a, b, base=r), None), now=self._now())
+        self.worker.run(
+            lambda: (compare_masks(s, head, a, b, base=r), None),
+            now=computes_at_once(self.doc.scenario),
+        )
 
     def run_probe(self) -> None:
         s, token, amount = self.doc.result_scenario, self.token.currentIndex(), self.amount.value()
@@ -133,7 +132,7 @@ class MasksPanel(ResultPanel):
                 probe(s.with_settings(mask=b), token, amount),
             )
 
-        self.worker.run(job, now=self._now())
+        self.worker.run(job, now=computes_at_once(self.doc.scenario))
 
     def note_error(self, text: str) -> None:
         self.verdict.setText(f"<span style='color:#b00'>{text}</span>")
