@@ -24,6 +24,8 @@ SEQUENTIAL = (
 )  # fmt: skip
 MASKED_FILL = "#c8c8c8"
 MASKED_HATCH = "#8c8c8c"
+LEAK = "#d62728"  # outline of weight that reached a future key
+PROBE = "#0072b2"  # the key column a causality probe nudged
 PROBABILITY_VIEWS = ("weights",)
 
 

@@ -14,7 +14,7 @@ from html import escape
 import numpy as np
 
 from attnviz.core import colors
-from attnviz.core.engine import HEAD_MATRICES, Result
+from attnviz.core.engine import HEAD_MATRICES, Result, future_mask
 
 VIEWS = (*HEAD_MATRICES, "X", "concat", "final")
 SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")
@@ -48,6 +48,41 @@ class HeatmapSpec:
     kind: str
     levels: tuple[float, float]
     caption: str = ""  # the title without the head, for a view that names the head elsewhere
+    masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
+    leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
+
+    def hatched(self) -> np.ndarray:
+        """Cells drawn as masked: those the mask set, and any −∞."""
+        hatched = ~np.isfinite(self.values)
+        return hatched | self.masked if self.masked is not None else hatched
+
+
+# Which views each mask strategy writes into: −∞ or 0 in the scores softmax sees, and
+# (all three) the weights of future keys, exactly 0 unless the strategy leaks.
+MASKED_VIEWS = {
+    "none": (),
+    "causal": ("masked", "weights"),
+    "causal-zero": ("masked", "weights"),
+    "drop-after-softmax": ("weights",),
+}
+
+
+def mask_marks(
+    mask: str, view: str, values: np.ndarray, causal_intent: bool = False
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(masked, leaked) cells of a square view under a mask strategy; None where none are.
+
+    Leaked weight is weight on a future key under a strategy meant to be causal; with
+    causal_intent (comparing strategies), weight on the future counts under "none" too.
+    """
+    if view not in SQUARE_VIEWS:
+        return None, None
+    future = future_mask(len(values))
+    masked = future if view in MASKED_VIEWS[mask] else None
+    leaked = None
+    if view == "weights" and (mask != "none" or causal_intent):
+        leaked = future & (values != 0)
+    return masked, leaked if leaked is not None and leaked.any() else None
 
 
 def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
@@ -69,7 +104,10 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)
     levels = colors.levels(values, kind)
-    return HeatmapSpec(title, values, tokens, cols, row_title, col_title, kind, levels, caption)
+    masked, leaked = mask_marks(result.settings.mask, view, values)
+    return HeatmapSpec(
+        title, values, tokens, cols, row_title, col_title, kind, levels, caption, masked, leaked
+    )
 
 
 def make_spec(
@@ -130,7 +168,7 @@ def layout(spec: HeatmapSpec) -> Layout:
     left = 30 + row_w + 8
     top = 34 + (col_w if rotate else label_font) + 22
     width = left + cols * cell + 110
-    height = top + rows * cell + 24
+    height = top + max(rows * cell, 60.0) + 44  # room for the masked / leaked legend
     return Layout(cell, label_font, value_font, left, top, width, height, rotate)
 
 
@@ -144,7 +182,7 @@ def to_svg(spec: HeatmapSpec) -> str:
     L = layout(spec)
     rows, cols = spec.values.shape
     fills = colors.rgb(spec.values, spec.kind, spec.levels)
-    masked = ~np.isfinite(spec.values)
+    masked = spec.hatched()
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{L.width:.0f}" height="{L.height:.0f}"'
         f' viewBox="0 0 {L.width:.1f} {L.height:.1f}" font-family="{FONT}">',
@@ -154,6 +192,10 @@ def to_svg(spec: HeatmapSpec) -> str:
         f'<rect width="6" height="6" fill="{colors.MASKED_FILL}"/>'
         f'<line x1="0" y1="0" x2="0" y2="6" stroke="{colors.MASKED_HATCH}" stroke-width="2"/>'
         "</pattern>",
+        '<pattern id="hatch-over" patternUnits="userSpaceOnUse" width="6" height="6"'
+        ' patternTransform="rotate(45)">'
+        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{colors.MASKED_HATCH}" stroke-width="1.5"/>'
+        "</pattern>",
         _gradient(spec.kind),
         "</defs>",
         f'<rect width="{L.width:.1f}" height="{L.height:.1f}" fill="#ffffff"/>',
@@ -162,23 +204,37 @@ def to_svg(spec: HeatmapSpec) -> str:
     ]
     # Cells: one rectangle each, labelled with a <title> (and the value when it fits).
     out.append('<g id="cells" shape-rendering="crispEdges">')
+    hatches = ['<g id="masked" shape-rendering="crispEdges">']
     for i in range(rows):
         y = L.top + i * L.cell
         for j in range(cols):
             v = float(spec.values[i, j])
-            fill = "url(#hatch)" if masked[i, j] else _hex(fills[i, j])
-            shown = "−∞" if v == -math.inf else repr(v)
+            finite = math.isfinite(v)
+            fill = _hex(fills[i, j]) if finite else "url(#hatch)"
+            shown = repr(v) if finite else "−∞"
             label = f"{spec.row_labels[i]} → {spec.col_labels[j]}: {shown}"
+            box = f'x="{L.left + j * L.cell:.2f}" y="{y:.2f}" width="{L.cell:.2f}"'
             out.append(
-                f'<rect x="{L.left + j * L.cell:.2f}" y="{y:.2f}" width="{L.cell:.2f}"'
-                f' height="{L.cell:.2f}" fill="{fill}"><title>{escape(label)}</title></rect>'
+                f'<rect {box} height="{L.cell:.2f}" fill="{fill}"><title>{escape(label)}</title>'
+                "</rect>"
             )
+            if masked[i, j] and finite:  # set by the mask to a number: hatched over its colour
+                hatches.append(f'<rect {box} height="{L.cell:.2f}" fill="url(#hatch-over)"/>')
     out.append("</g>")
+    out += [*hatches, "</g>"]
+    if spec.leaked is not None:
+        out.append(f'<g id="leaks" fill="none" stroke="{colors.LEAK}" stroke-width="2">')
+        for i, j in np.argwhere(spec.leaked):
+            x, y = L.left + j * L.cell + 1.5, L.top + i * L.cell + 1.5
+            size = L.cell - 3
+            out.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{size:.2f}" height="{size:.2f}"/>')
+        out.append("</g>")
     if L.value_font:
         out.append(f'<g id="values" font-size="{L.value_font:.1f}" text-anchor="middle">')
         for i in range(rows):
             for j in range(cols):
-                color = "#000000" if masked[i, j] else colors.text_color(fills[i, j])
+                finite = math.isfinite(spec.values[i, j])
+                color = colors.text_color(fills[i, j]) if finite else "#000000"
                 x, y = L.left + (j + 0.5) * L.cell, L.top + (i + 0.5) * L.cell
                 text = colors.cell_text(float(spec.values[i, j]))
                 out.append(
@@ -186,7 +242,7 @@ def to_svg(spec: HeatmapSpec) -> str:
                 )
         out.append("</g>")
     out += _axes(spec, L)
-    out += _colorbar(spec, L, bool(masked.any()))
+    out += _colorbar(spec, L, bool(masked.any()), spec.leaked is not None)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -233,7 +289,7 @@ def _gradient(kind: str) -> str:
     return "".join(parts)
 
 
-def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
+def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool, any_leaked: bool) -> list[str]:
     rows, cols = spec.values.shape
     x = L.left + cols * L.cell + 20
     height = max(rows * L.cell, 60.0)
@@ -248,9 +304,16 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool) -> list[str]:
         y = L.top + (hi - t) / (hi - lo) * height
         out.append(f'<path d="M{x + 14:.1f},{y:.1f}h4" stroke="#666666"/>')
         out.append(f'<text x="{x + 21:.1f}" y="{y:.1f}" dy="0.35em">{tick_label(t)}</text>')
+    y = L.top + height + 6
     if any_masked:
-        y = L.top + height + 6
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill="url(#hatch)"/>')
-        out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">−∞</text>')
+        out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">masked</text>')
+        y += 16
+    if any_leaked:
+        out.append(
+            f'<rect x="{x + 1:.1f}" y="{y + 1:.1f}" width="12" height="8" fill="none"'
+            f' stroke="{colors.LEAK}" stroke-width="2"/>'
+        )
+        out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">leaked</text>')
     out.append("</g>")
     return out

@@ -8,6 +8,7 @@ of masked (−∞) cells are painted by one item, and only for the cells on scre
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -31,7 +32,7 @@ pg.setConfigOptions(
     imageAxisOrder="row-major", background="w", foreground="#222222", antialias=False
 )
 
-MIN_TEXT_CELL = (30.0, 16.0)  # device pixels a cell needs before its value is printed
+MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
 
 
@@ -41,17 +42,22 @@ class CellOverlay(pg.GraphicsObject):
     def __init__(self) -> None:
         super().__init__()
         self.values = np.zeros((0, 0))
+        self.hatched = np.zeros((0, 0), dtype=bool)
+        self.leaked: np.ndarray | None = None
         self.kind, self.levels = "diverging", (-1.0, 1.0)
         self.font = QFont()
         self.font.setPointSizeF(8.5)
         self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
         self.dark_pen, self.light_pen = QPen(QColor("#000000")), QPen(QColor("#ffffff"))
+        self.leak_pen = QPen(QColor(colors.LEAK), 2.5)
+        self.leak_pen.setCosmetic(True)
         self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # for exposedRect
 
-    def set_data(self, values: np.ndarray, kind: str, levels: tuple[float, float]) -> None:
-        if values.shape != self.values.shape:
+    def set_data(self, spec: HeatmapSpec) -> None:
+        if spec.values.shape != self.values.shape:
             self.prepareGeometryChange()
-        self.values, self.kind, self.levels = values, kind, levels
+        self.values, self.kind, self.levels = spec.values, spec.kind, spec.levels
+        self.hatched, self.leaked = spec.hatched(), spec.leaked
         self.update()
 
     def boundingRect(self) -> QRectF:
@@ -71,17 +77,24 @@ class CellOverlay(pg.GraphicsObject):
         to_device = painter.worldTransform()  # not deviceTransform: grab() adds an offset
         cell_w, cell_h = abs(to_device.m11()), abs(to_device.m22())
         if min(cell_w, cell_h) >= MIN_HATCH_CELL:
-            # Masked cells are already grey in the mask image; hatch them, one run per row.
-            for i, row in enumerate(~np.isfinite(block)):
+            # Hatch masked cells over their colour (−∞ is grey), one run per row.
+            for i, row in enumerate(self.hatched[r0:r1, c0:c1]):
                 edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
                 for start, stop in zip(edges[::2], edges[1::2], strict=True):
                     painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
+            if self.leaked is not None:
+                painter.setPen(self.leak_pen)
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                inset = 2.0 / min(cell_w, cell_h)  # two pixels, in cells
+                size = 1 - 2 * inset
+                for i, j in np.argwhere(self.leaked[r0:r1, c0:c1]):
+                    painter.drawRect(QRectF(c0 + j + inset, r0 + i + inset, size, size))
         if cell_w < MIN_TEXT_CELL[0] or cell_h < MIN_TEXT_CELL[1]:
             return
         painter.save()
         painter.resetTransform()
         font = QFont(self.font)
-        font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.22)))))
+        font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.24)))))
         painter.setFont(font)
         dark = colors.dark_text(colors.rgb(block, self.kind, self.levels)) | ~np.isfinite(block)
         sx, sy, ox, oy = to_device.m11(), to_device.m22(), to_device.dx(), to_device.dy()
@@ -140,6 +153,78 @@ class ColorBar(pg.GraphicsWidget):
             )
 
 
+@dataclass(frozen=True, eq=False)
+class RowBars:
+    """One column of per-row bars beside a heatmap: lengths value / limit, one colour per row."""
+
+    title: str
+    values: np.ndarray
+    limit: float
+    colors: tuple[str, ...]
+    texts: tuple[str, ...]
+
+
+class RowStrip(pg.GraphicsWidget):
+    """Bars beside a heatmap's rows (e.g. the weight each row leaks), aligned with its cells."""
+
+    COLUMN = 40.0
+
+    def __init__(self, vb: pg.ViewBox) -> None:
+        super().__init__()
+        self.vb = vb
+        self.columns: list[RowBars] = []
+        self.font = QFont()
+        self.font.setPixelSize(11)
+        self.set_columns([])
+        vb.sigTransformChanged.connect(lambda *_: self.update())
+        vb.sigResized.connect(lambda *_: self.update())
+
+    def set_columns(self, columns: list[RowBars]) -> None:
+        self.columns = columns
+        self.setFixedWidth(self.COLUMN * len(columns) + (6 if columns else 0))
+        self.update()
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        if not self.columns:
+            return
+        rows = len(self.columns[0].values)
+        top = self.mapFromScene(self.vb.mapViewToScene(QPointF(0, 0))).y()
+        bottom = self.mapFromScene(self.vb.mapViewToScene(QPointF(0, rows))).y()
+        shown = self.mapRectFromScene(self.vb.sceneBoundingRect())
+        step = (bottom - top) / max(rows, 1)
+        first = max(0, math.floor((shown.top() - top) / step))
+        last = min(rows, math.ceil((shown.bottom() - top) / step))
+        painter.setFont(self.font)
+        painter.setClipRect(QRectF(0, shown.top() - 18, self.width(), shown.height() + 18))
+        pad = min(2.0, step * 0.15)
+        for c, column in enumerate(self.columns):
+            x = 4 + c * self.COLUMN
+            width = self.COLUMN - 8
+            painter.setPen(QPen(QColor("#222222")))
+            painter.drawText(
+                QRectF(x, shown.top() - 17, width + 4, 15), Qt.AlignmentFlag.AlignLeft, column.title
+            )
+            painter.setPen(Qt.PenStyle.NoPen)
+            fractions = np.clip(np.abs(column.values) / (column.limit or 1.0), 0, 1)
+            for i in range(first, last):
+                y = top + i * step
+                painter.fillRect(QRectF(x, y + pad, width, step - 2 * pad), QColor("#eeeeee"))
+                length = width * float(fractions[i])
+                painter.fillRect(
+                    QRectF(x, y + pad, length, step - 2 * pad), QColor(column.colors[i])
+                )
+            if step >= 13:
+                painter.setPen(QPen(QColor("#000000")))
+                for i in range(first, last):
+                    painter.drawText(
+                        QRectF(x + 2, top + i * step, width, step),
+                        Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                        column.texts[i],
+                    )
+
+
 class LabelAxis(pg.AxisItem):
     """Token (or feature) labels at cell centres, thinned so that they never overlap."""
 
@@ -161,7 +246,7 @@ class LabelAxis(pg.AxisItem):
             return []
         pixels_per_cell = size / (maxVal - minVal)
         if self.orientation in ("top", "bottom"):
-            needed = 7.0 * max(len(label) for label in self.labels) + 8
+            needed = 6.5 * max(len(label) for label in self.labels) + 4
         else:
             needed = 14.0
         step = max(1, math.ceil(needed / pixels_per_cell))
@@ -171,6 +256,20 @@ class LabelAxis(pg.AxisItem):
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
+
+
+def _overhanging_min(label: pg.LabelItem) -> None:
+    """pyqtgraph's LabelItem.updateMin, less the minimum width."""
+    bounds = label.itemRect()
+    label.setMinimumWidth(0)
+    label.setMinimumHeight(bounds.height())
+    label._sizeHint = {
+        Qt.SizeHint.MinimumSize: (0, bounds.height()),
+        Qt.SizeHint.PreferredSize: (bounds.width(), bounds.height()),
+        Qt.SizeHint.MaximumSize: (-1, -1),
+        Qt.SizeHint.MinimumDescent: (0, 0),
+    }
+    label.updateGeometry()
 
 
 class HeatmapView(pg.GraphicsLayoutWidget):
@@ -194,10 +293,14 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         for side in ("top", "left"):
             axis = self.plot.getAxis(side)
             axis.setStyle(tickLength=0)
+            axis.setPen(pg.mkPen(None))  # labels only: a line would run past square cells
+            axis.setTextPen(pg.mkPen("#222222"))
             # Token labels rarely change: repaint them from a pixmap, not glyph by glyph.
             axis.setCacheMode(axis.CacheMode.DeviceCoordinateCache)
         title = self.plot.titleLabel
         title.setCacheMode(title.CacheMode.DeviceCoordinateCache)
+        # A title wider than the matrix may overhang it; it must not squeeze the colour bar.
+        title.updateMin = lambda: _overhanging_min(title)
 
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
@@ -207,8 +310,15 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.marker.setPen(pg.mkPen("#ff7f00", width=3, cosmetic=True))
         self.marker.setVisible(False)
         self.plot.addItem(self.marker)
+        self.strip = RowStrip(self.plot.vb)
+        self.addItem(self.strip)
         self.bar = ColorBar()
         self.addItem(self.bar)
+        self.column_mark = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
+        probe_pen = pg.mkPen(colors.PROBE, width=3, cosmetic=True, style=Qt.PenStyle.DashLine)
+        self.column_mark.setPen(probe_pen)
+        self.column_mark.setVisible(False)
+        self.plot.addItem(self.column_mark)
         self._bar_key: tuple[object, ...] = ()
         self._block_lines: list[pg.InfiniteLine] = []
         self._labels: tuple[object, ...] = ()
@@ -227,7 +337,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self._bar_key = (spec.kind, lo, hi)
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
             self.bar.set_scale(spec.kind, (lo, hi), ticks)
-        self.overlay.set_data(spec.values, spec.kind, spec.levels)
+        self.overlay.set_data(spec)
         if self.plot.titleLabel.text != spec.caption:
             self.plot.setTitle(spec.caption, size="10pt")
         labels = (spec.row_labels, spec.col_labels, spec.row_title, spec.col_title)
@@ -235,11 +345,33 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self._labels = labels
             self._set_ticks()
         if reshaped:
-            rows, cols = spec.values.shape
-            self.plot.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
-            self.plot.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+            self.fit()
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+
+    def fit(self) -> None:
+        """Show the whole matrix (the user may zoom in; a double click comes back here)."""
+        if self.spec is None:
+            return
+        rows, cols = self.spec.values.shape
+        vb = self.plot.vb
+        # Limits first: the old limits would clamp the new range (a grown matrix shown cut).
+        # Square cells (a locked aspect) widen the range in one direction, so no limits.
+        if vb.state["aspectLocked"]:
+            vb.setLimits(xMin=None, xMax=None, yMin=None, yMax=None)
+        else:
+            vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+        vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+
+    def set_row_bars(self, columns: list[RowBars]) -> None:
+        """Per-row bars beside the matrix (none by default)."""
+        self.strip.set_columns(columns)
+
+    def mark_column(self, col: int | None) -> None:
+        """Outline a whole column, dashed (the key a probe nudged), or none."""
+        self.column_mark.setVisible(col is not None and self.spec is not None)
+        if col is not None and self.spec is not None:
+            self.column_mark.setRect(col, 0, 1, self.spec.values.shape[0])
 
     def sizeHint(self) -> QSize:
         return QSize(240, 200)  # pyqtgraph asks for 480 high, which makes panels scroll
@@ -299,6 +431,9 @@ class HeatmapView(pg.GraphicsLayoutWidget):
     def _click(self, event: object) -> None:
         button = event.button()  # type: ignore[attr-defined]
         if button != Qt.MouseButton.LeftButton:
+            return
+        if event.double():  # type: ignore[attr-defined]
+            self.fit()
             return
         cell = self._cell_at(event.scenePos())  # type: ignore[attr-defined]
         if cell is not None:

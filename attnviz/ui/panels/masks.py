@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
@@ -18,21 +21,35 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core import colors
 from attnviz.core.compare import MaskComparison, Probe, compare_masks, probe
 from attnviz.core.engine import Result
-from attnviz.core.figure import make_spec
+from attnviz.core.figure import make_spec, mask_marks, spec_for
 from attnviz.core.scenario import MASKS
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document, Selection, computes_at_once
-from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.heatmap import HeatmapView, RowBars
 from attnviz.ui.panels.common import ResultPanel
 
 LEAK_COLOUR = QColor("#fdd0c7")
 COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe B")
+LEGEND = (
+    "<span style='background:#ddd'>&nbsp;╱╱&nbsp;</span> set by the mask (it reads what the "
+    f"strategy put there) · <b style='color:{colors.LEAK}'>▢ red outline</b>: weight that "
+    "leaked to a future key · bars: each query row's leak"
+)
+DIFF_TEXT = (
+    "<b>B − A</b>: how much each weight changes when strategy B replaces A. Red: B puts "
+    "more weight on that key, blue: less. The bars give how far the head's output row moved."
+)
 
 
 class MasksPanel(ResultPanel):
-    """Compares strategy A (default causal −∞) with B (default causal-zero)."""
+    """Compares strategy A (default causal −∞) with B (default causal-zero).
+
+    For each strategy: the scores softmax sees and the weights, masked cells hatched and
+    leaked weight outlined, with each row's leak as a bar; then B − A and the probe.
+    """
 
     def __init__(self, doc: Document, parent: QWidget | None = None):
         super().__init__(doc, parent)
@@ -48,22 +65,29 @@ class MasksPanel(ResultPanel):
             box.setCurrentText(default)
             box.currentTextChanged.connect(lambda _: self.redraw())
         controls = QHBoxLayout()
-        controls.addWidget(QLabel("A"))
+        controls.addWidget(QLabel("Strategy A"))
         controls.addWidget(self.mask_a)
         controls.addWidget(QLabel("against B"))
         controls.addWidget(self.mask_b)
         controls.addStretch(1)
+        legend = QLabel(LEGEND)
+        legend.setWordWrap(True)
 
         self.views = {
+            "A-scores": HeatmapView("masked"),
+            "B-scores": HeatmapView("masked"),
             "A": HeatmapView("weights"),
             "B": HeatmapView("weights"),
             "diff": HeatmapView("difference"),
         }
-        self.views["A"].cellClicked.connect(lambda _, i, j: self._select("A", i, j))
-        self.views["B"].cellClicked.connect(lambda _, i, j: self._select("B", i, j))
-        grid = QGridLayout()
-        for k, view in enumerate(self.views.values()):
-            grid.addWidget(view, 0, k)
+        for key, view in self.views.items():
+            view.setMinimumSize(190, 170)
+            if key != "diff":
+                view.plot.vb.setAspectLocked(True)  # square cells: rows and keys alike
+                view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
+        self.views["diff"].plot.vb.setAspectLocked(True)
+        diff_text = QLabel(DIFF_TEXT)
+        diff_text.setWordWrap(True)
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -74,6 +98,7 @@ class MasksPanel(ResultPanel):
             "the probed token was nudged (red: an earlier token moved, the future leaked)"
         )
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setMinimumHeight(90)
 
         self.token = QComboBox()
         self.amount = QDoubleSpinBox()
@@ -84,22 +109,43 @@ class MasksPanel(ResultPanel):
         nudge.setToolTip("Add the amount to every feature of the token's x, under A and under B")
         nudge.clicked.connect(self.run_probe)
         probe_row = QHBoxLayout()
-        probe_row.addWidget(QLabel("Causality probe: nudge"))
         probe_row.addWidget(self.token)
-        probe_row.addWidget(QLabel("by"))
+        probe_row.addWidget(QLabel("+"))
         probe_row.addWidget(self.amount)
         probe_row.addWidget(nudge)
         probe_row.addStretch(1)
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
+        probe_text = QLabel(
+            "<b>Causality probe</b>: add an amount to one token's x. Does an earlier output "
+            f"move? (<span style='color:{colors.PROBE}'>dashed</span>: the nudged key)"
+        )
+        probe_text.setWordWrap(True)
+        side = QVBoxLayout()
+        side.addWidget(diff_text)
+        side.addWidget(probe_text)
+        side.addLayout(probe_row)
+        side.addWidget(self.verdict)
+        side.addStretch(1)
+
+        grid = QGridLayout()
+        grid.addWidget(self.views["A-scores"], 0, 0)
+        grid.addWidget(self.views["B-scores"], 0, 1)
+        grid.addWidget(self.views["A"], 1, 0)
+        grid.addWidget(self.views["B"], 1, 1)
+        grid.addWidget(self.views["diff"], 2, 0)
+        grid.addLayout(side, 2, 1)
+        for k in range(3):
+            grid.setRowStretch(k, 1)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(controls)
-        layout.addLayout(grid, 3)
-        layout.addLayout(probe_row)
-        layout.addWidget(self.verdict)
-        layout.addWidget(self.table, 2)
+        layout.addWidget(legend)
+        layout.addLayout(grid, 5)
+        layout.addWidget(self.table, 1)
         doc.headChanged.connect(lambda _: self.redraw())
         doc.selectionChanged.connect(lambda _: self._mark())
 
@@ -141,17 +187,57 @@ class MasksPanel(ResultPanel):
         c, probes = answer
         self.comparison, self.probes = c, probes
         tokens = c.result_a.tokens
-        for key, weights, mask in (("A", c.weights_a, c.mask_a), ("B", c.weights_b, c.mask_b)):
+        nudged = probes[0].token if probes else None
+        strategies = (
+            ("A", c.result_a, c.mask_a, c.leak_a, probes[0] if probes else None),
+            ("B", c.result_b, c.mask_b, c.leak_b, probes[1] if probes else None),
+        )
+        for key, result, mask, leak, p in strategies:
+            scores = spec_for(result, "masked", c.head)
+            title = f"head {c.head + 1} · scores softmax sees under {mask}"
+            scores = replace(scores, title=title, caption=f"{key}: {mask} · scores")
+            weights = spec_for(result, "weights", c.head)
+            _, leaked = mask_marks(mask, "weights", weights.values, causal_intent=True)
             title = f"head {c.head + 1} · weights under {mask}"
-            spec = make_spec(
-                title, weights, tokens, tokens, "query", "key", "sequential", f"{key}: {mask}"
+            weights = replace(
+                weights, title=title, caption=f"{key}: {mask} · weights", leaked=leaked
             )
-            self.views[key].set_spec(spec)
+            self.views[f"{key}-scores"].set_spec(scores)
+            self.views[key].set_spec(weights)
+            row_sum = result.heads[c.head].row_sum
+            self.views[key].set_row_bars(self._bars(leak, row_sum, p, probes))
+            for view in (self.views[f"{key}-scores"], self.views[key]):
+                view.mark_column(nudged)
         diff_title = f"head {c.head + 1} · weights B − A ({c.mask_b} − {c.mask_a})"
         spec = make_spec(diff_title, c.difference, tokens, tokens, "query", "key", caption="B − A")
         self.views["diff"].set_spec(spec)
+        shift = c.output_shift
+        self.views["diff"].set_row_bars(
+            [RowBars("Δ out", shift, float(shift.max()), ("#7f7f7f",) * len(shift), _texts(shift))]
+        )
         self._fill_table(c, probes)
         self.verdict.setText(self._verdict(c, probes))
+
+    @staticmethod
+    def _bars(
+        leak: np.ndarray,
+        row_sum: np.ndarray,
+        p: Probe | None,
+        probes: tuple[Probe, Probe] | None,
+    ) -> list[RowBars]:
+        """Each row's leak; its sum when it is not 1; how far its output moved when probed."""
+        n = len(leak)
+        leak_colors = tuple(colors.LEAK if v > 0 else "#7f7f7f" for v in leak)
+        bars = [RowBars("leak", leak, 1.0, leak_colors, _texts(leak))]
+        if np.any(np.abs(row_sum - 1) > 1e-12):
+            bars.append(RowBars("Σ", row_sum, 1.0, ("#7f7f7f",) * n, _texts(row_sum)))
+        if p is not None and probes is not None:
+            limit = max(float(q.change.max()) for q in probes)
+            probe_colors = tuple(
+                colors.LEAK if i < p.token and p.changed[i] else colors.PROBE for i in range(n)
+            )
+            bars.append(RowBars("probe", p.change, limit, probe_colors, _texts(p.change)))
+        return bars
 
     def _fill_table(self, c: MaskComparison, probes: tuple[Probe, Probe] | None) -> None:
         tokens = c.result_a.tokens
@@ -194,20 +280,27 @@ class MasksPanel(ResultPanel):
         return "<br>".join(lines)
 
     def _mark(self) -> None:
-        """Outline the selected cell in the view of its mask, and nowhere else."""
+        """Outline the selected cell in the view it came from, and nowhere else."""
         sel, c = self.doc.selection, self.comparison
-        for key, mask in (("A", c.mask_a if c else None), ("B", c.mask_b if c else None)):
+        for key, view in self.views.items():
+            if key == "diff" or c is None:
+                view.select(None)
+                continue
+            mask = c.mask_a if key.startswith("A") else c.mask_b
             mine = (
                 sel is not None
-                and c is not None
-                and sel.view == "weights"
+                and sel.view == view.name
                 and sel.head == c.head
                 and sel.mask == mask
             )
-            self.views[key].select((sel.row, sel.col) if mine and sel is not None else None)
+            view.select((sel.row, sel.col) if mine and sel is not None else None)
 
-    def _select(self, key: str, row: int, col: int) -> None:
+    def _select(self, key: str, view: str, row: int, col: int) -> None:
         if self.comparison is None:
             return
-        mask = self.comparison.mask_a if key == "A" else self.comparison.mask_b
-        self.doc.select(Selection("weights", self.comparison.head, row, col, mask=mask))
+        mask = self.comparison.mask_a if key.startswith("A") else self.comparison.mask_b
+        self.doc.select(Selection(view, self.comparison.head, row, col, mask=mask))
+
+
+def _texts(values: np.ndarray) -> tuple[str, ...]:
+    return tuple(f"{v:.2f}" if abs(v) >= 0.005 or v == 0 else f"{v:.0e}" for v in values)

@@ -21,12 +21,12 @@ def legend(result: Result, head: int) -> tuple[str, str]:
         "none": ("no mask", "no mask"),
         "causal": ("causal −∞ (hatched)", "future keys set to −∞ (hatched grey): weight exactly 0"),
         "causal-zero": (
-            "causal zero: leaks",
-            "future keys set to 0, not −∞: they still get weight",
+            "causal zero: leaks (outlined red)",
+            "future keys set to 0, not −∞ (hatched): they still get weight (outlined red)",
         ),
         "drop-after-softmax": (
             "dropped after softmax",
-            "future weights zeroed after softmax: rows sum to less than 1",
+            "future weights zeroed after softmax (hatched): rows sum to less than 1",
         ),
     }[st.mask]
     projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
