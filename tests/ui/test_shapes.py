@@ -36,7 +36,7 @@ def assert_whole_matrices_shown(window, qtbot) -> None:
         def shown(panel=panel) -> list[HeatmapView]:
             return [v for v in panel.findChildren(HeatmapView) if v.isVisible()]
 
-        def drawn() -> bool:
+        def drawn(title=title) -> bool:
             views = shown()
             if title == "Heads" and len(views) != heads:
                 return False
