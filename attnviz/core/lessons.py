@@ -13,6 +13,7 @@ class Stage:
     docks: tuple[str, ...]  # the panels brought forward, most important first
     explanation: str  # HTML, a few sentences
     try_this: str
+    tab: tuple[str, str] = ()  # (dock, tab): a tab to open in a dock that has tabs
 
 
 STAGES: tuple[Stage, ...] = (
@@ -40,7 +41,10 @@ STAGES: tuple[Stage, ...] = (
         "overflowing. Dividing by the plain sum of the scores instead would allow negative "
         "weights, and a row summing to zero would break it.",
         "Click a weight: the Inspector lists the exponentials, their sum and the quotient. "
-        "Add 10 to every number in one row of X: the weights barely move, the raw scores do.",
+        "Then multiply one row of X by 10: that token's score with itself grows a hundredfold "
+        "and its row of weights becomes one-hot on itself: softmax saturates. (Adding the same "
+        "number to every <i>score</i> of a row would change no weight: softmax only sees "
+        "differences.)",
     ),
     Stage(
         3,
@@ -51,8 +55,9 @@ STAGES: tuple[Stage, ...] = (
         "(what a token looks for), <b>K = X W<sub>K</sub></b> (what it offers) and "
         "<b>V = X W<sub>V</sub></b> (what it passes on). Scores compare queries with keys, "
         "so a token no longer has to attend most to itself.",
-        "Look at the weights: does each token still put most weight on itself? Set W_K equal "
-        "to W_Q (copy and paste the grid) and look again.",
+        "Look at head 1's weights: no token puts most weight on itself any more. Then copy "
+        "the W_Q grid and paste it into W_K: the raw scores become symmetric, S[i, j] = "
+        "q<sub>i</sub>·q<sub>j</sub> = S[j, i].",
     ),
     Stage(
         4,
@@ -64,8 +69,11 @@ STAGES: tuple[Stage, ...] = (
         "on one key, and tiny gradients. Dividing by <b>√d_k</b> brings the variance back "
         "near 1. Scores [2, 1, 0, −1] give weights of about [0.64, 0.24, 0.09, 0.03]; "
         "the same scores times 8 give about [1, 0, 0, 0].",
-        "In Experiments, run the variance table for d_k = 2, 64 and 512, and drag the "
-        "saturation factor. Then switch <i>Scale</i> off in the toolbar and compare.",
+        "In Experiments, run the variance table for d_k = 2, 64 and 512: unscaled scores "
+        "have variance near d_k, scaled ones near 1. Drag the saturation factor. Then switch "
+        "<i>Scale</i> off in the toolbar: the scaled scores become the raw scores, and every "
+        "row's largest weight grows.",
+        tab=("Experiments", "Scaling"),
     ),
     Stage(
         5,
@@ -98,11 +106,12 @@ STAGES: tuple[Stage, ...] = (
         "stage-7-cost",
         ("Cost", "Experiments", "Pipeline"),
         "n tokens make an n × n score matrix per head: quadratic in time and memory. "
-        "At 128k tokens that is about 16 billion scores per head. Fused kernels such as "
+        "At 128,000 tokens that is about 16 billion scores per head. Fused kernels such as "
         "FlashAttention never store that matrix (memory linear in n) but still do the "
         "quadratic arithmetic. A KV cache keeps each layer's keys and values, 2 × n × d_model "
         "numbers, so generating a token computes one new row of scores.",
-        "In Cost, type 131072 as the what-if length. In Experiments, step the KV cache and "
-        "check each new row against full causal attention.",
+        "In Cost, type 128000 as the what-if length. In Experiments (the KV cache tab, "
+        "opened for you), step the cache: each new row matches full causal attention.",
+        tab=("Experiments", "KV cache"),
     ),
 )

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QScrollArea,
     QSpinBox,
+    QTabWidget,
     QWidget,
 )
 
@@ -113,6 +114,7 @@ class MainWindow(FileActions, QMainWindow):
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
         self.lesson.showDocks.connect(self.bring_forward)
+        self.lesson.showTab.connect(self.open_tab)
         self.default_state: QByteArray | None = None  # the layout is made when first shown
 
         for panel in (self.inputs, self.weights):
@@ -232,6 +234,14 @@ class MainWindow(FileActions, QMainWindow):
             dock = self.docks[title]
             dock.show()
             dock.raise_()
+
+    def open_tab(self, title: str, tab: str) -> None:
+        """Open a tab (by its label) of the panel in a dock."""
+        panel = self.panel(title)
+        if isinstance(panel, QTabWidget):
+            labels = [panel.tabText(i) for i in range(panel.count())]
+            if tab in labels:
+                panel.setCurrentIndex(labels.index(tab))
 
     def reset_layout(self) -> None:
         if self.default_state is not None:

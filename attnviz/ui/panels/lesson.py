@@ -22,6 +22,7 @@ class LessonPanel(QWidget):
     """Choosing a stage loads its preset (one undoable step) and asks for its docks."""
 
     showDocks = Signal(tuple)  # dock titles to bring forward, most important first
+    showTab = Signal(str, str)  # dock title, tab: a tab to open in a dock that has tabs
 
     def __init__(self, doc: Document, parent: QWidget | None = None):
         super().__init__(parent)
@@ -81,6 +82,8 @@ class LessonPanel(QWidget):
         self.text.setHtml(self.page(stage))
         self._sync_buttons()
         self.showDocks.emit(stage.docks)
+        if stage.tab:
+            self.showTab.emit(*stage.tab)
 
     @staticmethod
     def page(stage: Stage) -> str:
