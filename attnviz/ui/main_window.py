@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
+    QGuiApplication,
     QKeySequence,
     QShowEvent,
 )
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QComboBox,
     QDockWidget,
     QFrame,
@@ -51,6 +53,7 @@ from attnviz.ui.panels.mix import MixPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.weights import WeightsPanel
 
+DEFAULT_SIZE = QSize(1400, 860)
 ENGINE_LABELS = {
     "numpy": "NumPy float64",
     "torch-float64": "torch float64",
@@ -140,14 +143,36 @@ class MainWindow(FileActions, QMainWindow):
         self.autosaver = Autosave(self.doc, data_dir, self)
         self.autosaver.failed.connect(self.show_message)
 
-        self.resize(1400, 860)
+        self.resize(DEFAULT_SIZE)
         geometry = self.settings.value("window/geometry")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
+        self.fit_screen()
         self._sync_toolbar()
         self._update_title()
 
     # Layout ------------------------------------------------------------------------------
+
+    def fit_screen(self) -> None:
+        """Keep the window on the screen it opens on: no larger, and not off its edges."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        frame = self.frameGeometry().size() - self.size()  # title bar and borders
+        width = min(self.width(), room.width() - frame.width())
+        height = min(self.height(), room.height() - frame.height())
+        if (width, height) != (self.width(), self.height()):
+            self.resize(width, height)
+        x = min(max(self.x(), room.left()), room.right() + 1 - self.frameGeometry().width())
+        y = min(max(self.y(), room.top()), room.bottom() + 1 - self.frameGeometry().height())
+        if (x, y) != (self.x(), self.y()):
+            self.move(x, y)
+
+    @property
+    def compact(self) -> bool:
+        """Too narrow for three columns of docks side by side (1280 × 720 and smaller)."""
+        return self.width() < 1400
 
     def _dock(self, title: str) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -186,8 +211,13 @@ class MainWindow(FileActions, QMainWindow):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
         d["Inspector"].raise_()
+        total = self.width()
+        right = 300 if not self.compact else 260
+        left = 420 if not self.compact else 340
         self.resizeDocks(
-            [d["Inputs"], d["Pipeline"], d["Lesson"]], [420, 720, 300], Qt.Orientation.Horizontal
+            [d["Inputs"], d["Pipeline"], d["Lesson"]],
+            [left, max(400, total - left - right), right],
+            Qt.Orientation.Horizontal,
         )
         self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
         self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
@@ -254,6 +284,7 @@ class MainWindow(FileActions, QMainWindow):
         # Docks are arranged once the window is shown: tabifying them earlier leaves
         # stale, visible tab bars behind (a Qt quirk).
         if self.default_state is None:
+            QTimer.singleShot(0, self.fit_screen)  # again, once the frame's size is known
             self._default_layout()
             self.default_state = self.saveState()
             state = self.settings.value("window/state")
@@ -276,8 +307,15 @@ class MainWindow(FileActions, QMainWindow):
         self.act_scale = QAction("Scale ÷√d_k", self, checkable=True)
         self.act_scale.setToolTip("Divide scores by √d_k before softmax")
         self.act_scale.toggled.connect(lambda on: self.change_setting(scale=on))
-        bar.addAction(self.act_projections)
-        bar.addAction(self.act_scale)
+        # Check boxes, not tool buttons: an unchecked tool button reads as plain text.
+        self.toggles: dict[QAction, QCheckBox] = {}
+        for action in (self.act_projections, self.act_scale):
+            box = QCheckBox(action.text())
+            box.setToolTip(action.toolTip())
+            box.toggled.connect(action.setChecked)
+            action.toggled.connect(box.setChecked)
+            bar.addWidget(box)
+            self.toggles[action] = box
         bar.addSeparator()
         self.mask_box = self._combo(bar, "Mask", MASKS, lambda m: self.change_setting(mask=m))
         self.pos_box = self._combo(
@@ -322,9 +360,10 @@ class MainWindow(FileActions, QMainWindow):
     def _sync_toolbar(self) -> None:
         st = self.doc.scenario.settings
         for action, on in ((self.act_projections, st.projections), (self.act_scale, st.scale)):
-            action.blockSignals(True)
-            action.setChecked(on)
-            action.blockSignals(False)
+            for control in (action, self.toggles[action]):
+                control.blockSignals(True)
+                control.setChecked(on)
+                control.blockSignals(False)
         self.mask_box.setCurrentText(st.mask)
         self.engine_box.setCurrentText(ENGINE_LABELS[self.doc.engine])
         self.pos_box.setCurrentText(st.positional)

@@ -41,6 +41,20 @@ def legend(result: Result, head: int) -> tuple[str, str]:
     return line, tip
 
 
+def best_columns(width: int, height: int, count: int) -> int:
+    """How many columns (2 to 4) leave each heatmap's matrix the most room on its short side.
+
+    About 110 px of a view's width go to its labels and colour bar, 75 px of its height to
+    its title and key labels.
+    """
+
+    def room(columns: int) -> float:
+        rows = -(-count // columns)
+        return min(width / columns - 110, height / rows - 75)
+
+    return max((2, 3, 4), key=room)
+
+
 class PipelinePanel(QWidget):
     """Q, K, V, scores, scaled, masked, weights, output for the selected head."""
 
@@ -92,8 +106,7 @@ class PipelinePanel(QWidget):
             self.grid.setColumnStretch(c, 1 if c < columns else 0)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
-        # Narrow docks get two columns, wide ones up to four, so cells stay readable.
-        self._arrange(max(2, min(4, event.size().width() // 300)))
+        self._arrange(best_columns(event.size().width(), event.size().height(), len(self.views)))
         super().resizeEvent(event)
 
     def show_result(self, result: Result) -> None:
