@@ -18,6 +18,7 @@ from PySide6.QtGui import (
     QColor,
     QCursor,
     QFont,
+    QFontMetrics,
     QLinearGradient,
     QPainter,
     QPaintEvent,
@@ -245,10 +246,11 @@ class LabelAxis(pg.AxisItem):
         if not count or size <= 0 or maxVal <= minVal:
             return []
         pixels_per_cell = size / (maxVal - minVal)
+        metrics = QFontMetrics(self.style["tickFont"] or QFont())
         if self.orientation in ("top", "bottom"):
-            needed = 6.5 * max(len(label) for label in self.labels) + 4
+            needed = max(metrics.horizontalAdvance(label) for label in self.labels) + 6
         else:
-            needed = 14.0
+            needed = metrics.height() + 1
         step = max(1, math.ceil(needed / pixels_per_cell))
         first = max(0, math.floor(minVal)) // step * step
         last = min(count, math.ceil(maxVal))
