@@ -70,7 +70,14 @@ def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attnviz", description="A desktop lab for transformer attention.")
+    parser = _Parser(
+        prog="attnviz",
+        usage="%(prog)s [FILE]\n       %(prog)s [-h] [--version] COMMAND ...",
+        description="A desktop lab for transformer attention. 'attnviz' alone opens the "
+        "window; 'attnviz FILE' opens it on a saved .attn.json scenario. The commands "
+        "below work without a window.",
+        epilog="Run 'attnviz COMMAND --help' for a command's options.",
+    )
     parser.add_argument("--version", action="version", version=f"attnviz {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -278,9 +285,10 @@ def _check(s: Scenario) -> dict[str, Any]:
 def cmd_presets(_: argparse.Namespace) -> int:
     from attnviz.core.presets import PRESETS
 
-    width = max(map(len, PRESETS))
+    name_width = max(len(p.name) for p in PRESETS.values())
+    title_width = max(len(p.title) for p in PRESETS.values())
     for p in PRESETS.values():
-        print(f"{p.name.ljust(width)}  {p.summary}")
+        print(f"{p.name.ljust(name_width)}  {p.title.ljust(title_width)}  {p.summary}")
     return 0
 
 
@@ -369,10 +377,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _looks_like_a_file(text: str) -> bool:
+    """Whether a missing FILE was meant as a path: a folder in it, or an extension."""
+    separators = {os.sep, "/"} | ({os.altsep} if os.altsep else set())
+    return any(sep in text for sep in separators) or bool(os.path.splitext(text)[1])
+
+
 def open_window(path: str | None) -> int:
     """No subcommand: the desktop window, on FILE when given."""
     if path is not None and not os.path.isfile(path):
-        print(f"attnviz: {path}: no such file", file=sys.stderr)
+        if _looks_like_a_file(path):
+            print(f"attnviz: {path}: no such file", file=sys.stderr)
+        else:
+            commands = ", ".join(SUBCOMMANDS)
+            print(
+                f"attnviz: {path!r} is not a command or a file; commands: {commands}",
+                file=sys.stderr,
+            )
         return EXIT_USAGE
     from attnviz.ui.app import run
 
@@ -386,6 +407,7 @@ COMMANDS = {
     "export": cmd_export,
     "code": cmd_code,
 }
+SUBCOMMANDS = ("compute", "presets", "bench", "explain", "code", "export")  # as --help lists them
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -696,3 +696,49 @@ def test_subprocess_compute_json():
     p = run_module("compute", "--format", "json")
     assert p.returncode == 0 and p.stderr == ""
     assert_matches(json.loads(p.stdout), *reference())
+
+
+# Words a newcomer can read ---------------------------------------------------------------
+
+
+def test_presets_print_id_title_and_summary_in_plain_words(capsys):
+    from attnviz.core.presets import PRESETS
+
+    rc, out, err = cli(capsys, "presets")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == len(PRESETS)
+    for line, p in zip(lines, PRESETS.values(), strict=True):
+        assert p.title and p.title != p.name and " " in p.title
+        assert line.startswith(p.name + " ") and p.title in line and line.endswith(p.summary)
+        assert "brief" not in (p.title + p.summary).lower()
+    assert PRESETS["worked-example"].title == "Worked example"
+    assert "she saw the cat" in PRESETS["worked-example"].summary
+    assert PRESETS["stage-1-simple"].title.startswith("Lesson 1")
+    assert PRESETS["gpt2-small"].title == "GPT-2 small (random weights)"
+
+
+def test_help_says_that_attnviz_file_opens_the_window(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "attnviz [FILE]" in out
+    assert "opens the window" in out
+
+
+def test_an_unknown_word_names_the_commands(capsys):
+    from attnviz.cli import SUBCOMMANDS, build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert tuple(commands) == SUBCOMMANDS
+    rc, out, err = cli(capsys, "frob")
+    assert (rc, out) == (2, "")
+    assert err == f"attnviz: 'frob' is not a command or a file; commands: {', '.join(commands)}\n"
+
+
+@pytest.mark.parametrize("path", ["x.attn.json", "missing.json", "dir/x", "./frob"])
+def test_a_missing_path_that_looks_like_a_file_says_no_such_file(capsys, path):
+    rc, out, err = cli(capsys, path)
+    assert (rc, out) == (2, "")
+    assert err == f"attnviz: {path}: no such file\n"

@@ -1,4 +1,4 @@
-"""Ready-made scenarios: the brief's worked example, one per lesson stage, a GPT-2-sized one."""
+"""Ready-made scenarios: the worked example, one per lesson stage, a GPT-2-sized one."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ WORKED_W_O = [
 
 
 def worked_example(settings: Settings | None = None) -> Scenario:
-    """The brief's four-token, two-head example (causal mask, scaled, projections on)."""
+    """The worked example: 4 tokens, d_model 4, two heads of d_k 2 (causal, scaled)."""
     return from_heads(WORKED_TOKENS, WORKED_X, WORKED_HEADS, WORKED_W_O, settings)
 
 
@@ -61,7 +61,10 @@ def _stage(**settings: object) -> Callable[..., Scenario]:
 
 @dataclass(frozen=True)
 class Preset:
+    """A ready-made scenario: ``name`` for the command line, ``title`` for menus."""
+
     name: str
+    title: str
     summary: str
     make: Callable[..., Scenario]
     sized: bool = False  # takes n and seed
@@ -71,37 +74,58 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
         Preset(
-            "worked-example", "the brief's 4 tokens, 2 heads of d_k 2, causal, scaled", _stage()
+            "worked-example",
+            "Worked example",
+            "4 tokens (she saw the cat), d_model 4, two heads of d_k 2; causal mask, scaled",
+            _stage(),
         ),
         Preset(
             "stage-1-simple",
-            "softmax(X Xᵀ) X: no projections, no scaling, no mask",
+            "Lesson 1: simple self-attention",
+            "softmax(X Xᵀ) X on the worked example: no projections, no scaling, no mask",
             _stage(projections=False, scale=False, mask="none"),
         ),
         Preset(
             "stage-2-softmax",
-            "the same scores turned into weights that sum to 1 per row",
+            "Lesson 2: softmax",
+            "softmax turns the scores X Xᵀ into weights that sum to 1 in each row",
             _stage(projections=False, scale=False, mask="none"),
         ),
         Preset(
             "stage-3-projections",
+            "Lesson 3: projections",
             "Q = X W_Q, K = X W_K, V = X W_V; no scaling, no mask",
             _stage(scale=False, mask="none"),
         ),
         Preset(
-            "stage-4-scaling", "scores divided by √d_k; no mask", _stage(scale=True, mask="none")
+            "stage-4-scaling",
+            "Lesson 4: scaling by √d_k",
+            "scores divided by √d_k before softmax; no mask",
+            _stage(scale=True, mask="none"),
         ),
-        Preset("stage-5-causal-mask", "future keys set to −∞ before softmax", _stage()),
-        Preset("stage-6-multi-head", "two heads concatenated and mixed by W_O", _stage()),
+        Preset(
+            "stage-5-causal-mask",
+            "Lesson 5: the causal mask",
+            "each token attends only to itself and earlier tokens (later keys set to −∞)",
+            _stage(),
+        ),
+        Preset(
+            "stage-6-multi-head",
+            "Lesson 6: multi-head attention",
+            "two heads side by side, concatenated and mixed by W_O",
+            _stage(),
+        ),
         Preset(
             "stage-7-cost",
-            "GPT-2-small sizes (768 wide, 12 heads of 64), n tokens: the quadratic cost",
+            "Lesson 7: the cost of attention",
+            "GPT-2-small sizes with random weights, n tokens (default 64): the n² cost",
             lambda n=64, seed=0: random_scenario(n=n, seed=seed),
             sized=True,
         ),
         Preset(
             "gpt2-small",
-            "random GPT-2-small-sized layer: d_model 768, 12 heads of 64, n tokens (default 64)",
+            "GPT-2 small (random weights)",
+            "d_model 768, 12 heads of d_k 64, random weights, n tokens (default 64)",
             lambda n=64, seed=0: random_scenario(n=n, seed=seed),
             sized=True,
         ),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PySide6.QtGui import QUndoCommand
 
-from attnviz.core.scenario import Scenario, matrix_label
+from attnviz.core.scenario import WEIGHT_NAMES, Scenario
 
 if TYPE_CHECKING:
     from attnviz.ui.document import Document
@@ -77,8 +77,13 @@ class ReplaceScenario(QUndoCommand):
         self.doc.set_scenario(self.old)
 
 
+def matrix_title(name: str, head: int | None) -> str:
+    """How the window names a matrix: ``head 2 W_K`` (heads from 1, as on the tabs), ``X``."""
+    return f"head {head + 1} {name}" if name in WEIGHT_NAMES and head is not None else name
+
+
 def _describe(name: str, head: int | None, row: int, col: int, rows: int, cols: int) -> str:
-    where = matrix_label(name, head)
+    where = matrix_title(name, head)
     if (rows, cols) == (1, 1):
         return f"Edit {where}[{row + 1},{col + 1}]"
     return f"Edit {rows}×{cols} cells of {where}"

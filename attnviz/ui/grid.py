@@ -3,24 +3,70 @@
 Copy writes the selected rectangle as tab-separated text; paste reads spreadsheet
 ranges, CSV or NumPy's printed arrays. A single pasted value fills the whole selection.
 Every paste, fill or delete is one undoable edit; one that does not fit, or text that is
-not a finite number, is refused with a message and changes nothing.
+not a finite number, is refused with a message and changes nothing. An edit that goes
+through replaces the message (pastes, fills and deletes say what they did).
+
+A cell shows its number with as many significant digits as its column has room for, so
+narrow columns (GPT-2-sized matrices) show whole numbers, never a cut-off "0.04…".
 """
 
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QModelIndex, Qt, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtGui import QAction, QFontMetrics, QGuiApplication, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemDelegate,
     QAbstractItemView,
     QHeaderView,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableView,
     QWidget,
 )
 
 from attnviz.core.text import format_table, parse_table
 from attnviz.ui.matrix_model import MatrixModel
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+def number_texts(value: float) -> list[str]:
+    """A number written with 4, 3, 2 then 1 significant digits, plain and as a power of 10."""
+    texts = []
+    for digits in (4, 3, 2, 1):
+        mantissa, _, power = f"{value:.{digits - 1}e}".partition("e")
+        if "." in mantissa:
+            mantissa = mantissa.rstrip("0").rstrip(".")
+        plain = f"{value:.{digits}g}"
+        exponent = f"{mantissa}e{int(power)}"
+        texts += [plain if "e" not in plain else exponent, exponent]
+    return list(dict.fromkeys(texts))
+
+
+def fit_number(value: float, room: int, metrics: QFontMetrics) -> str:
+    """The most precise text of value that is at most room pixels wide (else the shortest)."""
+    texts = number_texts(value)
+    for text in texts:
+        if metrics.horizontalAdvance(text) <= room:
+            return text
+    return min(texts, key=metrics.horizontalAdvance)
+
+
+class NumberDelegate(QStyledItemDelegate):
+    """Shows each number with as many significant digits as its cell has room for."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Index) -> None:
+        super().initStyleOption(option, index)
+        style = option.widget.style() if option.widget else None
+        if style is None or option.rect.width() <= 0:
+            return  # measuring (sizeHint), not drawing: keep the full text
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, option.widget)
+        room = option.rect.width() - 2 * (margin + 1)  # as QCommonStyle lays out item text
+        if option.fontMetrics.horizontalAdvance(option.text) > room:
+            value = float(index.data(Qt.ItemDataRole.EditRole))
+            option.text = fit_number(value, room, option.fontMetrics)
 
 
 class MatrixGrid(QTableView):
@@ -31,7 +77,9 @@ class MatrixGrid(QTableView):
     def __init__(self, model: MatrixModel, parent: QWidget | None = None):
         super().__init__(parent)
         self.setModel(model)
+        self.setItemDelegate(NumberDelegate(self))
         model.refused.connect(self.message)
+        model.edited.connect(lambda: self.message.emit(""))  # clears an earlier refusal
         self.setSelectionMode(QAbstractItemView.SelectionMode.ContiguousSelection)
         self.setEditTriggers(
             QAbstractItemView.EditTrigger.AnyKeyPressed
@@ -57,6 +105,17 @@ class MatrixGrid(QTableView):
         model = self.model()
         assert isinstance(model, MatrixModel)
         return model
+
+    def shown_text(self, row: int, col: int) -> str:
+        """The text a cell shows at its present width."""
+        index = self.model().index(row, col)
+        option = QStyleOptionViewItem()
+        self.initViewItemOption(option)
+        option.rect = self.visualRect(index)
+        delegate = self.itemDelegate()
+        assert isinstance(delegate, NumberDelegate)
+        delegate.initStyleOption(option, index)
+        return option.text
 
     # Selection ---------------------------------------------------------------------------
 
@@ -92,14 +151,25 @@ class MatrixGrid(QTableView):
         row, col, rows, cols = self.selected_rect()
         if values.shape == (1, 1) and rows * cols > 1:
             values = np.full((rows, cols), values[0, 0])
-            text = f"Fill {rows}×{cols} cells of {model.label}"
+            text = f"Fill {rows}×{cols} cells of {model.title}"
+            done = f"Filled {rows}×{cols} cells of {model.title} with {values[0, 0]:g}"
         else:
-            text = f"Paste {values.shape[0]}×{values.shape[1]} into {model.label}"
-        return model.set_block(row, col, values, text)
+            text = f"Paste {values.shape[0]}×{values.shape[1]} into {model.title}"
+            done = f"Pasted {values.shape[0]}×{values.shape[1]} into {model.title}"
+        if not model.set_block(row, col, values, text):
+            return False
+        self.message.emit(done)
+        return True
 
     def clear(self) -> None:
         row, col, rows, cols = self.selected_rect()
-        self.matrix_model().set_block(row, col, np.zeros((rows, cols)), "Set cells to 0")
+        model = self.matrix_model()
+        if rows * cols > 1:
+            where = f"{rows}×{cols} cells of {model.title}"
+        else:
+            where = f"{model.title}[{row + 1},{col + 1}]"
+        if model.set_block(row, col, np.zeros((rows, cols)), f"Set {where} to 0"):
+            self.message.emit(f"Set {where} to 0")
 
     # Keyboard: Enter moves down, like a spreadsheet ------------------------------------------
 

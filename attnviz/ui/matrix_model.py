@@ -13,7 +13,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 
 from attnviz.core.scenario import ScenarioError, matrix_label
 from attnviz.core.text import parse_number
-from attnviz.ui.commands import SetCells
+from attnviz.ui.commands import SetCells, matrix_title
 from attnviz.ui.document import Document
 
 Index = QModelIndex | QPersistentModelIndex
@@ -24,6 +24,7 @@ class MatrixModel(QAbstractTableModel):
     """Rows and columns of one scenario matrix; typed values become undoable edits."""
 
     refused = Signal(str)  # a message naming why an edit was refused
+    edited = Signal()  # an edit went through (so an earlier refusal no longer applies)
 
     def __init__(self, doc: Document, name: str, head: int | None = None):
         super().__init__(doc)
@@ -34,7 +35,13 @@ class MatrixModel(QAbstractTableModel):
 
     @property
     def label(self) -> str:
+        """The matrix as files and the core name it: ``heads[2].W_K``."""
         return matrix_label(self.name, self.head)
+
+    @property
+    def title(self) -> str:
+        """The matrix as the window names it: ``head 2 W_K``."""
+        return matrix_title(self.name, self.head)
 
     def matrix(self) -> np.ndarray:
         return self.doc.scenario.matrix(self.name, self.head)
@@ -84,7 +91,7 @@ class MatrixModel(QAbstractTableModel):
         try:
             number = parse_number(str(value))
         except ValueError as e:
-            self.refused.emit(f"{self.label}[{row + 1},{col + 1}]: {e}; the cell keeps its value")
+            self.refused.emit(f"{self.title}[{row + 1},{col + 1}]: {e}; the cell keeps its value")
             return False
         if number == float(self.matrix()[row, col]):
             return True
@@ -97,9 +104,10 @@ class MatrixModel(QAbstractTableModel):
         try:
             command = SetCells(self.doc, self.name, self.head, row, col, values, text)
         except ScenarioError as e:
-            self.refused.emit(f"{e}; nothing was changed")
+            self.refused.emit(f"{str(e).replace(self.label, self.title)}; nothing was changed")
             return False
         self.doc.undo_stack.push(command)
+        self.edited.emit()
         return True
 
     # Document -> views ------------------------------------------------------------------

@@ -207,7 +207,7 @@ def test_typed_bad_text_is_refused_and_the_cell_keeps_its_value(window, qtbot, t
     with qtbot.waitSignal(grid.message, timeout=2000) as message:
         type_into(qtbot, grid, 2, 1, text)
     assert text in message.args[0] or text.replace("e", "E") in message.args[0]
-    assert "heads[1].W_K[3,2]" in message.args[0]
+    assert "head 1 W_K[3,2]" in message.args[0]
     assert_same_matrices(before, matrices(window.doc))
     assert window.doc.scenario.W_K[0, 2, 1] == 0.7
     assert window.doc.undo_stack.count() == 0
@@ -401,7 +401,7 @@ def test_refused_oversized_paste_names_the_problem(window, qtbot):
     before = matrices(window.doc)
     with qtbot.waitSignal(grid.message, timeout=1000) as message:
         assert not grid.paste_text(str(np.ones((4, 3))))
-    assert "heads[1].W_V" in message.args[0]
+    assert "head 1 W_V" in message.args[0]
     assert "does not fit" in message.args[0]
     assert_same_matrices(before, matrices(window.doc))
 

@@ -67,9 +67,7 @@ class InputsPanel(QWidget):
         return index.row() if index.isValid() else self.doc.scenario.n - 1
 
     def _replace(self, make: Callable[[Scenario], Scenario], text: str) -> None:
-        refusal = push_change(self.doc, make, text)
-        if refusal:
-            self.message.emit(refusal)
+        self.message.emit(push_change(self.doc, make, text))  # '' clears an earlier refusal
 
     def add(self) -> None:
         at = self._current() + 1

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from collections.abc import Callable
+
+from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLayout,
+    QLayoutItem,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -26,6 +30,58 @@ def titled(title: str, widget: QWidget) -> QGroupBox:
     layout.setContentsMargins(4, 4, 4, 4)
     layout.addWidget(widget)
     return box
+
+
+class EvenRow(QLayout):
+    """Widgets side by side in exactly equal widths, so that equal grids scroll alike.
+
+    (A QHBoxLayout hands spare pixels to some widgets only: one grid of three could be a
+    pixel narrower than its content and show a scrollbar the others lack.)
+    """
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._items: list[QLayoutItem] = []
+
+    def addItem(self, item: QLayoutItem) -> None:
+        self._items.append(item)
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int) -> QLayoutItem | None:
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int) -> QLayoutItem | None:
+        return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+    def sizeHint(self) -> QSize:
+        return self._total(lambda item: item.sizeHint())
+
+    def minimumSize(self) -> QSize:
+        return self._total(lambda item: item.minimumSize())
+
+    def _total(self, size_of: Callable[[QLayoutItem], QSize]) -> QSize:
+        sizes = [size_of(item) for item in self._items]
+        n = len(sizes)
+        margins = self.contentsMargins()
+        width = n * max((s.width() for s in sizes), default=0) + max(n - 1, 0) * self.spacing()
+        height = max((s.height() for s in sizes), default=0)
+        return QSize(
+            width + margins.left() + margins.right(), height + margins.top() + margins.bottom()
+        )
+
+    def setGeometry(self, rect: QRect) -> None:
+        super().setGeometry(rect)
+        if not self._items:
+            return
+        area = self.contentsRect()
+        n, spacing = len(self._items), self.spacing()
+        width = (area.width() - (n - 1) * spacing) // n
+        for i, item in enumerate(self._items):
+            item.setGeometry(
+                QRect(area.x() + i * (width + spacing), area.y(), width, area.height())
+            )
 
 
 class WeightsPanel(QWidget):
@@ -73,8 +129,9 @@ class WeightsPanel(QWidget):
 
     def _head_tab(self, head: int) -> QWidget:
         tab = QWidget()
-        row = QHBoxLayout(tab)
+        row = EvenRow(tab)
         row.setContentsMargins(0, 4, 0, 0)
+        row.setSpacing(6)
         for name in WEIGHT_NAMES:
             grid = self._grid(name, head)
             grid.horizontalHeader().setDefaultSectionSize(48)
@@ -109,6 +166,6 @@ class WeightsPanel(QWidget):
         refusal = push_change(
             self.doc, lambda s: resized(s, **{what: value}), f"Set {what} to {value}"
         )
+        self.message.emit(refusal)  # '' clears an earlier refusal
         if refusal:
-            self.message.emit(refusal)
             self.sync()
