@@ -1,4 +1,11 @@
-"""Screenshots of the real window for the README (offscreen): python docs/make_screenshots.py"""
+"""Screenshots of the real window for the README, at the size of the screen it runs on.
+
+    xvfb-run -s "-screen 0 1440x900x24" python docs/make_screenshots.py
+    xvfb-run -s "-screen 0 1280x720x24" python docs/make_screenshots.py
+
+On a 1440 × 900 screen it writes the window and each dock; on any other, the window
+only, as window-WxH.png. Without a display it uses Qt's offscreen platform.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
@@ -28,7 +36,6 @@ def settle(app: QApplication) -> None:
 def window(app: QApplication, doc: Document | None = None) -> MainWindow:
     folder = Path(tempfile.mkdtemp())
     w = MainWindow(QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, doc)
-    w.resize(1440, 900)
     w.show()
     settle(app)
     return w
@@ -36,12 +43,20 @@ def window(app: QApplication, doc: Document | None = None) -> MainWindow:
 
 def main() -> None:
     app = make_app()
+    screen = app.primaryScreen().size()
+    if (screen.width(), screen.height()) != (1440, 900):
+        w = window(app)
+        w.grab().save(str(OUT / f"window-{screen.width()}x{screen.height()}.png"))
+        w.close()
+        print(f"wrote the window at {screen.width()}×{screen.height()} to {OUT}")
+        return
     w = window(app)
     w.doc.select(Selection("weights", 0, 3, 2))
     settle(app)
     w.grab().save(str(OUT / "window.png"))
+    w.masks.token.setCurrentIndex(1)
     w.masks.run_probe()
-    for name in ("Masks", "Heads", "Mix", "Experiments"):
+    for name in ("Masks", "Pipeline", "Heads", "Mix", "Experiments"):
         w.docks[name].raise_()
         settle(app)
         w.docks[name].grab().save(str(OUT / f"dock-{name.lower()}.png"))

@@ -1,8 +1,12 @@
 """Shared test set-up: Qt runs offscreen; windows get throw-away settings and data folders."""
 
 import os
+from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Offscreen, on a screen of a common laptop size (Qt's own offscreen screen is 800 × 800).
+if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":
+    screen = Path(__file__).with_name("screen-1440x900.json")
+    os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screen}"
 
 import pytest
 

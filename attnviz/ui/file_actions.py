@@ -159,7 +159,7 @@ class FileActions:
         grid = self._target_grid()
         model = grid.matrix_model()
         path, _ = QFileDialog.getOpenFileName(
-            self, f"Import into {model.label}", self._folder(), MATRIX_FILTER
+            self, f"Import into {model.title}", self._folder(), MATRIX_FILTER
         )
         if path:
             self.import_matrix_from(grid, Path(path))
@@ -176,16 +176,16 @@ class FileActions:
             got = "×".join(map(str, values.shape))
             self.error(
                 "Cannot import the matrix",
-                f"{path.name}: {model.label} is {shape}, the file holds {got}",
+                f"{path.name}: {model.title} is {shape}, the file holds {got}",
             )
             return False
-        return model.set_block(0, 0, values, f"Import {path.name} into {model.label}")
+        return model.set_block(0, 0, values, f"Import {path.name} into {model.title}")
 
     def export_matrix(self) -> None:
         model = self._target_grid().matrix_model()
         name = model.label.replace("[", "").replace("]", "").replace(".", "-")
         path, _ = QFileDialog.getSaveFileName(
-            self, f"Export {model.label}", self._folder(f"{name}.csv"), MATRIX_FILTER
+            self, f"Export {model.title}", self._folder(f"{name}.csv"), MATRIX_FILTER
         )
         if path:
             try:
@@ -193,7 +193,7 @@ class FileActions:
             except (OSError, ScenarioError) as e:
                 self.error("Cannot export the matrix", str(e))
                 return
-            self.show_message(f"Exported {model.label} to {Path(path).name}")
+            self.show_message(f"Exported {model.title} to {Path(path).name}")
 
     def export_heatmap(self) -> None:
         view = self.last_heatmap

@@ -284,7 +284,8 @@ class MainWindow(FileActions, QMainWindow):
         # Docks are arranged once the window is shown: tabifying them earlier leaves
         # stale, visible tab bars behind (a Qt quirk).
         if self.default_state is None:
-            QTimer.singleShot(0, self.fit_screen)  # again, once the frame's size is known
+            self.fit_screen()  # the layout is made for the size the window will have
+            QTimer.singleShot(0, self.fit_screen)  # and again once its frame is known
             self._default_layout()
             self.default_state = self.saveState()
             state = self.settings.value("window/state")
@@ -336,18 +337,22 @@ class MainWindow(FileActions, QMainWindow):
             "(on CUDA when present); torch loads when first chosen"
         )
         bar.addSeparator()
-        self.preset_box = self._combo(
-            bar, "Preset", tuple(PRESETS), self.load_preset, current=False
+        bar.addWidget(QLabel(" Preset "))
+        self.preset_box = QComboBox()
+        self.preset_box.addItem("choose…")
+        for k, preset in enumerate(PRESETS.values(), start=1):
+            self.preset_box.addItem(preset.title, preset.name)
+            self.preset_box.setItemData(k, preset.summary, Qt.ItemDataRole.ToolTipRole)
+        self.preset_box.activated.connect(
+            lambda i: i > 0 and self.load_preset(self.preset_box.itemData(i))
         )
-        self.preset_box.setToolTip("\n".join(f"{p.name}: {p.summary}" for p in PRESETS.values()))
+        bar.addWidget(self.preset_box)
 
-    def _combo(self, bar, label, items, slot, current: bool = True) -> QComboBox:  # type: ignore[no-untyped-def]
+    def _combo(self, bar, label, items, slot) -> QComboBox:  # type: ignore[no-untyped-def]
         bar.addWidget(QLabel(f" {label} "))
         box = QComboBox()
-        if not current:
-            box.addItem("choose…")
         box.addItems(list(items))
-        box.textActivated.connect(lambda text: text != "choose…" and slot(text))
+        box.textActivated.connect(slot)
         bar.addWidget(box)
         return box
 
@@ -383,15 +388,15 @@ class MainWindow(FileActions, QMainWindow):
         self.doc.undo_stack.push(ReplaceScenario(self.doc, new, text))
 
     def load_preset(self, name: str) -> None:
-        n = None
-        if PRESETS[name].sized:
-            n, ok = QInputDialog.getInt(self, name, "Number of tokens n:", 64, 1, 2048)
+        preset, n = PRESETS[name], None
+        if preset.sized:
+            n, ok = QInputDialog.getInt(self, preset.title, "Number of tokens n:", 64, 1, 2048)
             if not ok:
                 self.preset_box.setCurrentIndex(0)
                 return
-        self.replace(make_preset(name, n=n), f"Preset {name}")
+        self.replace(make_preset(name, n=n), f"Preset {preset.title}")
         self.preset_box.setCurrentIndex(0)
-        self.show_message(f"Loaded preset {name}: {PRESETS[name].summary}")
+        self.show_message(f"Loaded {preset.title}: {preset.summary}")
 
     # Menus ------------------------------------------------------------------------------------
 
@@ -448,7 +453,7 @@ class MainWindow(FileActions, QMainWindow):
         m = self.menuBar().addMenu("&Presets")
         for preset in PRESETS.values():
             action = self._action(
-                m, preset.name, lambda _=False, n=preset.name: self.load_preset(n)
+                m, preset.title, lambda _=False, n=preset.name: self.load_preset(n)
             )
             action.setToolTip(preset.summary)
             action.setStatusTip(preset.summary)

@@ -1,4 +1,4 @@
-"""The window fits the screen it opens on, whatever size it remembers."""
+"""Window chrome: it fits the screen it opens on; toolbar and menus speak the user's words."""
 
 from __future__ import annotations
 
@@ -67,3 +67,19 @@ def test_the_toolbar_toggles_are_check_boxes_that_follow_the_settings(make_windo
     assert window.doc.scenario.settings.scale is True and scale.isChecked()
     window.lesson.go(0)  # stage 1: no projections, no scaling
     assert not projections.isChecked() and not scale.isChecked()
+
+
+def test_presets_are_offered_by_their_titles_and_load_by_them(make_window):
+    from attnviz.core.presets import PRESETS
+
+    window = make_window()
+    menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Presets")
+    texts = [a.text() for a in menu.actions()]
+    assert texts == [p.title for p in PRESETS.values()]
+    assert not set(texts) & set(PRESETS)  # no raw ids such as "stage-1-simple"
+    box = window.preset_box
+    k = [box.itemText(i) for i in range(box.count())].index("Lesson 1: simple self-attention")
+    box.activated.emit(k)
+    assert window.doc.scenario.settings.projections is False
+    assert window.doc.undo_stack.undoText() == "Preset Lesson 1: simple self-attention"
+    assert box.currentIndex() == 0
