@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
-from PySide6.QtGui import QAction, QFontMetrics, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QFontMetrics,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemDelegate,
     QAbstractItemView,
@@ -28,6 +35,8 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.text import format_table, parse_table
 from attnviz.ui.matrix_model import MatrixModel
+
+MIN_COLUMN = 38  # px: "−0.9" and a margin
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -87,7 +96,8 @@ class MatrixGrid(QTableView):
             | QAbstractItemView.EditTrigger.EditKeyPressed
         )
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.horizontalHeader().setDefaultSectionSize(56)
+        self.column_width = 56  # columns narrow down to MIN_COLUMN before the grid scrolls
+        self.horizontalHeader().setDefaultSectionSize(self.column_width)
         self.verticalHeader().setDefaultSectionSize(24)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         for text, keys, slot in (
@@ -172,6 +182,23 @@ class MatrixGrid(QTableView):
             self.message.emit(f"Set {where} to 0")
 
     # Keyboard: Enter moves down, like a spreadsheet ------------------------------------------
+
+    def set_column_width(self, width: int) -> None:
+        self.column_width = width
+        self._fit_columns()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """Narrow the columns (not below MIN_COLUMN) when that shows them all."""
+        cols = self.model().columnCount()
+        share = self.viewport().width() // max(cols, 1)
+        width = self.column_width if share >= self.column_width or share < MIN_COLUMN else share
+        if self.horizontalHeader().defaultSectionSize() != width:
+            self.horizontalHeader().setDefaultSectionSize(width)
+            self.updateGeometries()  # the scrollbars, now
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if (

@@ -23,6 +23,7 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPen,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
 
@@ -324,6 +325,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self._bar_key: tuple[object, ...] = ()
         self._block_lines: list[pg.InfiniteLine] = []
         self._labels: tuple[object, ...] = ()
+        self._axis_titles = True
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
         self.setMinimumSize(150, 120)
@@ -375,6 +377,15 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         if col is not None and self.spec is not None:
             self.column_mark.setRect(col, 0, 1, self.spec.values.shape[0])
 
+    def resizeEvent(self, event: QResizeEvent | None) -> None:
+        # Small views drop the axis titles (query, key, …) to give their cells the room.
+        roomy = self.height() >= 220 and self.width() >= 240
+        if hasattr(self, "_axis_titles") and roomy != self._axis_titles:  # once built
+            self._axis_titles = roomy
+            for axis in (self.rows_axis, self.cols_axis):
+                axis.showLabel(roomy)
+        super().resizeEvent(event)
+
     def sizeHint(self) -> QSize:
         return QSize(240, 200)  # pyqtgraph asks for 480 high, which makes panels scroll
 
@@ -397,8 +408,12 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         assert self.spec is not None
         self.rows_axis.set_labels(self.spec.row_labels)
         self.cols_axis.set_labels(self.spec.col_labels)
-        self.rows_axis.setLabel(self.spec.row_title)
-        self.cols_axis.setLabel(self.spec.col_title)
+        for axis, title in (
+            (self.rows_axis, self.spec.row_title),
+            (self.cols_axis, self.spec.col_title),
+        ):
+            axis.setLabel(title)
+            axis.showLabel(self._axis_titles)
 
     def _inside(self, row: int, col: int) -> bool:
         return (

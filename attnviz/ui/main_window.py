@@ -213,13 +213,14 @@ class MainWindow(FileActions, QMainWindow):
         d["Inspector"].raise_()
         total = self.width()
         right = 300 if not self.compact else 260
-        left = 420 if not self.compact else 340
+        left = 420 if not self.compact else 380
         self.resizeDocks(
             [d["Inputs"], d["Pipeline"], d["Lesson"]],
             [left, max(400, total - left - right), right],
             Qt.Orientation.Horizontal,
         )
-        self.resizeDocks([d["Inputs"], d["Weights"]], [300, 500], Qt.Orientation.Vertical)
+        inputs = 300 if not self.compact else 200  # four tokens need little room
+        self.resizeDocks([d["Inputs"], d["Weights"]], [inputs, 500], Qt.Orientation.Vertical)
         self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
 
     def _build_if_shown(self, title: str, visible: bool) -> None:

@@ -191,3 +191,22 @@ def test_a_heads_three_grids_have_one_size_and_the_same_scrollbars(doc, qtbot, p
                 assert not bars[0], where  # the content fits: no scrollbar at all
                 fits += 1
     assert (fits > 0) == (preset == "worked-example")
+
+
+def test_columns_narrow_before_a_grid_scrolls(doc, qtbot):
+    from attnviz.ui.grid import MIN_COLUMN
+
+    panel = WeightsPanel(doc)  # the worked example: three 4 × 2 grids side by side
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.resize(372, 420)  # too narrow for columns of 48 px, wide enough at 38
+    settle(qtbot)
+    for grid in head_grids(panel):
+        widths = [grid.columnWidth(j) for j in range(2)]
+        assert all(MIN_COLUMN <= w < 48 for w in widths), widths
+        assert not grid.horizontalScrollBar().isVisible()
+        assert grid.shown_text(3, 0) == grid.model().data(grid.model().index(3, 0))
+    panel.resize(700, 420)  # room again: the columns go back to their width
+    settle(qtbot)
+    assert all(g.columnWidth(0) == 48 for g in head_grids(panel))

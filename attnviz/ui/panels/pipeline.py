@@ -32,9 +32,10 @@ def legend(result: Result, head: int) -> tuple[str, str]:
     projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
     line = (
         f"<b>Head {head + 1} of {result.n_heads}</b> · {n} tokens · d_k = {d_k} · scores {scale}"
-        f" · {mask[0]} · rows are queries, columns keys"
+        f" · {mask[0]}"
     )
     tip = (
+        "Rows are queries, columns keys. "
         f"{projections}; scores Q Kᵀ {scale}; {mask[1]}; weights = softmax along each row; "
         "output = weights · V. Hover a cell for its exact value; click it for its arithmetic."
     )
@@ -44,13 +45,13 @@ def legend(result: Result, head: int) -> tuple[str, str]:
 def best_columns(width: int, height: int, count: int) -> int:
     """How many columns (2 to 4) leave each heatmap's matrix the most room on its short side.
 
-    About 110 px of a view's width go to its labels and colour bar, 75 px of its height to
-    its title and key labels.
+    About 150 px of a view's width go to its labels, colour bar and margins, 75 px of its
+    height to its title and key labels.
     """
 
     def room(columns: int) -> float:
         rows = -(-count // columns)
-        return min(width / columns - 110, height / rows - 75)
+        return min(width / columns - 150, height / rows - 75)
 
     return max((2, 3, 4), key=room)
 

@@ -134,7 +134,7 @@ class WeightsPanel(QWidget):
         row.setSpacing(6)
         for name in WEIGHT_NAMES:
             grid = self._grid(name, head)
-            grid.horizontalHeader().setDefaultSectionSize(48)
+            grid.set_column_width(48)
             box = titled(name, grid)
             box.setToolTip(f"{name} of head {head + 1}: d_model rows × d_k columns")
             row.addWidget(box)
