@@ -25,7 +25,7 @@ from PySide6.QtGui import (
     QPen,
     QResizeEvent,
 )
-from PySide6.QtWidgets import QStyleOptionGraphicsItem, QToolTip, QWidget
+from PySide6.QtWidgets import QGraphicsLineItem, QStyleOptionGraphicsItem, QToolTip, QWidget
 
 from attnviz.core import colors
 from attnviz.core.figure import HeatmapSpec, colorbar_ticks, tick_label
@@ -36,6 +36,7 @@ pg.setConfigOptions(
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
+SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
 
 
 class CellOverlay(pg.GraphicsObject):
@@ -323,9 +324,12 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.column_mark.setVisible(False)
         self.plot.addItem(self.column_mark)
         self._bar_key: tuple[object, ...] = ()
-        self._block_lines: list[pg.InfiniteLine] = []
+        self._block_lines: list[QGraphicsLineItem] = []
         self._labels: tuple[object, ...] = ()
-        self._axis_titles = True
+        self._titles = (True, True)  # rows, columns
+        self._fill = (1.0, 1.0)  # how much of each axis the matrix fills
+        self.square_cells = False  # set by panels that want them
+        self.plot.vb.sigResized.connect(lambda _: self._square() and self.fit())
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
         self.setMinimumSize(150, 120)
@@ -354,18 +358,29 @@ class HeatmapView(pg.GraphicsLayoutWidget):
                 self.select(None)
 
     def fit(self) -> None:
-        """Show the whole matrix (the user may zoom in; a double click comes back here)."""
+        """Show the whole matrix (the user may zoom in; a double click comes back here).
+
+        With square cells the matrix sits in the top-left corner, next to its labels.
+        """
         if self.spec is None:
             return
         rows, cols = self.spec.values.shape
         vb = self.plot.vb
+        width, height = vb.width(), vb.height()
+        self._fill = (1.0, 1.0)
+        if self._square() and width > 0 and height > 0:
+            cell = min(width / cols, height / rows)
+            self._fill = (rows * cell / height, cols * cell / width)
+            rows, cols = height / cell, width / cell  # what the box shows around the matrix
         # Limits first: the old limits would clamp the new range (a grown matrix shown cut).
-        # Square cells (a locked aspect) widen the range in one direction, so no limits.
-        if vb.state["aspectLocked"]:
-            vb.setLimits(xMin=None, xMax=None, yMin=None, yMax=None)
-        else:
-            vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+        vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
         vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+        self._show_axis_titles()
+
+    def _square(self) -> bool:
+        """Square cells, when asked for, for matrices small enough to read cell by cell."""
+        rows, cols = self.spec.values.shape if self.spec is not None else (0, 0)
+        return self.square_cells and (rows == cols or max(rows, cols) <= SQUARE_UP_TO)
 
     def set_row_bars(self, columns: list[RowBars]) -> None:
         """Per-row bars beside the matrix (none by default)."""
@@ -378,12 +393,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.column_mark.setRect(col, 0, 1, self.spec.values.shape[0])
 
     def resizeEvent(self, event: QResizeEvent | None) -> None:
-        # Small views drop the axis titles (query, key, …) to give their cells the room.
-        roomy = self.height() >= 220 and self.width() >= 240
-        if hasattr(self, "_axis_titles") and roomy != self._axis_titles:  # once built
-            self._axis_titles = roomy
-            for axis in (self.rows_axis, self.cols_axis):
-                axis.showLabel(roomy)
+        if hasattr(self, "_titles"):  # once built
+            self._show_axis_titles()
         super().resizeEvent(event)
 
     def sizeHint(self) -> QSize:
@@ -394,9 +405,11 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         for line in self._block_lines:
             self.plot.removeItem(line)
         self._block_lines = []
-        cols = self.spec.values.shape[1] if self.spec is not None else 0
+        rows, cols = self.spec.values.shape if self.spec is not None else (0, 0)
+        pen = pg.mkPen("#222222", width=2, cosmetic=True)
         for x in range(width, cols, width):
-            line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#222222", width=2))
+            line = QGraphicsLineItem(x, 0, x, rows)  # the matrix's height only
+            line.setPen(pen)
             self.plot.addItem(line)
             self._block_lines.append(line)
 
@@ -408,12 +421,31 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         assert self.spec is not None
         self.rows_axis.set_labels(self.spec.row_labels)
         self.cols_axis.set_labels(self.spec.col_labels)
-        for axis, title in (
-            (self.rows_axis, self.spec.row_title),
-            (self.cols_axis, self.spec.col_title),
+        for axis, title, on in zip(
+            (self.rows_axis, self.cols_axis),
+            (self.spec.row_title, self.spec.col_title),
+            self._titles,
+            strict=True,
         ):
             axis.setLabel(title)
-            axis.showLabel(self._axis_titles)
+            axis.showLabel(on)
+
+    def _show_axis_titles(self) -> None:
+        """Axis titles (query, key, …) only where there is room and the matrix fills its axis.
+
+        Small views give the room to their cells; a square-celled matrix that leaves much of
+        an axis empty would have its title float beside nothing. (Hysteresis, because
+        hiding a title resizes the cells.)
+        """
+        roomy = self.height() >= 220 and self.width() >= 240
+        titles = tuple(
+            roomy and (fill > 0.8 or (shown and fill > 0.6))
+            for fill, shown in zip(self._fill, self._titles, strict=True)
+        )
+        if titles != self._titles:
+            self._titles = titles
+            for axis, on in zip((self.rows_axis, self.cols_axis), titles, strict=True):
+                axis.showLabel(on)
 
     def _inside(self, row: int, col: int) -> bool:
         return (

@@ -44,7 +44,7 @@ class HeadsPanel(ResultPanel):
         for h in range(count):
             view = HeatmapView("weights")
             view.setMinimumSize(160, 150)
-            view.plot.vb.setAspectLocked(True)  # square cells: queries and keys alike
+            view.square_cells = True  # queries and keys alike
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
             switch = QCheckBox(f"head {h + 1} on")
             switch.setToolTip("Untick to switch this head off in the W_O mix")

@@ -83,9 +83,9 @@ class MasksPanel(ResultPanel):
         for key, view in self.views.items():
             view.setMinimumSize(190, 170)
             if key != "diff":
-                view.plot.vb.setAspectLocked(True)  # square cells: rows and keys alike
+                view.square_cells = True  # rows and keys alike
                 view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
-        self.views["diff"].plot.vb.setAspectLocked(True)
+        self.views["diff"].square_cells = True
         diff_text = QLabel(DIFF_TEXT)
         diff_text.setWordWrap(True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core import colors
@@ -55,10 +56,12 @@ class MixPanel(ResultPanel):
         )
         self.concat.cellClicked.connect(lambda _, i, j: doc.select(Selection("concat", None, i, j)))
         self.final.cellClicked.connect(lambda _, i, j: doc.select(Selection("final", None, i, j)))
-        top = QGridLayout()
-        for k, view in enumerate((self.concat, self.w_o, self.final)):
+        self.top = QGridLayout()
+        for view in (self.concat, self.w_o, self.final):
             view.setMinimumSize(150, 150)
-            top.addWidget(view, 0, k)
+            view.square_cells = True
+        self.columns = 0
+        self._arrange(3)
         self.parts_grid = QGridLayout()  # the dock scrolls when there are many heads
         self.parts: list[HeatmapView] = []
         caption = QLabel(
@@ -69,9 +72,22 @@ class MixPanel(ResultPanel):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.diagram)
-        layout.addLayout(top, 3)
+        layout.addLayout(self.top, 3)
         layout.addWidget(caption)
         layout.addLayout(self.parts_grid, 2)
+
+    def _arrange(self, columns: int) -> None:
+        """concat, W_O and the output in a row when wide enough, else two to a row."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        for k, view in enumerate((self.concat, self.w_o, self.final)):
+            self.top.removeWidget(view)
+            self.top.addWidget(view, k // columns, k % columns)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._arrange(3 if event.size().width() >= 900 else 2)
+        super().resizeEvent(event)
 
     def show_result(self, r: Result) -> None:
         s = self.doc.result_scenario
@@ -100,6 +116,7 @@ class MixPanel(ResultPanel):
         while len(self.parts) < len(parts):
             view = HeatmapView("contribution")
             view.setMinimumSize(180, 150)
+            view.square_cells = True
             h = len(self.parts)
             self.parts_grid.addWidget(view, h // 4, h % 4)
             self.parts.append(view)
