@@ -66,7 +66,9 @@ def test_svg_parses_with_one_polyline_per_series():
         lines = g.findall(f"{NS}polyline")
         assert len(lines) == 1
         assert len(points(lines[0])) == len(POW2)
-        assert len(g.findall(f"{NS}circle")) == len(POW2)
+        # a marker on each measured point; none on the guide, which measures nothing
+        guide = g.find(f"{NS}title").text == "n² guide"
+        assert len(g.findall(f"{NS}circle")) == (0 if guide else len(POW2))
 
 
 def test_gaps_split_a_series():
@@ -189,7 +191,8 @@ def test_labels_and_titles_present_and_escaped():
     assert texts(by_id(root, "axis-titles")) == ["x <n>", "y & z"]
     assert "title <&>" in texts(root)
     assert texts(by_id(root, "hlines")) == ["cap <&>"]
-    assert [g.find(f"{NS}title").text for g in series_groups(root)] == [nasty, "n² guide"]
+    # guides are drawn first, under the data
+    assert [g.find(f"{NS}title").text for g in series_groups(root)] == ["n² guide", nasty]
 
 
 def test_hlines_are_dashed_across_the_plot_with_the_label_at_the_right():
@@ -211,15 +214,10 @@ def test_hlines_are_dashed_across_the_plot_with_the_label_at_the_right():
 
 def test_dashed_series_and_distinct_colours():
     root = parse(to_svg(timing_chart()))
-    lines = [g.find(f"{NS}polyline") for g in series_groups(root)]
-    assert [bool(p.get("stroke-dasharray")) for p in lines] == [False, False, True]
-    assert len({p.get("stroke") for p in lines}) == 3
-
-
-def legend_box(root: ET.Element) -> tuple[float, float, float, float]:
-    rect = by_id(root, "legend").find(f"{NS}rect")
-    x, y = float(rect.get("x")), float(rect.get("y"))
-    return x, y, x + float(rect.get("width")), y + float(rect.get("height"))
+    lines = {g.find(f"{NS}title").text: g.find(f"{NS}polyline") for g in series_groups(root)}
+    dashed = {label: bool(p.get("stroke-dasharray")) for label, p in lines.items()}
+    assert dashed == {"naive": False, "sdpa": False, "n² guide": True}
+    assert len({p.get("stroke") for p in lines.values()}) == 3
 
 
 def frame_box(root: ET.Element) -> tuple[float, float, float, float]:
@@ -228,20 +226,233 @@ def frame_box(root: ET.Element) -> tuple[float, float, float, float]:
     return x, y, x + float(rect.get("width")), y + float(rect.get("height"))
 
 
-def test_legend_sits_top_left_unless_that_covers_data():
-    root = parse(to_svg(timing_chart()))
-    left, top, right, bottom = frame_box(root)
-    x0, y0, x1, y1 = legend_box(root)
-    assert (x0 - left, y0 - top) == (8, 8)
-    # data falling from the top-left corner: the legend moves off it
-    ns = POW2
-    falling = Chart("t", "n", "ms", (Series("falling", ns, tuple(1e6 / n for n in ns)),))
-    root = parse(to_svg(falling))
-    x0, y0, x1, y1 = legend_box(root)
-    assert left < x0 < x1 < right and top < y0 < y1 < bottom
-    markers = [(float(c.get("cx")), float(c.get("cy"))) for c in root.iter(f"{NS}circle")]
-    data = markers[: len(ns)]  # the legend's own marker comes last
-    assert not [(x, y) for x, y in data if x0 <= x <= x1 and y0 <= y <= y1]
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+def text_box(t: ET.Element, anchor: str, font: float) -> Box:
+    """A generous box around a text: 0.64 em per character, ascent and descent."""
+    w = len(t.text or "") * font * 0.64
+    x, y = float(t.get("x")), float(t.get("y"))
+    x0 = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+    return x0, y - font, x0 + w, y + 0.25 * font
+
+
+def boxes(el: ET.Element, anchor: str = "start", font: float = 11.0) -> list[Box]:
+    """Boxes around what el draws: texts, lines, circles, polylines (not rotated text)."""
+    anchor = el.get("text-anchor", anchor)
+    font = float(el.get("font-size", font))
+    out = []
+    if el.tag == f"{NS}text" and not el.get("transform"):
+        out.append(text_box(el, anchor, font))
+    elif el.tag == f"{NS}line":
+        x1, y1, x2, y2 = (float(el.get(a)) for a in ("x1", "y1", "x2", "y2"))
+        out.append((min(x1, x2), min(y1, y2) - 1, max(x1, x2), max(y1, y2) + 1))
+    elif el.tag == f"{NS}circle":
+        x, y, r = float(el.get("cx")), float(el.get("cy")), float(el.get("r"))
+        out.append((x - r, y - r, x + r, y + r))
+    for child in el:
+        out += boxes(child, anchor, font)
+    return out
+
+
+def overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def rising_to_the_ceiling() -> Chart:
+    """Throughput as a sweep draws it: rising towards the GEMM ceiling, top right."""
+    ns = (256.0, 512.0, 1024.0, 2048.0, 4096.0)
+    return Chart(
+        "Throughput",
+        "sequence length n",
+        "TFLOP/s",
+        (
+            Series("naive", ns, (40.0, 90.0, 150.0, 210.0, 260.0)),
+            Series("sdpa", ns, (60.0, 140.0, 260.0, 420.0, 560.0)),
+        ),
+        log_y=False,
+        hlines=(("GEMM ceiling", 640.0),),
+    )
+
+
+@pytest.mark.parametrize("size", [(640, 420), (240, 300), (320, 240)])
+@pytest.mark.parametrize("chart", [rising_to_the_ceiling(), timing_chart()], ids=["tflops", "ms"])
+def test_legend_covers_no_data_line_label_or_tick_label(chart, size):
+    root = parse(to_svg(chart, *size))
+    legend = by_id(root, "legend")
+    assert [t.text for t in legend.iter(f"{NS}text")] == [s.label for s in chart.series]
+    mine = boxes(legend)
+    assert mine
+    # outside the plotting area, where the data, the guides and the line labels are
+    frame = frame_box(root)
+    assert not [b for b in mine if overlap(b, frame)]
+    others = []
+    for ident in ("hlines", "x-ticks", "y-ticks", "series"):
+        group = root.find(f".//*[@id='{ident}']")
+        others += boxes(group) if group is not None else []
+    title = root.find(f"{NS}text[@font-weight='bold']")
+    others.append(text_box(title, "middle", 12))
+    assert not [(a, b) for a in mine for b in others if overlap(a, b)]
+    assert_inside(root, *size)
+
+
+def test_a_long_legend_wraps_and_is_cut_short_outside_the_plot():
+    chart = Chart(
+        "many", "n", "ms", tuple(Series(f"s{i}", (1.0, 2.0), (i + 1, i + 2)) for i in range(40))
+    )
+    root = parse(to_svg(chart, 320, 240))
+    labels = texts(by_id(root, "legend"))
+    assert labels[-1].startswith("… ") and labels[-1].endswith(" more")
+    shown = len(labels) - 1
+    assert labels[:-1] == [f"s{i}" for i in range(shown)] and labels[-1] == f"… {40 - shown} more"
+    frame = frame_box(root)
+    assert not [b for b in boxes(by_id(root, "legend")) if overlap(b, frame)]
+    # the legend's strip (under the title, above the frame) takes at most a quarter of the page
+    assert frame[1] - 32 <= 240 / 4
+
+
+def stroke_of(root: ET.Element, label: str) -> str:
+    (g,) = [g for g in series_groups(root) if g.find(f"{NS}title").text == label]
+    return g.find(f"{NS}polyline").get("stroke")
+
+
+def draw_order(root: ET.Element) -> dict[ET.Element, int]:
+    return {el: k for k, el in enumerate(root.iter())}
+
+
+def assert_guides_hide_no_data(root: ET.Element) -> None:
+    """Every guide element comes before every data marker; no guide marker on a point."""
+    order = draw_order(root)
+    guides = [g for g in series_groups(root) if g.find(f"{NS}polyline").get("stroke-dasharray")]
+    data = [g for g in series_groups(root) if g not in guides]
+    assert guides and data
+    markers = [c for g in data for c in g.iter(f"{NS}circle")]
+    assert markers
+    first_marker = min(order[c] for c in markers)
+    assert max(order[el] for g in guides for el in g.iter()) < first_marker
+    assert max(order[el] for el in by_id(root, "hlines").iter()) < first_marker
+    for g in guides:
+        for c in g.iter(f"{NS}circle"):
+            gx, gy = float(c.get("cx")), float(c.get("cy"))
+            for m in markers:
+                assert math.dist((gx, gy), (float(m.get("cx")), float(m.get("cy")))) > 6
+
+
+def test_guides_never_hide_data():
+    # the guide is anchored on the first point of the first series, so it passes through it
+    ns = (256.0, 512.0)
+    chart = Chart(
+        "partial",
+        "n",
+        "ms",
+        (Series("naive", ns, (30.0, 75.0)), n_squared_guide(ns, 256.0, 30.0)),
+        hlines=(("limit", 100.0),),
+    )
+    assert_guides_hide_no_data(parse(to_svg(chart)))
+
+
+def records(*cells: tuple[str, int, float]) -> list:
+    from attnviz.core.bench import Record
+
+    return [
+        Record(impl, n, "ok", time_ms=ms, peak_bytes=int(n * n * 40), tflops=n / ms / 100)
+        for impl, n, ms in cells
+    ]
+
+
+def test_a_cancelled_sweep_keeps_every_point_visible():
+    from attnviz.core.bench import Config
+    from attnviz.core.bench_plots import charts
+
+    # cancelled during n = 1024: naive has three points, sdpa two
+    done = records(
+        ("naive", 256, 31.9), ("sdpa", 256, 7.9), ("naive", 512, 75.3), ("sdpa", 512, 23.9),
+        ("naive", 1024, 253.1),
+    )  # fmt: skip
+    for key, chart in charts(done, 0.0, Config()).items():
+        root = parse(to_svg(chart, 240, 380))
+        if key != "tflops":
+            assert_guides_hide_no_data(root)
+        # every measured point has a marker, none covered by a later one of another series
+        markers = [c for g in series_groups(root) for c in g.iter(f"{NS}circle")]
+        assert len(markers) == len(done)
+
+
+def tick_value(label: str) -> float:
+    units = {"k": 1e3, "M": 1e6, "G": 1e9}
+    scale = units.get(label[-1], 1.0)
+    return float(label.rstrip("kMG").replace("−", "-")) * scale
+
+
+@pytest.mark.parametrize(
+    "ys",
+    [
+        (0.0063, 0.0107, 0.0127, 0.0256, 0.0338),  # a CPU sweep: far above 0
+        (0.5, 120.0, 300.0),  # padding below the lowest value would cross 0
+        (0.0, 0.0, 0.0),  # nothing measurable
+    ],
+)
+def test_a_linear_axis_of_non_negative_values_starts_at_zero(ys):
+    xs = tuple(256.0 * 2**k for k in range(len(ys)))
+    chart = Chart("Throughput", "n", "TFLOP/s", (Series("s", xs, ys),), log_y=False)
+    root = parse(to_svg(chart))
+    bottom = frame_box(root)[3]
+    ticks = by_id(root, "y-ticks")
+    values = {tick_value(t.text): float(t.get("y")) for t in ticks.iter(f"{NS}text")}
+    assert min(values) == 0 and all(v >= 0 for v in values)
+    # the "0" label is centred on the bottom of the frame: the axis starts there
+    assert values[0] - 0.35 * 11 == pytest.approx(bottom, abs=0.6)
+    # the same on a linear x axis
+    root = parse(to_svg(Chart("t", "x", "y", (Series("s", (3.0, 5.0, 9.0), (1.0, 2.0, 3.0)),),
+                              log_x=False, log_y=False)))  # fmt: skip
+    left = frame_box(root)[0]
+    zero = [t for t in by_id(root, "x-ticks").iter(f"{NS}text") if t.text == "0"]
+    assert len(zero) == 1 and float(zero[0].get("x")) == pytest.approx(left, abs=0.6)
+
+
+def test_colours_are_fixed_by_name_and_kind():
+    from attnviz.core.bench import Config
+    from attnviz.core.bench_plots import charts
+
+    full = records(
+        ("naive", 256, 30.0), ("sdpa", 256, 8.0), ("flash", 256, 5.0),
+        ("naive", 512, 70.0), ("sdpa", 512, 20.0), ("flash", 512, 12.0),
+    )  # fmt: skip
+    runs = {
+        "naive, sdpa, flash": full,
+        "sdpa alone": [r for r in full if r.impl == "sdpa"],
+        "flash and sdpa": [r for r in full if r.impl != "naive"][::-1],  # another order
+        "naive alone": [r for r in full if r.impl == "naive"],
+    }
+    seen: dict[str, set[str]] = {}
+    for run in runs.values():
+        for key, chart in charts(run, 300.0, Config()).items():
+            root = parse(to_svg(chart))
+            strokes = {g.find(f"{NS}title").text: stroke_of(root, g.find(f"{NS}title").text)
+                       for g in series_groups(root)}  # fmt: skip
+            assert len(set(strokes.values())) == len(strokes), (key, strokes)
+            # the legend shows each series in its own colour
+            legend = by_id(root, "legend")
+            swatches = [ln.get("stroke") for ln in legend.iter(f"{NS}line")]
+            assert swatches == [strokes[s.label] for s in chart.series]
+            for label, stroke in strokes.items():
+                seen.setdefault(label, set()).add(stroke)
+    assert {label: len(colours) for label, colours in seen.items()} == {
+        "naive": 1, "sdpa": 1, "flash": 1, "n² guide": 1,
+    }  # fmt: skip
+
+
+def test_a_guide_keeps_its_colour_whatever_the_data_series():
+    ns = (1.0, 2.0, 4.0)
+    guides = set()
+    for count in (0, 1, 2, 5):
+        data = tuple(Series(f"s{i}", ns, (i + 1.0, i + 2.0, i + 3.0)) for i in range(count))
+        root = parse(to_svg(Chart("t", "n", "y", (*data, n_squared_guide(ns, 1.0, 1.0)))))
+        guides.add(stroke_of(root, "n² guide"))
+    assert len(guides) == 1
+    # and a colour given with a series is the one drawn
+    root = parse(to_svg(Chart("t", "n", "y", (Series("mine", ns, ns, color="#123456"),))))
+    assert stroke_of(root, "mine") == "#123456"
 
 
 def test_n_squared_guide():
@@ -354,3 +565,13 @@ def test_module_imports_no_numpy():
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.splitlines()[-1]) == {"loaded": [], "svg": True}
+
+
+@pytest.mark.parametrize("size", [(240, 380), (200, 160)])
+def test_a_line_label_is_whole_in_a_narrow_plot(size):
+    root = parse(to_svg(rising_to_the_ceiling(), *size))
+    (label,) = by_id(root, "hlines").iter(f"{NS}text")
+    assert label.text == "GEMM ceiling"
+    left, _, right, _ = frame_box(root)
+    x0, _, x1, _ = text_box(label, "end", 11)
+    assert left <= x0 and x1 <= right

@@ -5,8 +5,16 @@ The window shows them and exports them; the GPU script writes them: one definiti
 
 from __future__ import annotations
 
-from attnviz.core.bench import Config, Record
-from attnviz.core.chart import Chart, Series, n_squared_guide
+from attnviz.core.bench import IMPLEMENTATIONS, Config, Record
+from attnviz.core.chart import PALETTE, Chart, Series, n_squared_guide
+
+# One colour per implementation, whichever others a sweep has: sdpa is the same in every plot.
+COLORS = dict(zip(IMPLEMENTATIONS, PALETTE, strict=False))
+
+
+def _order(impl: str) -> tuple[int, str]:
+    known = impl in IMPLEMENTATIONS
+    return (IMPLEMENTATIONS.index(impl) if known else len(IMPLEMENTATIONS), impl)
 
 
 def charts(
@@ -14,7 +22,7 @@ def charts(
 ) -> dict[str, Chart]:
     """The three plots of a sweep, as core charts; detailed titles name the configuration."""
     by_impl: dict[str, list[Record]] = {}
-    for r in report_records:
+    for r in sorted(report_records, key=lambda r: (_order(r.impl), r.n)):
         by_impl.setdefault(r.impl, []).append(r)
 
     def series(value: str, scale: float = 1.0) -> list[Series]:
@@ -22,11 +30,8 @@ def charts(
         for impl, records in by_impl.items():
             ok = [r for r in records if getattr(r, value) is not None]
             if ok:
-                out.append(
-                    Series(
-                        impl, tuple(r.n for r in ok), tuple(getattr(r, value) * scale for r in ok)
-                    )
-                )
+                ys = tuple(getattr(r, value) * scale for r in ok)
+                out.append(Series(impl, tuple(r.n for r in ok), ys, color=COLORS.get(impl)))
         return out
 
     def guide(items: list[Series]) -> list[Series]:

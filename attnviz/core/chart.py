@@ -16,9 +16,12 @@ FONT = "DejaVu Sans, Arial, Helvetica, sans-serif"  # as figure.py, which needs 
 # Okabe–Ito, ordered so that the first colours are the easiest to tell apart; yellow last.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 INK, GRID, HLINE = "#222222", "#e6e6e6", "#555555"
+GUIDE = "#666666"  # every guide line, whatever else the chart shows
 TICK_FONT, LABEL_FONT = 11, 12
 LOG2 = math.log10(2)
 MID = 0.35  # baseline offset, in em, that centres digits on a y (QtSvg ignores dy)
+# The legend's strip under the title: its top, row height, line sample, gap between entries.
+LEGEND_TOP, LEGEND_ROW, SWATCH, GAP = 28.0, 15.0, 22.0, 14.0
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -31,6 +34,7 @@ class Series:
     xs: tuple[float, ...]
     ys: tuple[float, ...]
     dashed: bool = False  # a guide line such as "n² guide", or a ceiling
+    color: str | None = None  # fixed by the caller; else GUIDE for a guide, or by position
 
     def __post_init__(self) -> None:
         if len(self.xs) != len(self.ys):
@@ -122,14 +126,18 @@ class _Scale:
 
 def _range(values: list[float], log: bool, pow2: bool, head: float = 0.04) -> tuple[float, float]:
     """The data range (log10 on a log axis), widened when flat and padded a little
-    (by head, a fraction of the range, at the high end)."""
+    (by head, a fraction of the range, at the high end). A linear axis of values that
+    are all >= 0 starts at 0, never below."""
     t = [math.log10(v) for v in values] if log else values
     lo, hi = min(t), max(t)
+    from_zero = not log and lo >= 0
+    if from_zero:
+        lo = 0.0
     if hi - lo <= 1e-12 * max(1.0, abs(hi)):
         half = LOG2 if pow2 else 0.5 if log else max(abs(lo) * 0.1, 1.0)
         lo, hi = lo - half, hi + half
     span = hi - lo
-    return lo - 0.04 * span, hi + head * span
+    return (0.0 if from_zero else lo - 0.04 * span), hi + head * span
 
 
 Tick = tuple[float, str, bool]  # value, label ("" for none), major (gets a grid line)
@@ -247,6 +255,10 @@ def to_svg(chart: Chart, width: int = 640, height: int = 420) -> str:
         )
         return "\n".join([*out, "</svg>"]) + "\n"
 
+    # The legend has a strip of its own between the title and the plot: it covers nothing.
+    colors = _colors(chart.series)
+    legend = _legend_rows(chart.series, colors, width, height)
+    top = LEGEND_TOP + len(legend) * LEGEND_ROW + 8 if legend else top
     # room above the top line for its label
     head = 0.1 if hlines else 0.04
     ylo, yhi = _range([y for _, y in points] + [v for _, v in hlines], chart.log_y, False, head)
@@ -261,17 +273,32 @@ def to_svg(chart: Chart, width: int = 640, height: int = 420) -> str:
     xticks = _thin(_ticks(xlo, xhi, chart.log_x, pow2), xscale, None)
 
     out += _grid(xticks, yticks, xscale, yscale, plot)
-    out += _hlines(hlines, yscale, plot)
-    out.append('<g id="series" stroke-linejoin="round">')
-    for i, (s, series_runs) in enumerate(zip(chart.series, runs, strict=True)):
-        out += _series(s, series_runs, PALETTE[i % len(PALETTE)], xscale, yscale)
-    out.append("</g>")
     out += _frame(chart, plot)
+    out += _hlines(hlines, yscale, plot)
+    # Guides first, measured data last: a guide never hides a data point.
+    order = sorted(range(len(chart.series)), key=lambda i: not chart.series[i].dashed)
+    out.append('<g id="series" stroke-linejoin="round">')
+    for i in order:
+        out += _series(chart.series[i], runs[i], colors[i], xscale, yscale)
+    out.append("</g>")
     out += _tick_marks(xticks, yticks, xscale, yscale, plot)
-    data = [p for series_runs in runs for run in series_runs for p in _trace(run, xscale, yscale)]
-    lines = [(plot.left + plot.width * k / 40, yscale(v)) for _, v in hlines for k in range(41)]
-    out += _legend(chart.series, data, lines, plot)
+    out += _legend(legend, plot)
     return "\n".join([*out, "</svg>"]) + "\n"
+
+
+def _colors(series: tuple[Series, ...]) -> list[str]:
+    """Each series' colour: its own if it has one, GUIDE for a guide, else the palette's
+    next colour (counting only such series, so adding a guide changes no other colour)."""
+    out, k = [], 0
+    for s in series:
+        if s.color:
+            out.append(s.color)
+        elif s.dashed:
+            out.append(GUIDE)
+        else:
+            out.append(PALETTE[k % len(PALETTE)])
+            k += 1
+    return out
 
 
 def _runs(s: Series, log_x: bool, log_y: bool) -> list[list[tuple[float, float]]]:
@@ -325,7 +352,7 @@ def _hlines(hlines: list[tuple[str, float]], ys: _Scale, plot: _Plot) -> list[st
         y = ys(v)
         # the label sits above its line, or below when the line runs along the top
         ty = y - 4 if y - 4 - TICK_FONT > plot.top else y + TICK_FONT + 3
-        text = _fit(label, TICK_FONT, plot.width / 2)
+        text = _fit(label, TICK_FONT, plot.width - 12)
         w = _text_w(text, TICK_FONT)
         out.append(
             f'<line x1="{plot.left:.1f}" y1="{y:.2f}" x2="{plot.right:.1f}" y2="{y:.2f}"'
@@ -340,13 +367,9 @@ def _hlines(hlines: list[tuple[str, float]], ys: _Scale, plot: _Plot) -> list[st
     return [*out, "</g>"]
 
 
-def _marker(x: float, y: float, color: str, dashed: bool) -> str:
-    """A filled dot for a measured point; a hollow one on a guide line."""
-    if dashed:
-        style = f'r="2.3" fill="#ffffff" stroke="{color}" stroke-width="1.2"'
-    else:
-        style = f'r="2.8" fill="{color}"'
-    return f'<circle cx="{x:.2f}" cy="{y:.2f}" {style}/>'
+def _marker(x: float, y: float, color: str) -> str:
+    """A filled dot for a measured point (guides have none: they measure nothing)."""
+    return f'<circle cx="{x:.2f}" cy="{y:.2f}" r="2.8" fill="{color}"/>'
 
 
 def _series(
@@ -359,8 +382,8 @@ def _series(
         out.append(
             f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.8"{dash}/>'
         )
-    for run in runs:
-        out += [_marker(xs(x), ys(y), color, s.dashed) for x, y in run]
+    if not s.dashed:
+        out += [_marker(xs(x), ys(y), color) for run in runs for x, y in run]
     return [*out, "</g>"]
 
 
@@ -392,59 +415,58 @@ def _tick_marks(
     return [*out, "</g>"]
 
 
-def _trace(run: list[tuple[float, float]], xs: _Scale, ys: _Scale) -> list[tuple[float, float]]:
-    """Pixels along a drawn run: its points and some in between."""
-    pix = [(xs(x), ys(y)) for x, y in run]
-    out = list(pix)
-    for (x0, y0), (x1, y1) in pairwise(pix):
-        out += [(x0 + (x1 - x0) * k / 8, y0 + (y1 - y0) * k / 8) for k in range(1, 8)]
-    return out
+LegendEntry = tuple[str, str, bool, float]  # label, colour ("" for none), dashed, width in px
 
 
-def _legend(
-    series: tuple[Series, ...],
-    data: list[tuple[float, float]],
-    lines: list[tuple[float, float]],
-    plot: _Plot,
-) -> list[str]:
-    """A legend in the inside corner that covers the fewest data points, then the fewest
-    points of the horizontal lines; top-left when that is as good as any."""
-    row = 16
-    entries = [(s.label, PALETTE[i % len(PALETTE)], s.dashed) for i, s in enumerate(series)]
-    max_rows = max(1, int((plot.bottom - plot.top - 16) // row))
-    if len(entries) > max_rows:
-        more = len(entries) - max_rows + 1
-        entries = [*entries[: max_rows - 1], (f"… {more} more", "", False)]
-    if not entries:
-        return []
-    labels = [_fit(label, TICK_FONT, plot.width * 0.5) for label, _, _ in entries]
-    box_w = 38 + max(_text_w(label, TICK_FONT) for label in labels)
-    box_h = len(entries) * row + 8
+def _legend_rows(
+    series: tuple[Series, ...], colors: list[str], width: int, height: int
+) -> list[list[LegendEntry]]:
+    """The legend entries in rows as wide as the page, at most a fifth of its height;
+    those that do not fit are counted in a last "… k more"."""
 
-    def covered(corner: tuple[float, float]) -> tuple[int, int]:
-        x, y = corner
-        inside = [
-            sum(x <= px <= x + box_w and y <= py <= y + box_h for px, py in pts)
-            for pts in (data, lines)
-        ]
-        return inside[0], inside[1]
+    def entry(label: str, color: str, dashed: bool) -> LegendEntry:
+        label = _fit(label, TICK_FONT, width - 16 - SWATCH - 4)
+        return label, color, dashed, SWATCH + 4 + _text_w(label, TICK_FONT)
 
-    left, right = plot.left + 8, plot.right - 8 - box_w
-    top, bottom = plot.top + 8, plot.bottom - 8 - box_h
-    x, y = min([(left, top), (right, top), (left, bottom), (right, bottom)], key=covered)
-    out = [
-        f'<g id="legend" font-size="{TICK_FONT}" fill="{INK}">',
-        f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w:.1f}" height="{box_h:.1f}" fill="#ffffff"'
-        ' fill-opacity="0.9" stroke="#bbbbbb"/>',
-    ]
-    for k, (label, (_, color, dashed)) in enumerate(zip(labels, entries, strict=True)):
-        cy = y + 4 + row * (k + 0.5)
-        if color:
-            dash = ' stroke-dasharray="5 3"' if dashed else ""
-            out.append(
-                f'<line x1="{x + 6:.1f}" y1="{cy:.1f}" x2="{x + 28:.1f}" y2="{cy:.1f}"'
-                f' stroke="{color}" stroke-width="1.8"{dash}/>'
-            )
-            out.append(_marker(x + 17, cy, color, dashed))
-        out.append(f'<text x="{x + 32:.1f}" y="{cy + MID * TICK_FONT:.1f}">{escape(label)}</text>')
+    def flow(entries: list[LegendEntry]) -> list[list[LegendEntry]]:
+        rows: list[list[LegendEntry]] = []
+        used = math.inf
+        for e in entries:
+            if used + GAP + e[3] > width - 16:
+                rows.append([])
+                used = -GAP
+            rows[-1].append(e)
+            used += GAP + e[3]
+        return rows
+
+    entries = [entry(s.label, c, s.dashed) for s, c in zip(series, colors, strict=True)]
+    max_rows = max(1, int(height * 0.2 // LEGEND_ROW))
+    keep = len(entries)
+    rows = flow(entries)
+    while len(rows) > max_rows and keep > 0:
+        keep -= 1
+        rows = flow([*entries[:keep], entry(f"… {len(entries) - keep} more", "", False)])
+    return rows
+
+
+def _legend(rows: list[list[LegendEntry]], plot: _Plot) -> list[str]:
+    """The legend rows, each centred over the plot, above it."""
+    out = [f'<g id="legend" font-size="{TICK_FONT}" fill="{INK}">']
+    for k, row in enumerate(rows):
+        row_w = sum(e[3] for e in row) + GAP * (len(row) - 1)
+        x = (plot.left + plot.right - row_w) / 2
+        x = max(8.0, min(x, plot.page_w - 8 - row_w))
+        cy = LEGEND_TOP + LEGEND_ROW * (k + 0.5)
+        for label, color, dashed, w in row:
+            if color:
+                dash = ' stroke-dasharray="5 3"' if dashed else ""
+                out.append(
+                    f'<line x1="{x:.1f}" y1="{cy:.1f}" x2="{x + SWATCH:.1f}" y2="{cy:.1f}"'
+                    f' stroke="{color}" stroke-width="1.8"{dash}/>'
+                )
+                if not dashed:
+                    out.append(_marker(x + SWATCH / 2, cy, color))
+            ty = cy + MID * TICK_FONT
+            out.append(f'<text x="{x + SWATCH + 4:.1f}" y="{ty:.1f}">{escape(label)}</text>')
+            x += w + GAP
     return [*out, "</g>"]

@@ -69,3 +69,55 @@ def test_bad_settings_are_refused_in_the_dock(qtbot):
     panel.max_n.setCurrentText("256")
     panel.run()
     assert panel.sweep is None and "min_n" in panel.status.text()
+
+
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def test_a_cancelled_sweep_keeps_its_ceiling_and_every_point_visible(qtbot):
+    from attnviz.core.chart import to_svg
+    from attnviz.ui.panels.bench import BenchPanel
+
+    panel = BenchPanel()
+    qtbot.addWidget(panel)
+    panel.resize(720, 800)
+    panel.show()
+    panel.device.setCurrentText("cpu")
+    panel.dtype.setCurrentText("float32")
+    panel.heads.setValue(2)
+    panel.d_head.setValue(16)
+    panel.repeats.setValue(1)
+    panel.min_n.setCurrentText("256")
+    panel.max_n.setCurrentText("16384")
+    for name, box in panel.impls.items():
+        box.setChecked(name in ("naive", "sdpa"))
+    panel.run()
+    qtbot.waitUntil(lambda: len(panel.records) >= 3, timeout=60_000)
+    panel.cancel()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=30_000)
+    assert panel.status.text() == "cancelled"
+    done = [r for r in panel.records if r.status == "ok"]
+    assert 3 <= len(done) < 14
+
+    # The ceiling measured at the start is still drawn, as in a finished sweep.
+    tflops = panel.plots["tflops"].chart
+    ((label, ceiling),) = tflops.hlines
+    assert label == "GEMM ceiling" and ceiling > 0
+    for key, view in panel.plots.items():
+        root = ET.fromstring(to_svg(view.chart, view.width(), view.height()))
+        frame = root.find(f"{NS}rect[@fill='none']")
+        top = float(frame.get("y"))
+        groups = [g for g in root.iter(f"{NS}g") if g.get("class") == "series"]
+        guides = [g for g in groups if g.find(f"{NS}polyline").get("stroke-dasharray")]
+        data = [g for g in groups if g not in guides]
+        markers = [c for g in data for c in g.iter(f"{NS}circle")]
+        assert len(markers) == len(done), key  # every measured point is drawn
+        # drawn after every guide element, so no guide hides one
+        order = {el: k for k, el in enumerate(root.iter())}
+        first = min(order[c] for c in markers)
+        assert all(order[el] < first for g in guides for el in g.iter()), key
+        assert bool(guides) == (key != "tflops")
+        # the legend lies above the plotting area
+        legend = root.find(".//*[@id='legend']")
+        ys = [float(el.get(a)) for el in legend.iter() for a in ("y", "y1", "cy") if el.get(a)]
+        assert ys and max(ys) < top, key

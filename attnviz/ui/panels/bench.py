@@ -285,12 +285,15 @@ class BenchPanel(QWidget):
 
     def _record(self, record: Record) -> None:
         self.records.append(record)
+        if not self.gemm and record.tflops and record.share_of_gemm:
+            # the ceiling comes with the report at the end; records carry it from the start
+            self.gemm = record.tflops / record.share_of_gemm
         self._add_row(record)
         if not self._redraw.isActive():
             self._redraw.start()  # at most a few redraws a second, however fast records come
 
     def _finished(self, report: Report) -> None:
-        self.report, self.gemm = report, report.gemm_tflops
+        self.report, self.gemm = report, report.gemm_tflops or self.gemm  # kept on Cancel
         self.records = list(report.records)
         self.table.setRowCount(0)
         for record in self.records:
