@@ -407,7 +407,7 @@ def check_mix(mix, X: np.ndarray) -> None:
 def test_mix_concat_blocks_w_o_output_and_contributions(window):
     mix = bring(window, "Mix")
     check_mix(mix, ref.X)
-    assert [line.value() for line in mix.concat._block_lines] == [2]  # between the heads
+    assert [line.line().x1() for line in mix.concat._block_lines] == [2]  # between the heads
     assert "4 × 4" in mix.diagram.text()  # concat and output: 4 tokens × 4 features
 
     edit_x(window, 3, 0, "-1.25")
@@ -426,7 +426,7 @@ def test_mix_concat_blocks_w_o_output_and_contributions(window):
     for h, view in enumerate(mix.parts):
         part = outs[h] @ s.W_O[3 * h : 3 * h + 3]
         np.testing.assert_allclose(view.spec.values, part, atol=EXACT)
-    assert [line.value() for line in mix.concat._block_lines] == [3]
+    assert [line.line().x1() for line in mix.concat._block_lines] == [3]
 
 
 # Inspector ------------------------------------------------------------------------------
@@ -882,3 +882,225 @@ def test_export_as_code_runs_and_prints_the_output(window, monkeypatch, tmp_path
     np.testing.assert_allclose(np.array(blocks["output"]), expected, atol=EXACT)
     for h, (_, w, _) in enumerate(heads_of(X, mask)):
         np.testing.assert_allclose(np.array(blocks[f"head {h + 1} weights"]), w, atol=EXACT)
+
+
+# Text that fits ------------------------------------------------------------------------
+
+
+def cost_labels_fit(panel, scroll) -> None:
+    """Every label lies inside the scroll area and has room for each of its words."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QGroupBox, QLabel
+
+    viewport = scroll.viewport()
+    assert scroll.horizontalScrollBar().maximum() == 0  # nothing hidden off to the right
+    labels = [w for w in panel.findChildren(QLabel) if w.isVisible() and w.text()]
+    assert len(labels) >= 20
+    for label in labels:
+        room = label.contentsRect().width()
+        right = label.mapTo(viewport, QPoint(label.width(), 0)).x()
+        assert right <= viewport.width(), label.text()
+        words = label.text().split() if label.wordWrap() else label.text().splitlines()
+        for word in words:  # a wrapped label breaks between words, never inside one
+            assert label.fontMetrics().horizontalAdvance(word) <= room, (word, room)
+    for box in panel.findChildren(QGroupBox):
+        assert box.fontMetrics().horizontalAdvance(box.title()) < box.width()
+
+
+@pytest.mark.parametrize("width", [300, 280])
+def test_cost_numbers_fit_a_narrow_dock(qtbot, width):
+    from PySide6.QtWidgets import QScrollArea
+
+    from attnviz.core.presets import make_preset
+    from attnviz.ui.document import Document
+    from attnviz.ui.panels.cost import MAX_WHAT_IF, CostPanel
+
+    # GPT-2 small's 12 heads of 64: long numbers, e.g. 206,158,430,208 scores at n = 128k.
+    doc = Document(make_preset("gpt2-small", n=8))
+    panel = CostPanel(doc)
+    scroll = QScrollArea()  # as in the window's docks
+    scroll.setWidgetResizable(True)
+    scroll.setWidget(panel)
+    qtbot.addWidget(scroll)
+    scroll.resize(width, 700)
+    scroll.show()
+    qtbot.waitExposed(scroll)
+    for n in (131072, 1000, 40_000, 1_000_000, 3_000_000, MAX_WHAT_IF):
+        panel.length.setValue(n)
+        settle()
+        assert f"({12 * n * n:,})" in form_values(panel.what_form)["scores, all heads"]
+        cost_labels_fit(panel, scroll)
+
+
+CELL_REFERENCE = re.compile(r"\w+\[[^\[\]]*\]")  # V[ she,1], in the text as the view lays it out
+
+
+@pytest.mark.parametrize("width", [300, 220])
+def test_inspector_never_breaks_a_cell_reference(qtbot, width):
+    from attnviz.core.presets import make_preset
+    from attnviz.ui.document import Document
+    from attnviz.ui.panels.inspector import InspectorPanel
+
+    # Tokens as a tokenizer writes them: a leading space, a hyphen, ideographs.
+    tokens = [" she", " saw", "well-known", "天气很好"]
+    doc = Document(make_preset("worked-example").with_tokens(tokens))
+    panel = InspectorPanel(doc)
+    qtbot.addWidget(panel)
+    panel.resize(width, 900)
+    panel.show()
+    qtbot.waitExposed(panel)
+    cells = [
+        Selection("output", 0, 3, 0),
+        Selection("weights", 1, 2, 1),
+        Selection("scores", 0, 3, 2),
+        Selection("final", None, 2, 1),
+        Selection("Q", 1, 2, 0),
+    ]
+    for cell in cells:
+        doc.select(cell)
+        doc.wait()
+        settle()
+        document = panel.view.document()
+        document.setTextWidth(panel.view.viewport().width())
+        found = []
+        block = document.begin()
+        while block.isValid():  # every paragraph and table cell
+            layout, text = block.layout(), block.text()
+            for m in CELL_REFERENCE.finditer(text):
+                first = layout.lineForTextPosition(m.start()).lineNumber()
+                last = layout.lineForTextPosition(m.end() - 1).lineNumber()
+                shown = m.group().replace("\u2060", "").replace("\xa0", " ")
+                assert first == last, (shown, [text])
+                found.append(shown)
+            block = block.next()
+        assert len(found) >= 4, (cell, found)
+        assert any(any(t in ref for t in tokens) for ref in found), found
+    # the head output's terms name the value rows as typed: V[ she,1]
+    doc.select(cells[0])
+    doc.wait()
+    settle()
+    assert "V[ she,1]" in panel.view.toPlainText().replace("\u2060", "")
+
+
+# Okabe & Ito's colour-blind-safe palette, as published.
+OKABE_ITO = {"#e69f00", "#56b4e9", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#000000"}
+
+
+def bar_colours(plot_widget) -> list[str]:
+    import pyqtgraph as pg
+
+    items = plot_widget.getPlotItem().items
+    return [pg.mkBrush(item.opts["brush"]).color().name() for item in items]
+
+
+def legend_entries(label) -> dict[str, str]:
+    """name -> colour of each swatch (■) in a legend label, read as Qt lays it out."""
+    from PySide6.QtGui import QTextDocument
+
+    document = QTextDocument()
+    document.setHtml(label.text())
+    entries: dict[str, str] = {}
+    colour = None
+    block = document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.text() == "■":
+                colour = fragment.charFormat().foreground().color().name()
+            elif colour:
+                entries[fragment.text().replace("\xa0", " ").strip()] = colour
+                colour = None
+            it += 1
+        block = block.next()
+    return entries
+
+
+def apart(a, b) -> bool:
+    """Two widgets that do not overlap on screen."""
+    ra = a.rect().translated(a.mapToGlobal(a.rect().topLeft()))
+    rb = b.rect().translated(b.mapToGlobal(b.rect().topLeft()))
+    return not ra.intersects(rb)
+
+
+def test_experiments_bars_have_legends_in_colour_blind_safe_colours(window):
+    experiments = bring(window, "Experiments")
+    scaling = experiments.scaling
+    scaling.worker.wait()
+    settle()
+    for plot, legend, names in (
+        (scaling.variance_plot, scaling.variance_legend, 2),
+        (scaling.saturation_plot, scaling.saturation_legend, 2),
+    ):
+        colours = bar_colours(plot)
+        assert len(set(colours)) == names and set(colours) <= OKABE_ITO
+        entries = legend_entries(legend)
+        assert len(entries) == names and set(entries.values()) == set(colours)
+        assert legend.isVisible() and apart(legend, plot)
+
+    tab = experiments.kv_cache
+    experiments.setCurrentWidget(tab)
+    settle()
+    for _ in range(3):
+        tab.step_button.click()
+    settle()
+    colours = bar_colours(tab.plot)
+    assert len(colours) == 2 and len(set(colours)) == 2 and set(colours) <= OKABE_ITO
+    assert legend_entries(tab.legend) == {"head 1": colours[0], "head 2": colours[1]}
+    assert tab.legend.isVisible() and apart(tab.legend, tab.plot)
+
+
+def drawn_ticks(plot_widget) -> tuple[list[float], list[tuple[object, str]]]:
+    """The tick values of the bottom axis over its range, and the labels it draws."""
+    from PySide6.QtGui import QImage, QPainter
+
+    axis = plot_widget.getPlotItem().getAxis("bottom")
+    lo, hi = axis.range
+    values = [v for _, level in axis.tickValues(lo, hi, axis.width()) for v in level]
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    _, _, text_specs = axis.generateDrawSpecs(painter)
+    painter.end()
+    return values, [(rect, text) for rect, _, text in text_specs]
+
+
+def assert_integer_axis(plot_widget, names: list[str]) -> None:
+    from itertools import pairwise
+
+    from PySide6.QtGui import QFontMetricsF
+
+    values, labels = drawn_ticks(plot_widget)
+    assert values and all(v == int(v) for v in values), values
+    # room under the tick marks for a whole line of text: no descender (the _ of d_k) cut
+    axis = plot_widget.getPlotItem().getAxis("bottom")
+    room = axis.height() - max(0, axis.style["tickLength"])
+    assert room >= QFontMetricsF(axis.font()).height(), room
+    assert labels and {text for _, text in labels} <= set(names), labels
+    rects = sorted((rect for rect, _ in labels), key=lambda r: r.left())
+    assert all(a.right() <= b.left() for a, b in pairwise(rects)), "labels overlap"
+
+
+def test_experiments_index_axes_have_integer_ticks_only(window):
+    experiments = bring(window, "Experiments")
+    scaling = experiments.scaling
+    scaling.worker.wait()
+    settle()
+    assert_integer_axis(scaling.saturation_plot, ["1", "2", "3", "4"])
+    assert_integer_axis(scaling.variance_plot, ["d_k = 2", "d_k = 64", "d_k = 512"])
+    # zoomed in between two bars, and with many scores: still whole numbers, apart
+    scaling.saturation_plot.setXRange(0.3, 1.6, padding=0)
+    settle()
+    assert_integer_axis(scaling.saturation_plot, ["1", "2", "3", "4"])
+    scaling.scores.setText(", ".join(str(k % 7 - 3) for k in range(60)))
+    scaling.show_saturation()
+    scaling.saturation_plot.autoRange()
+    settle()
+    assert_integer_axis(scaling.saturation_plot, [str(k) for k in range(1, 61)])
+
+    tab = experiments.kv_cache
+    experiments.setCurrentWidget(tab)
+    settle()
+    for _ in range(4):
+        tab.step_button.click()
+    settle()
+    assert_integer_axis(tab.plot, list(window.doc.scenario.tokens))

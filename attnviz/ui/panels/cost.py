@@ -87,6 +87,10 @@ class CostPanel(QWidget):
             text = QLabel(value)
             text.setObjectName(label)
             text.setWordWrap(True)
+            # Wrapped between words only, and never narrower than its widest word (a long
+            # number): the form puts it under its label rather than cut it.
+            words = value.split() or [""]
+            text.setMinimumWidth(max(text.fontMetrics().horizontalAdvance(w) for w in words) + 2)
             text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             form.addRow(label, text)
 

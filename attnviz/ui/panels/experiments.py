@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from html import escape
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
@@ -20,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core.chart import PALETTE
 from attnviz.core.engine import compute
 from attnviz.core.experiments import ScalingStats, row_summary, saturation, scaling_variance
 from attnviz.core.kvcache import KVCache, Step
@@ -30,12 +35,72 @@ from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document, computes_at_once
 
 D_KS = (2, 64, 512)
+# Okabe–Ito (colour-blind safe), as the timing plots: blue, vermillion.
+BLUE, VERMILLION = PALETTE[0], PALETTE[1]
 
 
 def bars(
     plot: pg.PlotItem, values: np.ndarray, x: np.ndarray, colour: str, width: float = 0.4
 ) -> None:
     plot.addItem(pg.BarGraphItem(x=x, height=values, width=width, brush=colour))
+
+
+def head_colours(heads: int) -> list[str]:
+    """Colour-blind-safe colours, one per head: Okabe–Ito, or cividis beyond eight."""
+    if heads <= len(PALETTE):
+        return list(PALETTE[:heads])
+    cmap = pg.colormap.get("cividis")
+    return [cmap.map(h / (heads - 1), mode="qcolor").name() for h in range(heads)]
+
+
+def legend_html(entries: list[tuple[str, str]]) -> str:
+    """A legend as one line of text: a coloured square and a name per entry, which wraps
+    between entries only."""
+    return "&nbsp;&nbsp; ".join(
+        f"<span style='color:{colour}'>■</span>&nbsp;{escape(name).replace(' ', '&nbsp;')}"
+        for name, colour in entries
+    )
+
+
+def legend_label(entries: list[tuple[str, str]] | None = None) -> QLabel:
+    """A legend under a plot: outside it, so that it never covers a bar."""
+    label = QLabel(legend_html(entries or []))
+    label.setWordWrap(True)
+    return label
+
+
+class IndexAxis(pg.AxisItem):
+    """An axis of whole-number positions (bars, tokens): ticks at integers only, each named
+    by its label, spaced so that no two labels overlap."""
+
+    def __init__(self, orientation: str = "bottom"):
+        super().__init__(orientation)
+        self.labels: list[str] = []
+        # Room for labels only grows: shrunk to fit no labels (or to pyqtgraph's 0.8 of a
+        # label's height) it would cut off descenders, the _ of d_k.
+        self.setStyle(autoReduceTextSpace=False)
+
+    def set_labels(self, labels: list[str]) -> None:
+        self.labels = list(labels)
+        self.picture = None  # drawn anew
+        self.update()
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:
+        lo, hi = sorted((minVal, maxVal))
+        first, last = max(0, math.ceil(lo)), min(len(self.labels) - 1, math.floor(hi))
+        if last < first or size <= 0:
+            return []
+        font = QFontMetricsF(self.style["tickFont"] or self.font())
+        widest = max(font.horizontalAdvance(self.labels[i]) for i in range(first, last + 1))
+        per_unit = size / max(hi - lo, 1e-9)  # px per position
+        for step in (m * 10**k for k in range(12) for m in (1, 2, 5)):
+            if step * per_unit > widest + 6:
+                break
+        start = math.ceil(first / step) * step
+        return [(float(step), [float(v) for v in range(start, last + 1, step)])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
 
 
 def table_item(text: str) -> QTableWidgetItem:
@@ -69,9 +134,11 @@ class ScalingTab(QWidget):
         )
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.variance_axis = IndexAxis()
         self.variance_plot = pg.PlotWidget(
-            title="variance of q·k (red) and of q·k ÷ √d_k (blue), log scale"
+            title="variance of q·k, log scale", axisItems={"bottom": self.variance_axis}
         )
+        self.variance_legend = legend_label([("q·k", VERMILLION), ("q·k ÷ √d_k", BLUE)])
         decades = [(k + 1, f"{10.0**k:g}") for k in range(-1, 5)]
         self.variance_plot.getPlotItem().getAxis("left").setTicks([decades])
         self.status = QLabel()
@@ -85,10 +152,16 @@ class ScalingTab(QWidget):
         self.factor.setRange(1, 160)  # tenths: 0.1 to 16
         self.factor.setValue(80)
         self.factor_label = QLabel()
+        self.saturation_axis = IndexAxis()
         self.saturation_plot = pg.PlotWidget(
-            title="softmax of the row (blue) and of factor × row (red)"
+            title="softmax of the row and of factor × row",
+            axisItems={"bottom": self.saturation_axis},
         )
+        self.saturation_plot.setLabel("bottom", "position in the row")
         self.saturation_plot.setYRange(0, 1)
+        self.saturation_legend = legend_label(
+            [("softmax(row)", BLUE), ("softmax(factor × row)", VERMILLION)]
+        )
         self.saturation_note = QLabel()
         self.scores.editingFinished.connect(self.show_saturation)
         self.factor.valueChanged.connect(lambda _: self.show_saturation())
@@ -105,9 +178,11 @@ class ScalingTab(QWidget):
         layout.addWidget(self.table)
         layout.addWidget(self.status)
         layout.addWidget(self.variance_plot, 1)
+        layout.addWidget(self.variance_legend)
         layout.addWidget(QLabel("<b>Softmax saturation</b>: the same scores, multiplied"))
         layout.addLayout(row)
         layout.addWidget(self.saturation_plot, 1)
+        layout.addWidget(self.saturation_legend)
         layout.addWidget(self.saturation_note)
         self.run()
         self.show_saturation()
@@ -133,9 +208,9 @@ class ScalingTab(QWidget):
         def height(values: list[float]) -> np.ndarray:
             return np.log10(np.maximum(values, 0.1)) + 1
 
-        bars(plot, height([s.var_raw for s in stats]), x - 0.2, "#d6604d")
-        bars(plot, height([s.var_scaled for s in stats]), x + 0.2, "#4393c3")
-        plot.getAxis("bottom").setTicks([[(i, f"d_k = {s.d_k}") for i, s in enumerate(stats)]])
+        bars(plot, height([s.var_raw for s in stats]), x - 0.2, VERMILLION)
+        bars(plot, height([s.var_scaled for s in stats]), x + 0.2, BLUE)
+        self.variance_axis.set_labels([f"d_k = {s.d_k}" for s in stats])
 
     def show_saturation(self) -> None:
         factor = self.factor.value() / 10
@@ -149,8 +224,9 @@ class ScalingTab(QWidget):
         plot = self.saturation_plot.getPlotItem()
         plot.clear()
         x = np.arange(len(row), dtype=float)
-        bars(plot, plain, x - 0.2, "#4393c3")
-        bars(plot, scaled, x + 0.2, "#d6604d")
+        bars(plot, plain, x - 0.2, BLUE)
+        bars(plot, scaled, x + 0.2, VERMILLION)
+        self.saturation_axis.set_labels([str(i + 1) for i in range(len(row))])
         a, b = row_summary(plain), row_summary(scaled)
         self.saturation_note.setText(
             f"weights {np.round(plain, 2).tolist()} → {np.round(scaled, 2).tolist()}; "
@@ -239,13 +315,18 @@ class KVCacheTab(QWidget):
             ("match", "vs full causal attention"),
         ):
             self.info.addRow(title, self.labels[key])
-        self.plot = pg.PlotWidget(title="new row's weights per head")
+        self.axis = IndexAxis()
+        self.plot = pg.PlotWidget(
+            title="new row's weights per head", axisItems={"bottom": self.axis}
+        )
         self.plot.setYRange(0, 1)
+        self.legend = legend_label()
         layout = QVBoxLayout(self)
         layout.addWidget(text)
         layout.addLayout(row)
         layout.addLayout(self.info)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
         self.worker = Background(self)
         self.worker.done.connect(self._started)
         doc.scenarioChanged.connect(self.reset)
@@ -258,6 +339,8 @@ class KVCacheTab(QWidget):
         for label in self.labels.values():
             label.setText("–")
         self.plot.getPlotItem().clear()
+        self.axis.set_labels([])
+        self.legend.setText("")
 
     def step(self) -> None:
         if self.cache is None:
@@ -287,11 +370,12 @@ class KVCacheTab(QWidget):
         plot = self.plot.getPlotItem()
         plot.clear()
         heads, width = st.weights.shape[0], 0.8 / st.weights.shape[0]
+        colours = head_colours(heads)
         for h in range(heads):
             x = np.arange(st.t + 1) + (h - (heads - 1) / 2) * width
-            colour = pg.intColor(h, hues=max(heads, 2))
-            plot.addItem(pg.BarGraphItem(x=x, height=st.weights[h], width=width, brush=colour))
-        plot.getAxis("bottom").setTicks([[(j, tokens[j]) for j in range(st.t + 1)]])
+            plot.addItem(pg.BarGraphItem(x=x, height=st.weights[h], width=width, brush=colours[h]))
+        self.axis.set_labels(list(tokens[: st.t + 1]))
+        self.legend.setText(legend_html([(f"head {h + 1}", c) for h, c in enumerate(colours)]))
 
 
 class ExperimentsPanel(QTabWidget):

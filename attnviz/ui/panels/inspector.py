@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 from html import escape
+from itertools import pairwise
 
+from PySide6.QtCore import QTextBoundaryFinder
+from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.engine import HEAD_MATRICES, Result, compute
@@ -21,14 +25,52 @@ EMPTY = (
 )
 
 
+REFERENCE = re.compile(r"\w+\[[^\[\]]*\]")  # a cell reference: V[she,1], W_O[1–2, 1], X[i,j]
+WORD_JOINER, ZERO_WIDTH_SPACE = "\u2060", "\u200b"  # no break here; a break may come here
+
+
 def number(x: float) -> str:
     return "−∞" if x == -math.inf else f"{x:.6g}".replace("-", "−")
 
 
-def to_html(e: Explanation, where: str) -> str:
-    """An explanation as a small HTML page: formula, terms table, steps, value."""
+def unbreakable(text: str) -> str:
+    """Text as HTML that cannot break across lines: no-break spaces, and a word joiner
+    wherever Qt could still break a line (after a hyphen, between ideographs, …)."""
+    text = text.replace(" ", "\u00a0")
+    index, utf16 = {0: 0}, 0  # Qt counts UTF-16 units; Python counts code points
+    for i, ch in enumerate(text, 1):
+        utf16 += 2 if ord(ch) > 0xFFFF else 1
+        index[utf16] = i
+    finder = QTextBoundaryFinder(QTextBoundaryFinder.BoundaryType.Line, text)
+    cuts = []
+    while (at := finder.toNextBoundary()) != -1:
+        if 0 < index.get(at, 0) < len(text):
+            cuts.append(index[at])
+    pieces = [escape(text[a:b]) for a, b in pairwise([0, *cuts, len(text)])]
+    return f"<span style='white-space:nowrap'>{WORD_JOINER.join(pieces)}</span>"
+
+
+def nbsp(text: str) -> str:
+    """Escaped text with no-break spaces."""
+    return escape(text).replace(" ", "&nbsp;")
+
+
+def text_html(text: str) -> str:
+    """Escaped text in which every cell reference stays on one line; a line may break
+    after the · between two of them."""
+    out, end = [], 0
+    for m in REFERENCE.finditer(text):
+        between = escape(text[end : m.start()])
+        out += [between + ZERO_WIDTH_SPACE if between == "·" else between, unbreakable(m.group())]
+        end = m.end()
+    return "".join([*out, escape(text[end:])])
+
+
+def to_html(e: Explanation, where: list[str]) -> str:
+    """An explanation as a small HTML page: where (head 1, row 2 (she), …; each part with
+    no-break spaces), formula, terms table, steps, value."""
     rows = "".join(
-        f"<tr><td>{escape(t.label)}</td><td style='color:#555'>{escape(t.expression)}</td>"
+        f"<tr><td>{text_html(t.label)}</td><td style='color:#555'>{escape(t.expression)}</td>"
         f"<td align='right'>{number(t.value)}</td></tr>"
         for t in e.terms
     )
@@ -40,14 +82,14 @@ def to_html(e: Explanation, where: str) -> str:
         else ""
     )
     steps = "".join(
-        f"<tr><td>{escape(s.label)}</td><td align='right'>{number(s.value)}</td></tr>"
+        f"<tr><td>{text_html(s.label)}</td><td align='right'>{number(s.value)}</td></tr>"
         for s in e.steps
     )
-    note = f"<p><i>{escape(e.note)}</i></p>" if e.note else ""
+    note = f"<p><i>{text_html(e.note)}</i></p>" if e.note else ""
     return (
-        f"<h3 style='margin-bottom:2px'>{escape(e.title)}</h3>"
-        f"<div style='color:#444'>{escape(where)}</div>"
-        f"<p><code>{escape(e.formula)}</code></p>{table}"
+        f"<h3 style='margin-bottom:2px'>{text_html(e.title)}</h3>"
+        f"<div style='color:#444'>{' · '.join(nbsp(part) for part in where)}</div>"
+        f"<p><code>{text_html(e.formula)}</code></p>{table}"
         f"<table cellspacing='0' cellpadding='3' style='margin-top:6px'>{steps}</table>"
         f"<p style='font-size:large'>value = <b>{number(e.value)}</b></p>{note}"
     )
@@ -61,6 +103,9 @@ class InspectorPanel(QWidget):
         self.doc = doc
         self.view = QTextBrowser()
         self.view.setOpenLinks(False)
+        # Lines break between words only, never inside one: a number or a cell reference
+        # wider than its column widens the table (it scrolls) rather than split.
+        self.view.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.view)
@@ -115,4 +160,4 @@ class InspectorPanel(QWidget):
         parts.append(f"column {sel.col + 1}")
         if sel.mask:
             parts.append(f"under mask {sel.mask}")
-        self.view.setHtml(to_html(e, " · ".join(parts)))
+        self.view.setHtml(to_html(e, parts))
