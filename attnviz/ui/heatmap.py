@@ -118,7 +118,7 @@ class ColorBar(pg.GraphicsWidget):
     every heatmap slow to build.
     """
 
-    WIDTH, TEXT = 12.0, 40.0
+    WIDTH, TEXT = 12.0, 36.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -282,7 +282,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
     cellClicked = Signal(str, int, int)  # view name, row, col
     painted = Signal(str)  # view name, after each paint
 
-    def __init__(self, name: str, parent: QWidget | None = None):
+    def __init__(self, name: str, parent: QWidget | None = None, colorbar: bool = True):
         super().__init__(parent)
         self.name = name
         self.spec: HeatmapSpec | None = None
@@ -317,7 +317,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.strip = RowStrip(self.plot.vb)
         self.addItem(self.strip)
         self.bar = ColorBar()
-        self.addItem(self.bar)
+        if colorbar:  # off where a neighbour's bar shows the same scale
+            self.addItem(self.bar)
         self.column_mark = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
         probe_pen = pg.mkPen(colors.PROBE, width=3, cosmetic=True, style=Qt.PenStyle.DashLine)
         self.column_mark.setPen(probe_pen)

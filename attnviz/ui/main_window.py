@@ -212,8 +212,8 @@ class MainWindow(FileActions, QMainWindow):
         d["Pipeline"].raise_()
         d["Inspector"].raise_()
         total = self.width()
-        right = 300 if not self.compact else 260
-        left = 420 if not self.compact else 380
+        right = 290 if not self.compact else 260
+        left = 400 if not self.compact else 380
         self.resizeDocks(
             [d["Inputs"], d["Pipeline"], d["Lesson"]],
             [left, max(400, total - left - right), right],
