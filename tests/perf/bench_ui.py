@@ -22,7 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Offscreen, on a 1440 × 900 screen (Qt's own offscreen screen is 800 × 800).
+_SCREEN = Path(__file__).resolve().parents[1] / "screen-1440x900.json"
+os.environ.setdefault("QT_QPA_PLATFORM", f"offscreen:configfile={_SCREEN}")
 
 from PySide6.QtCore import QEventLoop, QSettings
 from PySide6.QtWidgets import QApplication
