@@ -111,3 +111,38 @@ def test_code_command_prints_a_script_that_reproduces_the_output(tmp_path, capsy
     _, _, final = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O, "causal-zero")
     got = np.array([[float(v) for v in row.strip("[]").split(",")] for row in rows])
     np.testing.assert_allclose(got, final, atol=1e-14)
+
+
+def group(root, name: str) -> list:
+    found = [g for g in root.iter(f"{SVG}g") if g.get("id") == name]
+    return list(found[0].iter(f"{SVG}rect")) if found else []
+
+
+@pytest.mark.parametrize(
+    ("mask", "view", "hatched_over", "leaks"),
+    [
+        ("causal", "masked", 0, 0),  # −∞: hatched grey cells, nothing set to a number
+        ("causal-zero", "masked", 6, 0),  # six future scores set to 0, hatched over colour
+        ("causal-zero", "weights", 6, 6),  # their weights: hatched, and every one leaked
+        ("causal", "weights", 6, 0),  # weight exactly 0: hatched, nothing leaked
+        ("drop-after-softmax", "masked", 0, 0),  # scores untouched before softmax
+        ("drop-after-softmax", "weights", 6, 0),
+        ("none", "weights", 0, 0),
+    ],
+)
+def test_svg_marks_masked_and_leaked_cells(tmp_path, capsys, mask, view, hatched_over, leaks):
+    out = tmp_path / "m.svg"
+    assert main(["export", "--view", view, "--mask", mask, "--out", str(out)]) == 0
+    root, rects = cells(out)
+    assert len(group(root, "masked")) == hatched_over
+    outlined = group(root, "leaks")
+    assert len(outlined) == leaks
+    if leaks:  # the outlines sit on the future keys, and their weights are not zero
+        w = ref.head(ref.X, ref.W_Q[0], ref.W_K[0], ref.W_V[0], mask)[1]
+        cell = float(rects[1][0].get("width"))
+        left, top = float(rects[0][0].get("x")), float(rects[0][0].get("y"))
+        for r in outlined:
+            i = int((float(r.get("y")) - top) // cell)
+            j = int((float(r.get("x")) - left) // cell)
+            assert j > i and w[i, j] > 0
+        assert "leaked" in out.read_text()
