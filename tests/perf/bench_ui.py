@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 # Offscreen, on a 1440 × 900 screen (Qt's own offscreen screen is 800 × 800).
-_SCREEN = Path(__file__).resolve().parents[1] / "screen-1440x900.json"
-os.environ.setdefault("QT_QPA_PLATFORM", f"offscreen:configfile={_SCREEN}")
+os.environ.setdefault(
+    "QT_QPA_PLATFORM",
+    f"offscreen:configfile={Path(__file__).resolve().parents[1] / 'screen-1440x900.json'}",
+)
 
 from PySide6.QtCore import QEventLoop, QSettings
 from PySide6.QtWidgets import QApplication
