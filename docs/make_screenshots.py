@@ -57,6 +57,10 @@ def main() -> None:
     for name in ("Masks", "Pipeline", "Heads", "Mix", "Experiments"):
         w.docks[name].raise_()
         settle(app)
+        if name == "Experiments":  # the variance table, sampled on a worker thread
+            while w.experiments.scaling.status.text() == "sampling…":
+                app.processEvents()
+            settle(app)
         if name == "Masks":  # the causality probe on the second token
             w.masks.token.setCurrentIndex(1)
             w.masks.run_probe()

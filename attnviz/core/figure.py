@@ -103,7 +103,9 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     if view in HEAD_MATRICES:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)
-    levels = colors.levels(values, kind)
+    # The masked scores share the scaled scores' colours: a cell the mask left alone keeps
+    # its colour from one view to the next.
+    levels = colors.levels(result.matrix("scaled", head) if view == "masked" else values, kind)
     masked, leaked = mask_marks(result.settings.mask, view, values)
     return HeatmapSpec(
         title, values, tokens, cols, row_title, col_title, kind, levels, caption, masked, leaked

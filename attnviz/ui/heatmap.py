@@ -19,6 +19,7 @@ from PySide6.QtGui import (
     QCursor,
     QFont,
     QFontMetrics,
+    QImage,
     QLinearGradient,
     QPainter,
     QPaintEvent,
@@ -51,6 +52,8 @@ class CellOverlay(pg.GraphicsObject):
         self.font = QFont()
         self.font.setPointSizeF(8.5)
         self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
+        self.shade: QImage | None = None  # masked cells shaded, for cells too small to hatch
+        self._shade_pixels = np.zeros((0, 0), dtype=np.uint32)
         self.dark_pen, self.light_pen = QPen(QColor("#000000")), QPen(QColor("#ffffff"))
         self.leak_pen = QPen(QColor(colors.LEAK), 2.5)
         self.leak_pen.setCosmetic(True)
@@ -61,6 +64,18 @@ class CellOverlay(pg.GraphicsObject):
             self.prepareGeometryChange()
         self.values, self.kind, self.levels = spec.values, spec.kind, spec.levels
         self.hatched, self.leaked = spec.hatched(), spec.leaked
+        self.shade = None
+        if self.hatched.any():
+            rows, cols = self.hatched.shape
+            # Premultiplied ARGB: the hatch grey at 43% over the cell's colour.
+            self._shade_pixels = np.where(self.hatched, np.uint32(0x6E3C3C3C), np.uint32(0))
+            self.shade = QImage(
+                self._shade_pixels.data,
+                cols,
+                rows,
+                4 * cols,
+                QImage.Format.Format_ARGB32_Premultiplied,
+            )
         self.update()
 
     def boundingRect(self) -> QRectF:
@@ -79,19 +94,23 @@ class CellOverlay(pg.GraphicsObject):
         block = self.values[r0:r1, c0:c1]
         to_device = painter.worldTransform()  # not deviceTransform: grab() adds an offset
         cell_w, cell_h = abs(to_device.m11()), abs(to_device.m22())
-        if min(cell_w, cell_h) >= MIN_HATCH_CELL:
-            # Hatch masked cells over their colour (−∞ is grey), one run per row.
-            for i, row in enumerate(self.hatched[r0:r1, c0:c1]):
-                edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
-                for start, stop in zip(edges[::2], edges[1::2], strict=True):
-                    painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
-            if self.leaked is not None:
-                painter.setPen(self.leak_pen)
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                inset = 2.0 / min(cell_w, cell_h)  # two pixels, in cells
-                size = 1 - 2 * inset
-                for i, j in np.argwhere(self.leaked[r0:r1, c0:c1]):
-                    painter.drawRect(QRectF(c0 + j + inset, r0 + i + inset, size, size))
+        # Masked cells: hatched over their colour (−∞ is grey), or shaded where cells are too
+        # small for hatching to show; one run per row.
+        if min(cell_w, cell_h) < MIN_HATCH_CELL:
+            if self.shade is not None:  # too small for hatching: shaded, in one image
+                painter.drawImage(QRectF(0, 0, cols, rows), self.shade)
+            return
+        for i, row in enumerate(self.hatched[r0:r1, c0:c1]):
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
+            for start, stop in zip(edges[::2], edges[1::2], strict=True):
+                painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
+        if self.leaked is not None:
+            painter.setPen(self.leak_pen)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            inset = 2.0 / min(cell_w, cell_h)  # two pixels, in cells
+            size = 1 - 2 * inset
+            for i, j in np.argwhere(self.leaked[r0:r1, c0:c1]):
+                painter.drawRect(QRectF(c0 + j + inset, r0 + i + inset, size, size))
         if cell_w < MIN_TEXT_CELL[0] or cell_h < MIN_TEXT_CELL[1]:
             return
         painter.save()
@@ -215,9 +234,9 @@ class RowStrip(pg.GraphicsWidget):
                 y = top + i * step
                 painter.fillRect(QRectF(x, y + pad, width, step - 2 * pad), QColor("#eeeeee"))
                 length = width * float(fractions[i])
-                painter.fillRect(
-                    QRectF(x, y + pad, length, step - 2 * pad), QColor(column.colors[i])
-                )
+                bar = QColor(column.colors[i])
+                bar.setAlpha(150)  # light enough for black text on any bar
+                painter.fillRect(QRectF(x, y + pad, length, step - 2 * pad), bar)
             if step >= 13:
                 painter.setPen(QPen(QColor("#000000")))
                 for i in range(first, last):

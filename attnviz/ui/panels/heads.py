@@ -45,6 +45,7 @@ class HeadsPanel(ResultPanel):
             view = HeatmapView("weights")
             view.setMinimumSize(160, 150)
             view.square_cells = True  # queries and keys alike
+            view.setMaximumHeight(420)  # square cells leave a taller view empty
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
             switch = QCheckBox(f"head {h + 1} on")
             switch.setToolTip("Untick to switch this head off in the W_O mix")

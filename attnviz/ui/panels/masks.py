@@ -36,7 +36,8 @@ COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe 
 LEGEND = (
     "<span style='background:#ddd'>&nbsp;╱╱&nbsp;</span> set by the mask (it reads what the "
     f"strategy put there) · <b style='color:{colors.LEAK}'>▢ red outline</b>: weight that "
-    "leaked to a future key · bars: each query row's leak"
+    "leaked to a future key · bars beside each row: its leak, and after a probe how far "
+    "its output moved (red: an earlier row, so the future leaked)"
 )
 DIFF_TEXT = (
     "<b>B − A</b>: how much each weight changes when strategy B replaces A. Red: B puts "

@@ -19,7 +19,7 @@ def legend(result: Result, head: int) -> tuple[str, str]:
     scale = f"÷ √{d_k} = {result.scale_factor:.3g}" if st.scale else "not scaled"
     mask = {
         "none": ("no mask", "no mask"),
-        "causal": ("causal −∞ (hatched)", "future keys set to −∞ (hatched grey): weight exactly 0"),
+        "causal": ("causal −∞ (grey)", "future keys set to −∞ (grey, hatched): weight exactly 0"),
         "causal-zero": (
             "causal zero: leaks (outlined red)",
             "future keys set to 0, not −∞ (hatched): they still get weight (outlined red)",
