@@ -141,6 +141,7 @@ class ColorBar(pg.GraphicsWidget):
 
     def __init__(self) -> None:
         super().__init__()
+        self.setCacheMode(self.CacheMode.DeviceCoordinateCache)  # repainted on new levels only
         self.kind, self.ticks = "diverging", [(0.0, "0")]
         self.levels = (-1.0, 1.0)
         self.setFixedWidth(self.WIDTH + self.TEXT + 8)
