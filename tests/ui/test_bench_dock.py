@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("torch")
 
 
-def test_dock_runs_a_tiny_sweep_and_draws(qtbot, tmp_path):
+def cpu_panel(qtbot, min_n: str, max_n: str, impls: tuple[str, ...]):
+    """A timing dock set up for a small float32 sweep on the CPU (not yet started)."""
     from attnviz.ui.panels.bench import BenchPanel
 
     panel = BenchPanel()
@@ -18,10 +19,16 @@ def test_dock_runs_a_tiny_sweep_and_draws(qtbot, tmp_path):
     panel.heads.setValue(2)
     panel.d_head.setValue(16)
     panel.repeats.setValue(1)
-    panel.min_n.setCurrentText("64")
-    panel.max_n.setCurrentText("128")
+    panel.min_n.setCurrentText(min_n)
+    panel.max_n.setCurrentText(max_n)
     for name, box in panel.impls.items():
-        box.setChecked(name in ("naive", "sdpa", "efficient"))
+        box.setChecked(name in impls)
+    return panel
+
+
+def test_dock_runs_a_tiny_sweep_and_draws(qtbot, tmp_path):
+
+    panel = cpu_panel(qtbot, "64", "128", ("naive", "sdpa", "efficient"))
     panel.run()
     assert not panel.run_button.isEnabled() and panel.cancel_button.isEnabled()
     qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
@@ -76,21 +83,9 @@ NS = "{http://www.w3.org/2000/svg}"
 
 def test_a_cancelled_sweep_keeps_its_ceiling_and_every_point_visible(qtbot):
     from attnviz.core.chart import to_svg
-    from attnviz.ui.panels.bench import BenchPanel
 
-    panel = BenchPanel()
-    qtbot.addWidget(panel)
+    panel = cpu_panel(qtbot, "256", "16384", ("naive", "sdpa"))
     panel.resize(720, 800)
-    panel.show()
-    panel.device.setCurrentText("cpu")
-    panel.dtype.setCurrentText("float32")
-    panel.heads.setValue(2)
-    panel.d_head.setValue(16)
-    panel.repeats.setValue(1)
-    panel.min_n.setCurrentText("256")
-    panel.max_n.setCurrentText("16384")
-    for name, box in panel.impls.items():
-        box.setChecked(name in ("naive", "sdpa"))
     panel.run()
     qtbot.waitUntil(lambda: len(panel.records) >= 3, timeout=60_000)
     panel.cancel()
