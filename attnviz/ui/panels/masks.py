@@ -74,7 +74,8 @@ class MasksPanel(ResultPanel):
         legend = QLabel(LEGEND)
         legend.setWordWrap(True)
 
-        # A and B share their colour scales, so only B's views carry a colour bar.
+        # A and B share their colour scales (scores: the scaled scores' levels; weights: 0 to
+        # 1), so only B's views carry a colour bar.
         self.views = {
             "A-scores": HeatmapView("masked", colorbar=False),
             "B-scores": HeatmapView("masked"),
@@ -194,11 +195,10 @@ class MasksPanel(ResultPanel):
             ("A", c.result_a, c.mask_a, c.leak_a, probes[0] if probes else None),
             ("B", c.result_b, c.mask_b, c.leak_b, probes[1] if probes else None),
         )
-        shared = _union(*(spec_for(r, "masked", c.head).levels for r in (c.result_a, c.result_b)))
         for key, result, mask, leak, p in strategies:
             scores = spec_for(result, "masked", c.head)
             title = f"head {c.head + 1} · scores softmax sees under {mask}"
-            scores = replace(scores, title=title, caption=f"{key}: {mask} · scores", levels=shared)
+            scores = replace(scores, title=title, caption=f"{key}: {mask} · scores")
             weights = spec_for(result, "weights", c.head)
             _, leaked = mask_marks(mask, "weights", weights.values, causal_intent=True)
             title = f"head {c.head + 1} · weights under {mask}"
@@ -303,10 +303,6 @@ class MasksPanel(ResultPanel):
             return
         mask = self.comparison.mask_a if key.startswith("A") else self.comparison.mask_b
         self.doc.select(Selection(view, self.comparison.head, row, col, mask=mask))
-
-
-def _union(*levels: tuple[float, float]) -> tuple[float, float]:
-    return min(lo for lo, _ in levels), max(hi for _, hi in levels)
 
 
 def _texts(values: np.ndarray) -> tuple[str, ...]:
