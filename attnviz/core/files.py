@@ -3,20 +3,27 @@
 Loading never executes anything from a file (no pickles), checks every shape and number,
 and raises ``FileFormatError`` (one type for every bad file) whose message names the
 problem and where, e.g. ``heads[2].W_K: expected 4×2, got 4×3``. Nothing is returned
-half-loaded. Writes are atomic: a temporary file in the same folder, then a rename.
+half-loaded. Every read goes through ``open_regular``: only regular files are read, so a
+named pipe or a device never blocks the program. Writes are atomic: a temporary file
+named after the target in the same folder, then a rename; the temporary files of a save
+that was killed are removed before the next save of the same file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import math
 import os
+import re
+import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -82,9 +89,19 @@ def settings_to_dict(st: Settings) -> dict[str, Any]:
     return d
 
 
+def clip(value: Any, width: int = 40) -> str:
+    """repr(value) in at most width characters: a cut one ends in "…", quotes closed."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, (str, bytes)):
+        return text[: width - 2] + "…" + text[-1]
+    return text[: width - 1] + "…"
+
+
 def _name(key: str) -> str:
     """A key from a file as it can appear in a one-line message."""
-    return key if key.isidentifier() else repr(key)
+    return key if key.isidentifier() and len(key) <= 40 else clip(key)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -107,7 +124,7 @@ def _matrix(where: str, value: Any) -> np.ndarray:
             c = next(c for c, v in enumerate(row) if type(v) not in (int, float))
             raise FileFormatError(
                 f"{where}[{r + 1},{c + 1}]: expected a number, "
-                f"got {type(row[c]).__name__} {row[c]!r:.40}"
+                f"got {type(row[c]).__name__} {clip(row[c])}"
             )
     if not width:
         raise FileFormatError(f"{where}: rows are empty")
@@ -143,7 +160,7 @@ def _settings(value: Any) -> Settings:
         if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
             raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
         if len(set(heads)) != len(heads):
-            raise FileFormatError(f"settings.ablated: head numbers {heads} repeat")
+            raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
         value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
     if "dropout" in value and type(value["dropout"]) is int:
         try:
@@ -161,11 +178,11 @@ def scenario_from_dict(data: Any) -> Scenario:
     if not isinstance(data, dict):
         raise FileFormatError("expected a JSON object at the top")
     if data.get("format") != FORMAT:
-        raise FileFormatError(f"format: expected {FORMAT!r}, got {data.get('format')!r:.40}")
+        raise FileFormatError(f"format: expected {FORMAT!r}, got {clip(data.get('format'))}")
     version = data.get("version")
     if type(version) is not int or version != VERSION:
         raise FileFormatError(
-            f"version: {version!r:.20} is not supported (this attnviz reads {VERSION})"
+            f"version: {clip(version, 20)} is not supported (this attnviz reads {VERSION})"
         )
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
@@ -181,7 +198,7 @@ def scenario_from_dict(data: Any) -> Scenario:
         raise FileFormatError(f"tokens: {len(tokens)} tokens; the limit is {LIMITS.tokens}")
     for i, t in enumerate(tokens):
         if not isinstance(t, str):
-            raise FileFormatError(f"tokens[{i + 1}]: expected text, got {t!r:.40}")
+            raise FileFormatError(f"tokens[{i + 1}]: expected text, got {clip(t)}")
 
     X = _matrix("X", data["X"])
     n, d_model = len(tokens), X.shape[1]
@@ -270,9 +287,10 @@ def scenario_from_json(text: str | bytes) -> Scenario:
         raise FileFormatError(f"larger than {MAX_FILE_BYTES // 2**20} MiB")
     if isinstance(text, bytes):
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8-sig")  # a byte order mark is allowed, as in CSV
         except UnicodeDecodeError as e:
             raise FileFormatError(f"not UTF-8 text (byte {e.start + 1})") from None
+    text = text.removeprefix("\ufeff")
     try:
         data = json.loads(text, parse_constant=_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
@@ -288,31 +306,142 @@ def scenario_from_json(text: str | bytes) -> Scenario:
     return scenario_from_dict(data)
 
 
-# Paths --------------------------------------------------------------------------------
+# Paths: names for messages, reading regular files only ---------------------------------
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
-def _read(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> bytes:
+def printable(path: str | os.PathLike[str]) -> str:
+    """A path as text for messages, titles and menus: bytes that are not UTF-8 show as "�"."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
+def _not_regular(mode: int) -> str:
+    """What a file of this mode is, when it is not a regular file ("" when it is)."""
+    if stat.S_ISREG(mode):
+        return ""
+    kind = next((name for is_kind, name in _KINDS if is_kind(mode)), "a special file")
+    return f"{kind}, not a regular file"
+
+
+def _size_text(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 2**10} KiB"
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open path for reading if it is a regular file; FileFormatError naming it otherwise.
+
+    Never blocks: the file is opened non-blocking and checked on the opened descriptor,
+    so a pipe swapped in after the first check is refused too.
+    """
+    name = printable(path)
     try:
-        size = os.path.getsize(path)
-        if size > limit:
-            raise FileFormatError(f"{path}: larger than {limit // 2**20} MiB")
-        with open(path, "rb") as f:
-            return f.read(size + 1)
+        kind = _not_regular(os.stat(path).st_mode)  # a device is not even opened
+        fd = -1 if kind else os.open(path, _OPEN_FLAGS)
     except OSError as e:
-        raise FileFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise FileFormatError(f"{name}: cannot read: {e.strerror or e}") from None
+    except ValueError:  # a NUL byte in the name
+        raise FileFormatError(f"{name}: cannot read: not a valid file name") from None
+    if kind:
+        raise FileFormatError(f"{name}: cannot read: {kind}")
+    try:
+        kind = _not_regular(os.fstat(fd).st_mode)
+        if kind:
+            raise FileFormatError(f"{name}: cannot read: {kind}")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most limit bytes; FileFormatError otherwise."""
+    with open_regular(path) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            chunks = [] if size > limit else [f.read(size + 1)]
+            while chunks and chunks[-1] and sum(map(len, chunks)) <= limit:
+                chunks.append(f.read(2**20))  # it grew, or says 0 bytes as /proc files do
+        except OSError as e:
+            raise FileFormatError(f"{printable(path)}: cannot read: {e.strerror or e}") from None
+    data = b"".join(chunks)
+    if size > limit or len(data) > limit:
+        raise FileFormatError(f"{printable(path)}: larger than {_size_text(limit)}")
+    return data
 
 
 def _with_path(path: str | os.PathLike[str], load: Callable[[], Any]) -> Any:
     try:
         return load()
     except FileFormatError as e:
-        raise FileFormatError(f"{Path(path).name}: {e}") from None
+        raise FileFormatError(f"{printable(Path(path).name)}: {e}") from None
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a .attn.json file; raises FileFormatError naming the file and the problem."""
-    data = _read(path)
+    data = read_file(path)
     return _with_path(path, lambda: scenario_from_json(data))  # type: ignore[no-any-return]
+
+
+# Atomic writes, and the temporary files of killed saves ---------------------------------
+
+STARTED = time.time()  # temporary files older than this process are no save of ours
+_TEMP_TAIL = re.compile(r"([1-9][0-9]{0,9})-[a-z0-9_]{8}\.tmp")
+
+
+def _temp_prefix(path: str | os.PathLike[str]) -> str:
+    """ ".<name>.attnviz-": how every temporary file written for path starts."""
+    name = os.fsencode(os.path.basename(os.path.abspath(path)))[:120]  # room in NAME_MAX
+    return "." + os.fsdecode(name) + ".attnviz-"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id runs (assumed so where that cannot be asked)."""
+    if pid == os.getpid() or os.name != "posix":  # on Windows os.kill would end it
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True  # e.g. another user's process
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike[str]) -> list[str]:
+    """Remove what killed saves of path left: our temporary files (named after path,
+    regular, ours) whose process is gone or that are older than this process.
+
+    Returns the names removed; anything else in the folder is never touched.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = _temp_prefix(path)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        tail = _TEMP_TAIL.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
+        if tail is None:
+            continue
+        full = os.path.join(folder, name)
+        with contextlib.suppress(OSError):
+            st = os.lstat(full)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != getattr(os, "getuid", lambda: 0)():
+                continue
+            if _alive(int(tail[1])) and st.st_mtime >= STARTED:
+                continue  # a save in progress
+            os.unlink(full)
+            removed.append(name)
+    return removed
 
 
 def _mode_for(path: str | os.PathLike[str]) -> int:
@@ -326,9 +455,20 @@ def _mode_for(path: str | os.PathLike[str]) -> int:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write data to a temporary file in the same folder, then rename it over path."""
+    """Write data to a temporary file in the same folder, then rename it over path.
+
+    Refuses (OSError) a path that is a directory, device or pipe: the rename would replace it.
+    """
+    try:
+        kind = _not_regular(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        kind = ""  # a new file, or a name that open will refuse below
+    if kind:
+        raise OSError(errno.EINVAL, kind, os.fspath(path))
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".tmp", dir=folder)
+    remove_stale_temps(path)
+    prefix = f"{_temp_prefix(path)}{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
     try:
         os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as f:
@@ -353,7 +493,7 @@ def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
 def matrix_from_csv(text: str) -> np.ndarray:
     """Comma-separated rows of numbers (blank lines ignored) as a float64 array."""
     rows: list[list[float]] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         if not line.strip():
             continue
         row = []
@@ -379,6 +519,14 @@ def matrix_to_csv(a: np.ndarray) -> str:
     return "".join(",".join(repr(float(v)) for v in row) + "\n" for row in np.asarray(a))
 
 
+def _reason(e: BaseException) -> str:
+    """What numpy, zipfile or json said, in one line; never advice to load pickles."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "pickle" in text.lower():
+        return "holds Python objects (pickles are never loaded)"
+    return text[:200] + "…" if len(text) > 200 else text
+
+
 def _npy(data: bytes) -> np.ndarray:
     f = io.BytesIO(data)
     try:
@@ -389,10 +537,10 @@ def _npy(data: bytes) -> np.ndarray:
             else np.lib.format.read_array_header_2_0(f)
         )
     except Exception as e:  # numpy's header parser can raise almost anything on junk
-        raise FileFormatError(f"not a .npy array: {e}") from None
+        raise FileFormatError(f"not a .npy array: {_reason(e)}") from None
     shape, _, dtype = header
     if not all(type(d) is int for d in shape):
-        raise FileFormatError(f"not a .npy array: shape {shape!r:.40}")
+        raise FileFormatError(f"not a .npy array: shape {clip(shape)}")
     if dtype.hasobject:
         raise FileFormatError("holds Python objects (pickles are never loaded)")
     if dtype.kind not in "fiu":
@@ -407,7 +555,7 @@ def _npy(data: bytes) -> np.ndarray:
         f.seek(0)
         array = np.load(f, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise FileFormatError(f"cannot read the array: {e}") from None
+        raise FileFormatError(f"cannot read the array: {_reason(e)}") from None
     array = array.astype(np.float64)
     try:
         check_values("matrix", array)
@@ -421,7 +569,7 @@ def load_matrix(path: str | os.PathLike[str]) -> np.ndarray:
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".npy"):
         raise FileFormatError(f"{Path(path).name}: expected a .csv or .npy file")
-    data = _read(path)
+    data = read_file(path)
     if suffix == ".npy":
         return _with_path(path, lambda: _npy(data))  # type: ignore[no-any-return]
 
@@ -465,13 +613,18 @@ def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
 
 def load_snapshot(path: str | os.PathLike[str]) -> Scenario:
     """Read a snapshot written by save_snapshot; FileFormatError on any problem."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in ("X", "W_Q", "W_K", "W_V", "W_O")}
-            tokens = tuple(str(t) for t in archive["tokens"].tolist())
-            settings = _settings(json.loads(str(archive["settings"])))
-        return Scenario(tokens=tokens, settings=settings, **arrays)
-    except FileFormatError:
-        raise
-    except Exception as e:  # a damaged archive can fail in zipfile, numpy or json
-        raise FileFormatError(f"{Path(path).name}: not a readable snapshot: {e}") from None
+    name = printable(Path(path).name)
+    with open_regular(path) as f:
+        try:
+            if f.read(4) != b"PK\x03\x04":
+                raise FileFormatError(f"{name}: not an attnviz snapshot (not an .npz archive)")
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as archive:
+                arrays = {name: archive[name] for name in ("X", "W_Q", "W_K", "W_V", "W_O")}
+                tokens = tuple(str(t) for t in archive["tokens"].tolist())
+                settings = _settings(json.loads(str(archive["settings"])))
+            return Scenario(tokens=tokens, settings=settings, **arrays)
+        except FileFormatError:
+            raise
+        except Exception as e:  # a damaged archive can fail in zipfile, numpy or json
+            raise FileFormatError(f"{name}: not a readable snapshot: {_reason(e)}") from None

@@ -72,13 +72,21 @@ class Settings:
                 f"settings.dropout_seed: expected an integer in [0, 2^32), got {s!r}"
             )
 
-        a = self.ablated
-        if not isinstance(a, tuple) or any(
-            isinstance(h, bool) or not isinstance(h, int) for h in a
-        ):
-            raise ScenarioError(f"settings.ablated: expected head numbers, got {a!r:.60}")
-        if list(a) != sorted(set(a)) or any(not 0 <= h < LIMITS.heads for h in a):
-            raise ScenarioError(f"settings.ablated: expected distinct heads from 1, got {a!r:.60}")
+        a = self.ablated  # 0-based here; every message numbers heads from 1, as users do
+        if not isinstance(a, tuple):
+            raise ScenarioError(f"settings.ablated: expected head numbers, got {type(a).__name__}")
+        for i, h in enumerate(a):
+            if isinstance(h, bool) or not isinstance(h, int):
+                raise ScenarioError(
+                    f"settings.ablated: expected head numbers, got {type(h).__name__}"
+                )
+            if not 0 <= h < LIMITS.heads:
+                raise ScenarioError(
+                    f"settings.ablated: head {h + 1} is not between 1 and {LIMITS.heads}"
+                )
+            if i and h <= a[i - 1]:
+                problem = "repeats" if h == a[i - 1] else "is out of order"
+                raise ScenarioError(f"settings.ablated: head {h + 1} {problem}")
 
     def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed (validated)."""
