@@ -43,8 +43,9 @@ def run(path: str | None = None) -> int:
 
     window = MainWindow(user_settings(), data_dir())
     window.show()
+    # Work left by a crash is offered first, even when a file is named: opening it then
+    # asks before dropping the restored work, where it would otherwise be overwritten.
+    restored = window.offer_restore()
     if path is not None:
-        window.open_path(Path(path), ask=False)
-    else:
-        window.offer_restore()
+        window.open_path(Path(path), ask=restored)
     return app.exec()

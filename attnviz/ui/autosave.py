@@ -1,7 +1,14 @@
-"""Autosave: while there are unsaved changes, a copy of the scenario in the data folder."""
+"""Autosave: while there are unsaved changes, a copy of the scenario in the data folder.
+
+Whatever that folder holds, reading it never crashes or hangs: a damaged copy is set
+aside (renamed, never deleted) and the reason is returned for the window to show.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,13 +19,23 @@ from attnviz.core.scenario import Scenario
 from attnviz.ui.document import Document
 
 INTERVAL_MS = 5000
+MAX_ORIGIN_BYTES = 64 * 2**10
+
+
+def _reason(e: Exception) -> str:
+    """An error as one line, naming the file where the error knows it."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f"{files.printable(e.filename)}: " if e.filename else ""
+        return where + e.strerror
+    return str(e) or type(e).__name__
 
 
 class Autosave(QObject):
     """Every few seconds, if the document changed and is unsaved, writes a snapshot.
 
     The snapshot is binary (milliseconds even at GPT-2 sizes) and written on a background
-    thread; the scenario is immutable, so the UI goes on editing meanwhile.
+    thread; the scenario is immutable, so the UI goes on editing meanwhile. A failure is
+    reported once through ``failed``, and again only after a write has worked.
     """
 
     failed = Signal(str)
@@ -27,6 +44,9 @@ class Autosave(QObject):
         super().__init__(parent)
         self.doc, self.folder = doc, folder
         self._saved: Scenario | None = None
+        self._reported = False
+        for path in (self.path, self.origin_path):
+            files.remove_stale_temps(path)  # left by a write that was killed
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-autosave")
         self.timer = QTimer(self)
         self.timer.setInterval(INTERVAL_MS)
@@ -39,7 +59,11 @@ class Autosave(QObject):
 
     @property
     def origin_path(self) -> Path:
-        return self.folder / "autosave.origin"  # the file the unsaved work belongs to
+        return self.folder / "autosave.origin"  # the file the unsaved work belongs to, as bytes
+
+    def exists(self) -> bool:
+        """Whether anything at all is where the snapshot goes."""
+        return os.path.lexists(self.path)
 
     def tick(self) -> None:
         scenario = self.doc.scenario
@@ -50,28 +74,88 @@ class Autosave(QObject):
         if scenario is self._saved:
             return
         self._saved = scenario
-        origin = str(self.doc.path) if self.doc.path else ""
+        origin = os.fsencode(self.doc.path) if self.doc.path else b""  # any name, exactly
         self._writer.submit(self._write, scenario, origin)
 
-    def _write(self, scenario: Scenario, origin: str) -> None:
+    def _write(self, scenario: Scenario, origin: bytes) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             files.save_snapshot(self.path, scenario)
-            files.atomic_write(self.origin_path, origin.encode("utf-8"))
-        except OSError as e:
-            self.failed.emit(f"Autosave failed: {e.strerror or e}")
+            files.atomic_write(self.origin_path, origin)
+        except Exception as e:
+            self._report(e)
+        else:
+            self._reported = False
+
+    def _report(self, e: Exception) -> None:
+        if not self._reported:
+            self._reported = True
+            self.failed.emit(f"Autosave failed: {_reason(e)}")
 
     def clear(self) -> None:
+        """Remove the copy; anything that is not a file we wrote is set aside instead."""
         self._writer.submit(lambda: None).result()  # let a pending write finish first
         self._saved = None
         for path in (self.path, self.origin_path):
-            path.unlink(missing_ok=True)
+            try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                    path.unlink()
+                else:
+                    self._set_aside(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._report(e)
 
-    def read(self) -> tuple[Scenario, Path | None]:
-        """The autosaved scenario and the file it belonged to; FileFormatError if broken."""
-        scenario = files.load_snapshot(self.path)
-        text = self.origin_path.read_text("utf-8") if self.origin_path.exists() else ""
-        return scenario, Path(text) if text else None
+    def _set_aside(self, path: Path) -> str:
+        """Rename path to <name>.damaged-<time> (never over another file); the new name."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for n in range(1, 1000):
+            new = path.with_name(f"{path.name}.damaged-{stamp}" + (f"-{n}" if n > 1 else ""))
+            if not os.path.lexists(new):
+                path.rename(new)
+                return new.name
+        raise FileExistsError(f"{path}.damaged-{stamp}")
+
+    def _set_aside_all(self) -> str:
+        """Set the snapshot and its origin aside; a sentence saying where they went."""
+        kept, problems = [], []
+        for path in (self.path, self.origin_path):
+            if os.path.lexists(path):
+                try:
+                    kept.append(self._set_aside(path))
+                except OSError as e:
+                    problems.append(f"{path.name} could not be moved aside: {_reason(e)}")
+        where = files.printable(self.folder)
+        text = f"The damaged files were kept as {' and '.join(kept)} in {where}." if kept else ""
+        return " ".join([text, *problems]).strip()
+
+    def read(self) -> tuple[Scenario, Path | None, str]:
+        """The autosaved scenario, the file it belonged to, and a note on what was set aside.
+
+        A snapshot that cannot be read is set aside with its origin, and FileFormatError
+        says why and where the files went. An origin that cannot be read is set aside
+        alone; the scenario is then returned as untitled, with a note saying so.
+        """
+        try:
+            scenario = files.load_snapshot(self.path)
+        except files.FileFormatError as e:
+            raise files.FileFormatError(f"{e}\n\n{self._set_aside_all()}".strip()) from None
+        if not os.path.lexists(self.origin_path):
+            return scenario, None, ""
+        try:
+            raw = files.read_file(self.origin_path, MAX_ORIGIN_BYTES)
+            if raw and (b"\0" in raw or not os.path.isabs(os.fsdecode(raw))):
+                raise files.FileFormatError(f"{self.origin_path}: not a file path")
+        except files.FileFormatError as e:
+            try:
+                kept = f"kept as {self._set_aside(self.origin_path)}"
+            except OSError as moved:
+                kept = f"could not be moved aside: {_reason(moved)}"
+            note = f"The name of the file this work belonged to is lost ({e}); {kept}."
+            return scenario, None, note
+        return scenario, Path(os.fsdecode(raw)) if raw else None, ""
 
     def close(self) -> None:
         self.timer.stop()

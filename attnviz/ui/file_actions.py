@@ -1,12 +1,15 @@
 """The window's file actions: new, open, recent, save, drop, import and export.
 
 A mixin of MainWindow: it uses the window's document, settings, panels and messages.
+File names need not be UTF-8: they are kept exactly and shown with "�" for such bytes.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from PySide6.QtCore import QByteArray
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 from shiboken6 import isValid
@@ -34,7 +37,7 @@ class FileActions:
         """True when it is fine to drop the current document (saved, discarded)."""
         if self.doc.undo_stack.isClean():
             return True
-        name = self.doc.path.name if self.doc.path else "the untitled scenario"
+        name = files.printable(self.doc.path.name) if self.doc.path else "the untitled scenario"
         box = QMessageBox(
             QMessageBox.Icon.Warning,
             "Unsaved changes",
@@ -78,9 +81,10 @@ class FileActions:
         except files.FileFormatError as e:
             self.error("Cannot open the file", str(e))
             return False
-        self.load(scenario, path.resolve(), f"Open {path.name}")
+        name = files.printable(path.name)
+        self.load(scenario, path.resolve(), f"Open {name}")
         self._add_recent(path.resolve())
-        self.show_message(f"Opened {path.name}")
+        self.show_message(f"Opened {name}")
         return True
 
     def save(self) -> bool:
@@ -102,16 +106,16 @@ class FileActions:
         try:
             files.save_scenario(path, self.doc.scenario)
         except OSError as e:
-            self.error("Cannot save", f"{path}: {e.strerror or e}")
+            self.error("Cannot save", f"{files.printable(path)}: {e.strerror or e}")
             return False
         self.doc.set_path(path.resolve())
         self._add_recent(path.resolve())
         self.clear_autosave()
-        self.show_message(f"Saved {path.name}")
+        self.show_message(f"Saved {files.printable(path.name)}")
         return True
 
     def error(self, title: str, text: str) -> None:
-        self.show_message(text)
+        self.show_message(text.split("\n")[0])
         QMessageBox.warning(self, title, text)
 
     def _folder(self, name: str = "") -> str:
@@ -119,17 +123,27 @@ class FileActions:
         return str(base / name) if name else str(base)
 
     def recent_files(self) -> list[str]:
+        """Recently used files, newest first; names that are not UTF-8 come back exactly."""
         value = self.settings.value("recent", [])
-        return [value] if isinstance(value, str) else list(value or [])
+        out = []
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, QByteArray):  # how _add_recent keeps such names
+                out.append(os.fsdecode(item.data()))
+            elif isinstance(item, str) and item:
+                out.append(item)
+        return out
 
     def _add_recent(self, path: Path) -> None:
         recent = [str(path)] + [p for p in self.recent_files() if p != str(path)]
-        self.settings.setValue("recent", recent[:MAX_RECENT])
+        # QSettings would drop the undecodable bytes of a str, so those go as bytes.
+        stored = [p if files.printable(p) == p else QByteArray(os.fsencode(p)) for p in recent]
+        self.settings.setValue("recent", stored[:MAX_RECENT])
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
         for p in self.recent_files():
-            self._action(self.recent_menu, p, lambda _=False, p=p: self.open_path(Path(p)))
+            text = files.printable(p).replace("&", "&&")  # not a keyboard mnemonic
+            self._action(self.recent_menu, text, lambda _=False, p=p: self.open_path(Path(p)))
         if self.recent_menu.isEmpty():
             self.recent_menu.addAction("(none)").setEnabled(False)
 
@@ -176,10 +190,11 @@ class FileActions:
             got = "×".join(map(str, values.shape))
             self.error(
                 "Cannot import the matrix",
-                f"{path.name}: {model.title} is {shape}, the file holds {got}",
+                f"{files.printable(path.name)}: {model.title} is {shape}, the file holds {got}",
             )
             return False
-        return model.set_block(0, 0, values, f"Import {path.name} into {model.title}")
+        name = files.printable(path.name)
+        return model.set_block(0, 0, values, f"Import {name} into {model.title}")
 
     def export_matrix(self) -> None:
         model = self._target_grid().matrix_model()
@@ -190,7 +205,10 @@ class FileActions:
         if path:
             try:
                 files.save_matrix(path, model.matrix())
-            except (OSError, ScenarioError) as e:
+            except OSError as e:
+                self.error("Cannot export the matrix", f"{path}: {e.strerror or e}")
+                return
+            except ScenarioError as e:
                 self.error("Cannot export the matrix", str(e))
                 return
             self.show_message(f"Exported {model.title} to {Path(path).name}")
@@ -222,12 +240,12 @@ class FileActions:
         try:
             write_image(spec, path, scale)
         except OSError as e:
-            self.error("Cannot export the image", f"{path}: {e.strerror or e}")
+            self.error("Cannot export the image", f"{files.printable(path)}: {e.strerror or e}")
             return False
         except ValueError as e:
-            self.error("Cannot export the image", f"{path.name}: {e}")
+            self.error("Cannot export the image", f"{files.printable(path.name)}: {e}")
             return False
-        self.show_message(f"Exported {path.name}")
+        self.show_message(f"Exported {files.printable(path.name)}")
         return True
 
     def export_all(self) -> None:
@@ -260,7 +278,7 @@ class FileActions:
         )
         if not path:
             return
-        source = self.doc.path.name if self.doc.path else "untitled"
+        source = files.printable(self.doc.path.name) if self.doc.path else "untitled"
         try:
             files.atomic_write(path, to_script(self.doc.scenario, flavor, source=source).encode())
         except OSError as e:

@@ -489,7 +489,7 @@ class MainWindow(FileActions, QMainWindow):
         self.statusBar().showMessage(text, 8000)
 
     def _update_title(self) -> None:
-        name = self.doc.path.name if self.doc.path else "untitled"
+        name = files.printable(self.doc.path.name) if self.doc.path else "untitled"
         self.setWindowTitle(f"{name}[*] — attnviz")
         self.setWindowModified(not self.doc.undo_stack.isClean())
 
@@ -518,23 +518,28 @@ class MainWindow(FileActions, QMainWindow):
         self.autosaver.clear()
 
     def offer_restore(self) -> bool:
-        """After a crash: offer the autosaved scenario; True if it was restored."""
-        if not self.autosaver.path.exists():
+        """After a crash: offer the autosaved scenario; True if it was restored.
+
+        Whatever the data folder holds, the window starts: a damaged copy is set aside
+        (renamed, never deleted) and one dialog says why.
+        """
+        if not self.autosaver.exists():
+            self.clear_autosave()  # a stray autosave.origin, whatever it is
             return False
+        try:
+            scenario, origin, note = self.autosaver.read()
+        except files.FileFormatError as e:
+            self.error("Cannot restore", f"The unsaved work could not be restored: {e}")
+            return False
+        text = "attnviz was not closed properly last time. Restore the unsaved scenario?"
         answer = QMessageBox.question(
             self,
             "Restore unsaved work?",
-            "attnviz was not closed properly last time. Restore the unsaved scenario?",
+            f"{text}\n\n{note}" if note else text,
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
         )
         if answer != QMessageBox.StandardButton.Yes:
             self.clear_autosave()
-            return False
-        try:
-            scenario, origin = self.autosaver.read()
-        except files.FileFormatError as e:
-            self.error("Cannot restore", str(e))
-            self.clear_autosave()  # or the same broken copy is offered at every start
             return False
         # Undo then goes back to what the file holds (or to the worked example, untitled).
         try:
