@@ -168,6 +168,22 @@ def softmax_rows(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return weights, m, Z, empty
 
 
+def row_entropy(
+    masked: np.ndarray, p: np.ndarray, m: np.ndarray, Z: np.ndarray, empty: np.ndarray
+) -> np.ndarray:
+    """Entropy in nats of each row's softmax, from softmax_rows' outputs (0 for empty rows).
+
+    −Σ p log p with log p = (s − m) − log Z is log Z + Σ p·(m − s): two sums of terms
+    that are never negative, so nothing cancels at any score size. (The textbook
+    log Z + m − Σ p·s subtracts two numbers near m and loses every digit once |s| is
+    large: 0 instead of ln 8 for 8 equal scores of 1e12.)
+    """
+    gap = m[..., None] - masked  # ≥ 0; +∞ on masked keys, whose p is exactly 0
+    np.minimum(gap, np.finfo(np.float64).max, out=gap)  # so that 0·gap is 0, not NaN
+    with np.errstate(divide="ignore"):
+        return np.where(empty, 0.0, np.log(Z) + np.einsum("...j,...j->...", p, gap))
+
+
 def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
     """The scores softmax sees: −∞ (causal) or 0 (causal-zero) on future keys."""
     if mask == "causal":
@@ -214,11 +230,7 @@ def _attend(
     masked = mask_scores(scaled, st.mask, future)
 
     p, m, Z, empty = softmax_rows(masked)
-    # Entropy −Σ p log p with log p = s − m − log Z, as a reduction (no log per cell).
-    # Under causal, p is exactly 0 where masked is −∞, so the finite scaled stands in.
-    finite = scaled if st.mask == "causal" else masked
-    with np.errstate(divide="ignore"):
-        entropy = np.where(empty, 0.0, np.log(Z) + m - np.einsum("hij,hij->hi", p, finite))
+    entropy = row_entropy(masked, p, m, Z, empty)
 
     weights = p
     if st.mask == "drop-after-softmax":

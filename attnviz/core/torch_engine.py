@@ -2,7 +2,7 @@
 
 torch is imported inside the functions, so importing this module stays cheap.
 ``cross_check`` compares the torch engine and ``F.scaled_dot_product_attention``
-with the NumPy float64 reference.
+with the NumPy float64 reference, every quantity against its own rounding tolerance.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from attnviz.core.engine import (
     dropout_keep,
     future_mask,
     sinusoidal,
+    softmax_rows,
     split_heads,
 )
 from attnviz.core.scenario import Scenario
@@ -87,8 +88,9 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     e = torch.exp(masked - m)
     Z = e.sum(dim=-1, keepdim=True)
     p = e / torch.where(Z == 0, torch.ones_like(Z), Z)
-    log_p = torch.where(p > 0, torch.log(p), torch.zeros_like(p))
-    entropy = -(p * log_p).sum(dim=-1)
+    # log Z + Σ p·(m − s): no cancellation at any score size (see engine.row_entropy).
+    gap = (m - masked).clamp(max=torch.finfo(dt).max)
+    entropy = torch.where(empty, 0.0, torch.log(Z[..., 0]) + (p * gap).sum(dim=-1))
 
     weights = p.masked_fill(future, 0.0) if st.mask == "drop-after-softmax" else p
     keep = dropout_keep(st, tuple(weights.shape))
@@ -133,19 +135,111 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     )
 
 
-def max_difference(a: Result, b: Result) -> float:
-    """The largest absolute difference over every intermediate (−∞ must match −∞)."""
-    worst = 0.0
-    for name in ("X", "Q", "K", "V", "scores", "scaled", "masked", "weights", "output"):
-        x, y = getattr(a, name), getattr(b, name)
-        if not np.array_equal(np.isneginf(x), np.isneginf(y)):
-            return math.inf
-        finite = np.isfinite(x)
-        if finite.any():
-            worst = max(worst, float(np.abs(x[finite] - y[finite]).max()))
-    for name in ("concat", "final", "leak", "row_sum", "entropy"):
-        worst = max(worst, float(np.abs(getattr(a, name) - getattr(b, name)).max()))
-    return worst
+COMPARED = (
+    *("X", "Q", "K", "V", "scores", "scaled", "masked", "weights", "output"),
+    *("concat", "final", "leak", "row_sum", "entropy"),
+)
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+SAFETY = 8  # times the worst-case rounding bound: past that, an engine really differs
+UNDERFLOW_GAP = 350.0  # e^-745 (float64's smallest weight) · e^(2·350) is still below 2^-60
+
+
+def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np.ndarray]:
+    """Per compared quantity, the largest difference that rounding in dtype can explain.
+
+    Each bound is scaled to its own quantity. Sums of products (Q, scores, output,
+    final) use the standard bound for k rounded terms, k·u·Σ|a||b|, so cancellation
+    hides nothing. Rounding moves a row's scores by at most D, so each weight by a
+    factor e^(±2D): weights, leak and row sum get that share of their own size, and
+    entropy what D can change it by (first order D·E|log p + H|: almost 0 on a flat row).
+    Where D is so large that any weight is possible, so is the tolerance.
+    ``ref`` is compute(s); the arrays broadcast against its stacked fields.
+    """
+    st = s.settings
+    u = SAFETY * UNIT_ROUNDOFF[dtype]
+    Xa = np.abs(s.X) + (1.0 if st.positional == "sinusoidal" else 0.0)
+    if st.projections:
+        Qa, Ka, Va = (Xa @ np.abs(W) for W in (s.W_Q, s.W_K, s.W_V))
+    else:
+        Qa = Ka = Va = Xa[None]
+    h, n, d_k = Qa.shape
+    factor = math.sqrt(d_k) if st.scale else 1.0
+    row_scores = np.einsum("hik,hk->hi", Qa, Ka.max(axis=1)) / factor  # ≥ |scaled row|
+    k_qkv = s.d_model + 2
+    k_scores = 2 * k_qkv + d_k + 2
+    D = u * k_scores * row_scores  # how far rounding can move a row's scores
+    lost = D > UNDERFLOW_GAP  # a weight that underflowed to 0 could be anything
+    D = np.minimum(D, UNDERFLOW_GAP)
+    grow = np.expm1(2 * D)  # a weight moves by at most this share of itself
+    gain = 1.0 / (1.0 - st.dropout)  # dropout rescales the weights it keeps
+    own = gain * u * (n + 8)  # a weight's own rounding
+    v_max = gain * Va.max(axis=1)[:, None, :]  # (h, 1, d_k): the largest |output|
+    apart = 2 * (1 + u * k_qkv) * v_max  # two outputs can be no further apart than this
+    with np.errstate(over="ignore"):
+        moved = (grow[..., None] * (1 + u * k_qkv) + u * (n + k_qkv + 2)) * (ref.weights @ Va)
+    moved += n * 2.0**-60 * v_max  # what underflowed weights, e^-745 · e^(2D) at most, add
+    output = np.where(lost[..., None], apart, np.minimum(moved, apart))
+    concat, largest = (a.transpose(1, 0, 2).reshape(-1, h * d_k) for a in (output, v_max))
+    final = concat
+    if st.projections:
+        final = (concat + u * (h * d_k + 2) * largest) @ np.abs(s.W_O)
+    L = math.log(n)
+    with np.errstate(over="ignore"):
+        entropy = np.expm1(D) * (np.exp(2 * D) * _spread(ref) + 2 * D)
+    return {
+        "X": u * 2 * Xa,
+        "Q": u * k_qkv * Qa,
+        "K": u * k_qkv * Ka,
+        "V": u * k_qkv * Va,
+        "scores": u * k_scores * factor * row_scores[..., None],
+        "scaled": u * (k_scores + 1) * row_scores[..., None],
+        "masked": u * (k_scores + 1) * row_scores[..., None],
+        "weights": np.where(lost[..., None], 2 * gain, grow[..., None] * ref.weights + own),
+        "output": output,
+        "concat": concat,
+        "final": final,
+        "leak": np.where(lost, 2 * gain, grow * ref.leak + own),
+        "row_sum": np.where(lost, 2 * gain, grow * ref.row_sum + own),
+        "entropy": 2 * max(1.0, L) * u * (n + 8) + np.minimum(entropy, L),
+    }
+
+
+def _spread(ref: Result) -> np.ndarray:
+    """Per row, E|log p + H|: how fast the entropy moves as the scores move (0 when flat)."""
+    p, *_ = softmax_rows(np.asarray(ref.masked))
+    dev = np.zeros_like(p)
+    np.log(p, out=dev, where=p > 0)
+    dev += ref.entropy[..., None]
+    np.abs(dev, out=dev)
+    return np.einsum("...j,...j->...", p, dev)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One quantity of an engine against the reference."""
+
+    name: str
+    diff: float  # the largest |engine − reference|
+    excess: float  # the largest |engine − reference| / tolerance: above 1, they disagree
+
+
+def difference(name: str, ref: np.ndarray, got: np.ndarray, tolerance: np.ndarray) -> Difference:
+    """Compare one quantity cell by cell (−∞ must match −∞; NaN never matches)."""
+    if ref.shape != got.shape or not np.array_equal(np.isneginf(ref), np.isneginf(got)):
+        return Difference(name, math.inf, math.inf)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(np.where(np.isneginf(ref), 0.0, got - ref))
+    gap = np.where(np.isnan(gap), math.inf, gap)
+    if not gap.size:
+        return Difference(name, 0.0, 0.0)
+    with np.errstate(over="ignore"):
+        excess = gap / np.maximum(tolerance, np.finfo(np.float64).tiny)
+    return Difference(name, float(gap.max()), float(excess.max()))
+
+
+def differences(ref: Result, got: Result, tol: dict[str, np.ndarray]) -> tuple[Difference, ...]:
+    """Every compared quantity of got against ref."""
+    return tuple(difference(n, getattr(ref, n), getattr(got, n), tol[n]) for n in COMPARED)
 
 
 def sdpa_output(s: Scenario, device: str = "cpu", dtype: str = "float64") -> np.ndarray | None:
@@ -172,37 +266,41 @@ def sdpa_output(s: Scenario, device: str = "cpu", dtype: str = "float64") -> np.
 
 @dataclass(frozen=True)
 class CrossCheck:
-    """Max absolute differences from the NumPy float64 reference."""
+    """The torch engine and SDPA against the NumPy float64 reference, quantity by quantity."""
 
     device: str
     dtype: str
-    torch_diff: float
+    torch_diff: float  # the largest absolute difference over every quantity
     sdpa_diff: float | None
     sdpa_note: str  # why SDPA was not compared, when it was not
-    scale: float = 1.0  # the largest |value| compared, at least 1
+    quantities: tuple[Difference, ...] = ()  # torch's quantities, then SDPA's output
 
     @property
     def worst(self) -> float:
         return max(self.torch_diff, self.sdpa_diff or 0.0)
 
     @property
-    def relative(self) -> float:
-        """worst over the size of the numbers: what float64 rounding is measured against."""
-        return self.worst / self.scale
+    def culprit(self) -> Difference | None:
+        """The quantity furthest past its tolerance, or None when all are within."""
+        worst = max(self.quantities, key=lambda q: q.excess, default=None)
+        return worst if worst is not None and not worst.excess <= 1.0 else None
+
+    @property
+    def ok(self) -> bool:
+        """True when every quantity agrees within what rounding can explain."""
+        return self.culprit is None
 
 
 def cross_check(s: Scenario, device: str = "cpu", dtype: str = "float64") -> CrossCheck:
     """Compare the torch engine and SDPA with the NumPy reference on one scenario."""
     dev = resolve_device(device)
     ref = compute(s)
-    torch_diff = max_difference(ref, compute_torch(s, dev, dtype))
-    finite = ref.scaled[np.isfinite(ref.scaled)]
-    scale = max(
-        1.0, *(float(np.abs(a).max()) for a in (ref.Q, ref.K, ref.V, ref.final, finite) if a.size)
-    )
+    tol = tolerances(s, ref, dtype)
+    found = differences(ref, compute_torch(s, dev, dtype), tol)
+    torch_diff = max(q.diff for q in found)
     sdpa = sdpa_output(s, dev, dtype)
     if sdpa is None:
         why = "dropout is on" if s.settings.dropout > 0 else f"mask {s.settings.mask!r}"
-        return CrossCheck(dev, dtype, torch_diff, None, f"SDPA cannot express {why}", scale)
-    sdpa_diff = float(np.abs(sdpa - ref.output).max())
-    return CrossCheck(dev, dtype, torch_diff, sdpa_diff, "", scale)
+        return CrossCheck(dev, dtype, torch_diff, None, f"SDPA cannot express {why}", found)
+    by_sdpa = difference("SDPA output", ref.output, sdpa, tol["output"])
+    return CrossCheck(dev, dtype, torch_diff, by_sdpa.diff, "", (*found, by_sdpa))

@@ -9,8 +9,13 @@ from attnviz.core.scenario import Scenario
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document
 
-TOLERANCE = 1e-9  # float64, relative to the size of the numbers: past it, an engine differs
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
+ABOUT = (
+    "The torch engine and torch's scaled_dot_product_attention against the NumPy float64 "
+    "engine, every quantity (Q, K, V, scores, weights, outputs, leak, row sum, entropy) "
+    "against its own tolerance: what float64 rounding can explain at that quantity's size. "
+    "Red when any quantity differs by more."
+)
 
 
 class NumbersBadge(QToolButton):
@@ -24,11 +29,7 @@ class NumbersBadge(QToolButton):
         self.worker.done.connect(self._show)
         self.worker.failed.connect(lambda text: self._paint(f"check failed: {text}", RED))
         self.clicked.connect(self.start)
-        self.setToolTip(
-            "Largest difference between the NumPy float64 engine, the torch engine and "
-            "torch's scaled_dot_product_attention on this scenario (red past 1e-9 of the "
-            "largest value compared)"
-        )
+        self.setToolTip(ABOUT)
         self._paint("Numbers check: click to run (loads torch)", GREY)
         doc.resultChanged.connect(self._on_result)
 
@@ -49,11 +50,15 @@ class NumbersBadge(QToolButton):
 
         assert isinstance(c, CrossCheck)
         sdpa = f"SDPA {c.sdpa_diff:.1e}" if c.sdpa_diff is not None else "SDPA n/a"
-        ok = c.relative <= TOLERANCE
-        text = f"{'✓' if ok else '✗'} NumPy vs torch {c.torch_diff:.1e} · {sdpa} ({c.device})"
-        self._paint(text, GREEN if ok else RED)
-        if c.sdpa_note:
-            self.setToolTip(f"{self.toolTip().split(chr(10))[0]}\n{c.sdpa_note}")
+        bad = c.culprit
+        if bad is None:
+            text = f"✓ NumPy vs torch {c.torch_diff:.1e} · {sdpa} ({c.device})"
+        else:
+            text = f"✗ {bad.name} differs by {bad.diff:.1e} · {sdpa} ({c.device})"
+        self._paint(text, GREEN if bad is None else RED)
+        rows = [f"{q.name}: {q.diff:.1e} ({q.excess:.2g} of its tolerance)" for q in c.quantities]
+        note = [c.sdpa_note] if c.sdpa_note else []
+        self.setToolTip("\n".join([ABOUT, "", *rows, *note]))
 
     def _paint(self, text: str, colour: str) -> None:
         self.setText(text)

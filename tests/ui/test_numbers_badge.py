@@ -1,0 +1,68 @@
+"""The numbers badge: green when the engines agree, red naming the quantity when not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+pytest.importorskip("torch")
+
+from attnviz.core.engine import Result  # noqa: E402
+from attnviz.core.scenario import Scenario, Settings  # noqa: E402
+from attnviz.ui.document import Document  # noqa: E402
+from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
+
+
+def equal_tokens(value: float) -> Scenario:
+    """8 identical tokens of size value: scores near 5.7e8 for value 1e4."""
+    return Scenario(
+        tokens=tuple(f"t{i}" for i in range(8)),
+        X=np.full((8, 4), value),
+        W_Q=np.full((1, 4, 2), 0.5),
+        W_K=np.full((1, 4, 2), 0.5),
+        W_V=np.full((1, 4, 2), 0.5),
+        W_O=np.full((2, 4), 0.5),
+        settings=Settings(mask="none"),
+    )
+
+
+def with_entropy_off(r: Result, by: float) -> Result:
+    entropy = np.array(r.heads[0].entropy)
+    entropy[1] += by
+    head = dataclasses.replace(r.heads[0], entropy=entropy)
+    return dataclasses.replace(r, heads=(head, *r.heads[1:]))
+
+
+def checked(qtbot, value: float) -> NumbersBadge:
+    doc = Document(equal_tokens(value))
+    badge = NumbersBadge(doc)
+    qtbot.addWidget(badge)
+    badge.start()
+    badge.worker.wait()
+    return badge
+
+
+@pytest.mark.parametrize("value", [1.0, 1e4, 1e6])
+def test_agreeing_engines_are_green(qtbot, value: float) -> None:
+    badge = checked(qtbot, value)
+    assert badge.text().startswith("✓"), badge.text()
+    assert GREEN in badge.styleSheet()
+    assert "entropy: " in badge.toolTip() and "leak: " in badge.toolTip()
+
+
+@pytest.mark.parametrize("value", [1.0, 1e4, 1e6])
+def test_an_entropy_off_by_0_08_turns_it_red(
+    qtbot, monkeypatch: pytest.MonkeyPatch, value: float
+) -> None:
+    honest = torch_engine.compute_torch
+    monkeypatch.setattr(
+        torch_engine,
+        "compute_torch",
+        lambda s, device="cpu", dtype="float64": with_entropy_off(honest(s, device, dtype), 0.08),
+    )
+    badge = checked(qtbot, value)
+    assert badge.text().startswith("✗ entropy differs by 8.0e-02"), badge.text()
+    assert RED in badge.styleSheet()
