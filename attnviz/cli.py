@@ -346,7 +346,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.engine import compute
-    from attnviz.core.figure import VIEWS, spec_for, to_svg
+    from attnviz.core.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.files import atomic_write
 
     if args.view not in VIEWS:
@@ -361,7 +361,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     spec = spec_for(r, args.view, args.head - 1)
     try:
         if fmt == "svg":
-            atomic_write(args.out, to_svg(spec).encode("utf-8"))
+            svg = to_svg(spec)
+            svg_size(svg)  # well-formed XML, or an error and no file
+            atomic_write(args.out, svg.encode("utf-8"))
         else:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
             from PySide6.QtWidgets import QApplication
@@ -377,6 +379,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def one_line(text: str) -> str:
+    """text with control characters escaped (\\n, \\x1b): one line, and no terminal codes."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: ascii(m.group())[1:-1], text)
+
+
 def _looks_like_a_file(text: str) -> bool:
     """Whether a missing FILE was meant as a path: a folder in it, or an extension."""
     separators = {os.sep, "/"} | ({os.altsep} if os.altsep else set())
@@ -387,7 +394,7 @@ def open_window(path: str | None) -> int:
     """No subcommand: the desktop window, on FILE when given."""
     if path is not None and not os.path.isfile(path):
         if _looks_like_a_file(path):
-            print(f"attnviz: {path}: no such file", file=sys.stderr)
+            print(f"attnviz: {one_line(path)}: no such file", file=sys.stderr)
         else:
             commands = ", ".join(SUBCOMMANDS)
             print(
@@ -425,8 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return COMMANDS[args.command](args)
     except (UsageError, ScenarioError) as e:
-        message = str(e).replace("\n", "\\n")  # one line, whatever a file held
-        print(f"attnviz: {message}", file=sys.stderr)
+        print(f"attnviz: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0

@@ -204,7 +204,10 @@ special = st.sampled_from(
     [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1e-300, 1e6, -1e6, 0.1, 1 / 3]
 )
 values = st.one_of(finite, special)
-tokens_text = st.text(max_size=LIMITS.token_chars)
+# Any printable text: control characters, surrogates and non-characters (in Cn) are refused.
+tokens_text = st.text(
+    st.characters(exclude_categories=("Cc", "Cs", "Cn")), max_size=LIMITS.token_chars
+)
 
 
 @st.composite

@@ -1,13 +1,22 @@
-"""Heatmap figures as true-vector SVG: a rectangle and a label per cell.
+"""Heatmap figures as SVG: vector cells for small heatmaps, one embedded image for large.
 
 ``spec_for(result, view, head)`` decides what a heatmap shows (values, labels, colour
-map); ``to_svg(spec)`` draws it with axis labels and a colour bar. The window exports
-PNG by rendering this same SVG, so both formats show the same picture.
+map); ``to_svg(spec)`` draws it with axis labels and a colour bar. A heatmap of at most
+``VECTOR_CELLS`` cells (64 × 64) gets a rectangle per cell, titled with its exact value.
+A larger one gets its cells as one PNG image, one pixel per cell, drawn at the cell size
+without smoothing (masked cells shaded, leaked cells in the leak colour); the axes,
+labels and colour bar stay vector. So the file and the work stay proportional to the
+cells, not to the elements an SVG viewer would have to draw. The window exports PNG by
+rendering this same SVG, so both formats show the same picture.
 """
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
+import xml.etree.ElementTree as ET
+import zlib
 from dataclasses import dataclass
 from html import escape
 
@@ -33,6 +42,9 @@ TITLES = {
 }
 CAPTIONS = {"concat": "concat", "final": "output"}  # short titles for narrow views
 FONT = "DejaVu Sans, Arial, Helvetica, sans-serif"
+SVG_NS = "http://www.w3.org/2000/svg"
+VECTOR_CELLS = 64 * 64  # up to this many cells, one rectangle per cell; above, one image
+SHADE = 110 / 255  # opacity of the hatch grey over a masked cell too small to hatch
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,9 +170,15 @@ class Layout:
     rotate_cols: bool
 
 
+def is_raster(spec: HeatmapSpec) -> bool:
+    """Whether the figure draws its cells as one image (more than VECTOR_CELLS cells)."""
+    return spec.values.size > VECTOR_CELLS
+
+
 def layout(spec: HeatmapSpec) -> Layout:
     rows, cols = spec.values.shape
-    cell = min(56.0, max(4.0, 640.0 / max(rows, cols)))
+    # Image cells may be as small as one unit: a 2048-token figure stays ~2300 units wide.
+    cell = min(56.0, max(1.0 if is_raster(spec) else 4.0, 640.0 / max(rows, cols)))
     label_font = min(13.0, max(6.0, cell * 0.6))
     value_font = min(13.0, cell * 0.3) if cell >= 30 else 0.0
     char = 0.62 * label_font
@@ -182,11 +200,10 @@ def _label_every(cell: float, font: float) -> int:
 def to_svg(spec: HeatmapSpec) -> str:
     """The heatmap as an SVG document."""
     L = layout(spec)
-    rows, cols = spec.values.shape
-    fills = colors.rgb(spec.values, spec.kind, spec.levels)
     masked = spec.hatched()
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{L.width:.0f}" height="{L.height:.0f}"'
+        f'<svg xmlns="{SVG_NS}" xmlns:xlink="http://www.w3.org/1999/xlink"'
+        f' width="{L.width:.0f}" height="{L.height:.0f}"'
         f' viewBox="0 0 {L.width:.1f} {L.height:.1f}" font-family="{FONT}">',
         "<defs>",
         '<pattern id="hatch" patternUnits="userSpaceOnUse" width="6" height="6"'
@@ -204,8 +221,18 @@ def to_svg(spec: HeatmapSpec) -> str:
         f'<text x="{L.left:.1f}" y="22" font-size="15" font-weight="bold">'
         f"{escape(spec.title)}</text>",
     ]
-    # Cells: one rectangle each, labelled with a <title> (and the value when it fits).
-    out.append('<g id="cells" shape-rendering="crispEdges">')
+    out += _image_cells(spec, L) if is_raster(spec) else _vector_cells(spec, L, masked)
+    out += _axes(spec, L)
+    out += _colorbar(spec, L, bool(masked.any()), spec.leaked is not None)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _vector_cells(spec: HeatmapSpec, L: Layout, masked: np.ndarray) -> list[str]:
+    """One rectangle per cell, titled with its exact value; hatching, leaks and values."""
+    rows, cols = spec.values.shape
+    fills = colors.rgb(spec.values, spec.kind, spec.levels)
+    out = ['<g id="cells" shape-rendering="crispEdges">']
     hatches = ['<g id="masked" shape-rendering="crispEdges">']
     for i in range(rows):
         y = L.top + i * L.cell
@@ -243,10 +270,83 @@ def to_svg(spec: HeatmapSpec) -> str:
                     f'<text x="{x:.2f}" y="{y:.2f}" dy="0.35em" fill="{color}">{text}</text>'
                 )
         out.append("</g>")
-    out += _axes(spec, L)
-    out += _colorbar(spec, L, bool(masked.any()), spec.leaked is not None)
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def cell_pixels(spec: HeatmapSpec) -> np.ndarray:
+    """The cells as a (rows, cols, 3) uint8 image, one pixel per cell.
+
+    The colour map, with masked cells shaded by the hatch grey at SHADE opacity (as the
+    window shades cells too small to hatch) and leaked cells in the leak colour.
+    """
+    pixels = np.ascontiguousarray(colors.rgb(spec.values, spec.kind, spec.levels))
+    grey = np.array(colors.stops_hex(colors.MASKED_HATCH))
+    shade = np.rint(np.arange(256)[:, None] * (1 - SHADE) + grey * SHADE).astype(np.uint8)
+    np.copyto(pixels, shade[pixels, np.arange(3)], where=spec.hatched()[..., None])
+    if spec.leaked is not None:
+        pixels[spec.leaked] = colors.stops_hex(colors.LEAK)
+    return pixels
+
+
+def png_bytes(pixels: np.ndarray, drawn: bool = False) -> bytes:
+    """An (h, w, 3) uint8 array as an 8-bit RGB PNG file (zlib only, no Qt).
+
+    drawn: a rendered figure rather than one pixel per cell. Its rows repeat (cells span
+    several pixels), so each row is stored as its difference from the row above (PNG
+    filter "Up") and the zeros run-length coded: no larger, and faster to compress.
+    """
+    h, w, _ = pixels.shape
+    rows = pixels.reshape(h, 3 * w)
+    raw = np.empty((h, 1 + 3 * w), dtype=np.uint8)  # each row: its filter type, then bytes
+    raw[:, 0] = 2 if drawn else 0
+    raw[:, 1:] = rows
+    if drawn:
+        np.subtract(rows[1:], rows[:-1], out=raw[1:, 1:])  # modulo 256, as PNG wants
+    strategy = zlib.Z_RLE if drawn else zlib.Z_DEFAULT_STRATEGY
+    packer = zlib.compressobj(1, zlib.DEFLATED, 15, 9, strategy)  # level 1: fast, small enough
+    idat = packer.compress(raw.data) + packer.flush()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(data, zlib.crc32(kind))
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, not interlaced
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+
+
+def _image_cells(spec: HeatmapSpec, L: Layout) -> list[str]:
+    """Every cell in one embedded PNG, one pixel per cell, scaled up without smoothing."""
+    rows, cols = spec.values.shape
+    data = base64.b64encode(png_bytes(cell_pixels(spec))).decode("ascii")
+    return [
+        '<g id="cells">',
+        f'<image x="{L.left:.2f}" y="{L.top:.2f}" width="{cols * L.cell:.2f}"'
+        f' height="{rows * L.cell:.2f}" preserveAspectRatio="none"'
+        ' image-rendering="optimizeSpeed"'  # no smoothing: Qt, Inkscape, browsers (crisp)
+        f' xlink:href="data:image/png;base64,{data}"/>',
+        "</g>",
+    ]
+
+
+def svg_size(svg: str) -> tuple[float, float]:
+    """The width and height of an SVG document; ValueError unless it is well-formed XML.
+
+    Every export checks its SVG this way before writing it, so a figure that an XML
+    parser would refuse is an error, never a file.
+    """
+    try:
+        root = ET.fromstring(svg)
+    except ET.ParseError as e:
+        raise ValueError(f"the image is not well-formed SVG ({e})") from None
+    try:
+        if root.tag != f"{{{SVG_NS}}}svg":
+            raise ValueError
+        width, height = float(root.get("width", "")), float(root.get("height", ""))
+    except ValueError:
+        raise ValueError("the image is not an SVG document with a width and height") from None
+    return width, height
 
 
 def _axes(spec: HeatmapSpec, L: Layout) -> list[str]:
@@ -307,13 +407,17 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool, any_leaked: bool) 
         out.append(f'<path d="M{x + 14:.1f},{y:.1f}h4" stroke="#666666"/>')
         out.append(f'<text x="{x + 21:.1f}" y="{y:.1f}" dy="0.35em">{tick_label(t)}</text>')
     y = L.top + height + 6
+    image = is_raster(spec)  # the swatches look like the cells: vectors, or image pixels
     if any_masked:
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill="url(#hatch)"/>')
+        fill = f'"{colors.MASKED_HATCH}" fill-opacity="{SHADE:.3f}"' if image else '"url(#hatch)"'
+        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill={fill}/>')
         out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">masked</text>')
         y += 16
     if any_leaked:
         out.append(
-            f'<rect x="{x + 1:.1f}" y="{y + 1:.1f}" width="12" height="8" fill="none"'
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="14" height="10" fill="{colors.LEAK}"/>'
+            if image
+            else f'<rect x="{x + 1:.1f}" y="{y + 1:.1f}" width="12" height="8" fill="none"'
             f' stroke="{colors.LEAK}" stroke-width="2"/>'
         )
         out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">leaked</text>')

@@ -9,6 +9,7 @@ head's ``W_Q``, ``W_K``, ``W_V`` are ``d_model × d_k``, ``W_O`` is ``(h·d_k) �
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,31 @@ LIMITS = Limits()
 
 class ScenarioError(ValueError):
     """A scenario field is invalid; the message names the field and the problem."""
+
+
+# What a token label may not hold: control characters (Unicode category Cc, so no tab or
+# newline either), lone surrogates and non-characters. Labels are printed to terminals and
+# written into SVG (XML), where these would garble the output or make it unreadable.
+_BAD_LABEL_CHARS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef"
+    + "".join(f"{chr(p + 0xFFFE)}{chr(p + 0xFFFF)}" for p in range(0, 0x110000, 0x10000))
+    + "]"
+)
+
+
+def label_problem(label: str) -> str:
+    """Why label cannot name a token ('' when it can): the first character it may not hold."""
+    bad = _BAD_LABEL_CHARS.search(label)
+    if bad is None:
+        return ""
+    code = ord(bad.group())
+    if code <= 0x9F:
+        kind = "a control character"
+    elif 0xD800 <= code <= 0xDFFF:
+        kind = "a lone surrogate"
+    else:
+        kind = "a non-character"
+    return f"holds U+{code:04X}, {kind}; a token label must be printable text"
 
 
 @dataclass(frozen=True)
@@ -155,10 +181,9 @@ class Scenario:
         for i, token in enumerate(self.tokens):
             if not isinstance(token, str):
                 raise ScenarioError(f"tokens[{i + 1}]: expected text, got {token!r}")
-            try:
-                token.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ScenarioError(f"tokens[{i + 1}]: not valid Unicode text") from None
+            problem = label_problem(token)
+            if problem:
+                raise ScenarioError(f"tokens[{i + 1}] {token!r:.40}: {problem}")
             if len(token) > lim.token_chars:
                 raise ScenarioError(f"tokens[{i + 1}]: longer than {lim.token_chars} characters")
         if self.W_Q.ndim != 3:

@@ -1,19 +1,26 @@
 """Images: SVG straight from the core (heatmap figures, charts), PNG by rendering that SVG.
 
 Both the window and ``attnviz export`` write through here, so they write the same image.
+Every write checks what it made first: an SVG must parse as XML, a PNG must have the size
+its SVG and scale ask for; anything else is an error, and nothing is written.
+``ImageExport`` does the same writes on a worker thread, with progress, for the window.
 """
 
 from __future__ import annotations
 
 import os
+import struct
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize
+import numpy as np
+from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QSize, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
 
-from attnviz.core.figure import HeatmapSpec, to_svg
-from attnviz.core.files import atomic_write
+from attnviz.core.figure import HeatmapSpec, png_bytes, svg_size, to_svg
+from attnviz.core.files import atomic_write, printable
 
 MAX_PNG_PIXELS = 100_000_000
 
@@ -24,15 +31,32 @@ def render(spec: HeatmapSpec, scale: float = 2.0) -> QImage:
 
 
 def render_svg(svg: str, scale: float = 2.0) -> QImage:
-    """Any SVG document as an image on white, scale pixels per SVG unit."""
-    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
-    base = renderer.defaultSize()
-    size = QSize(max(1, round(base.width() * scale)), max(1, round(base.height() * scale)))
+    """Any SVG document as an image on white, scale pixels per SVG unit.
+
+    ValueError when the SVG is not well-formed, Qt cannot read it, or the image would be
+    larger than MAX_PNG_PIXELS.
+    """
+    width, height = svg_size(svg)
+    return _draw(svg, width, height, _pixel_size(width, height, scale))
+
+
+def _pixel_size(width: float, height: float, scale: float) -> QSize:
+    size = QSize(max(1, round(width * scale)), max(1, round(height * scale)))
     if size.width() * size.height() > MAX_PNG_PIXELS:
         raise ValueError(
             f"a {size.width()}×{size.height()} image is too large; choose a smaller scale"
         )
-    image = QImage(size, QImage.Format.Format_ARGB32)
+    return size
+
+
+def _draw(svg: str, width: float, height: float, size: QSize) -> QImage:
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
+    read = renderer.defaultSize()
+    if not renderer.isValid() or (read.width(), read.height()) != (round(width), round(height)):
+        raise ValueError("the SVG could not be drawn")
+    image = QImage(size, QImage.Format.Format_RGB888)
+    if image.isNull():
+        raise ValueError(f"no memory for a {size.width()}×{size.height()} image")
     image.fill(QColor("white"))
     painter = QPainter(image)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -42,16 +66,32 @@ def render_svg(svg: str, scale: float = 2.0) -> QImage:
     return image
 
 
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's header; (0, 0) when data is not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return 0, 0
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
 def write_png(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
     write_svg_as_png(to_svg(spec), path, scale)
 
 
 def write_svg_as_png(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:
-    buffer = QBuffer()
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not render_svg(svg, scale).save(buffer, "PNG"):
-        raise OSError(f"{Path(path).name}: the PNG could not be encoded")
-    atomic_write(path, bytes(buffer.data().data()))
+    width, height = svg_size(svg)
+    size = _pixel_size(width, height, scale)
+    data = png_bytes(pixels(_draw(svg, width, height, size)), drawn=True)
+    got, expected = png_size(data), (size.width(), size.height())
+    if got != expected:
+        raise ValueError(f"the PNG came out {got[0]}×{got[1]}, not {expected[0]}×{expected[1]}")
+    atomic_write(path, data)
+
+
+def pixels(image: QImage) -> np.ndarray:
+    """An RGB888 image as an (h, w, 3) uint8 array (a copy: the image may then go)."""
+    rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), -1)
+    return rows[:, : 3 * image.width()].reshape(image.height(), image.width(), 3).copy()
 
 
 def write_image(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
@@ -63,8 +103,66 @@ def save_svg(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None
     """An SVG document as SVG or rendered to PNG, by the path's suffix."""
     suffix = Path(path).suffix.lower()
     if suffix == ".svg":
+        svg_size(svg)
         atomic_write(path, svg.encode("utf-8"))
     elif suffix == ".png":
         write_svg_as_png(svg, path, scale)
     else:
         raise ValueError(f"{Path(path).name}: expected a .png or .svg file name")
+
+
+def export_error(path: Path, error: Exception) -> str:
+    """How a failed write is reported: the path and the reason, in one line."""
+    if isinstance(error, OSError):
+        return f"{printable(path)}: {error.strerror or error}"
+    return f"{printable(path.name)}: {error}"
+
+
+class ImageExport(QObject):
+    """Writes heatmap images on a worker thread, in order, stopping at the first failure.
+
+    ``progress(done, total)`` follows each image; ``finished(written, error)`` comes once,
+    with the paths written and '' or the first failure (as ``export_error`` words it).
+    Signals arrive on the thread that owns this object.
+    """
+
+    progress = Signal(int, int)
+    finished = Signal(list, str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-export")
+        self._cancelled = False
+
+    def start(self, jobs: Sequence[tuple[HeatmapSpec, Path, float]]) -> None:
+        """Queue (spec, path, scale) writes; PNG or SVG by each path's suffix."""
+        self._cancelled = False
+        self._pool.submit(self._run, list(jobs))
+
+    def cancel(self) -> None:
+        """Write no further images (the one being written is finished)."""
+        self._cancelled = True
+
+    def _run(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
+        written: list[Path] = []
+        for spec, path, scale in jobs:
+            if self._cancelled:
+                self.finished.emit(written, "cancelled")
+                return
+            try:
+                write_image(spec, path, scale)
+            except (OSError, ValueError, MemoryError) as e:
+                self.finished.emit(written, export_error(path, e))
+                return
+            written.append(path)
+            self.progress.emit(len(written), len(jobs))
+        self.finished.emit(written, "")
+
+    def wait(self) -> None:
+        """Block until the queued writes are done and their signals delivered (tests)."""
+        self._pool.submit(lambda: None).result()
+        QCoreApplication.processEvents()
+
+    def close(self) -> None:
+        self._cancelled = True
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,161 @@
+"""Large heatmaps as PNG: the cells pixel for pixel; checked writes; exports off the UI thread.
+
+Expected colours come from ``colors.rgb`` (the documented colour map, itself checked
+against the colour stops in tests/test_labels_and_exports.py) and the shading rule
+written out here.
+"""
+
+from __future__ import annotations
+
+import threading
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+import attnviz.ui.export as export
+from attnviz.core import colors
+from attnviz.core.engine import HEAD_MATRICES, future_mask
+from attnviz.core.figure import HeatmapSpec, layout, make_spec, svg_size, to_svg
+from attnviz.ui.export import ImageExport, write_image
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def image_array(path) -> np.ndarray:
+    """A PNG file as an (h, w, 3) uint8 array, read by Qt."""
+    image = QImage(str(path))
+    assert not image.isNull(), path
+    return export.pixels(image.convertToFormat(QImage.Format.Format_RGB888))
+
+
+def shaded(rgb: np.ndarray) -> np.ndarray:
+    grey = np.array([int(colors.MASKED_HATCH[k : k + 2], 16) for k in (1, 3, 5)])
+    return np.rint(rgb * (1 - 110 / 255) + grey * (110 / 255)).astype(np.uint8)
+
+
+def big_spec(n: int) -> HeatmapSpec:
+    """Weights-like values with a causal mask: −∞ above the diagonal, leaks on a band."""
+    rng = np.random.default_rng(5)
+    values = rng.uniform(0, 1, (n, n))
+    future = future_mask(n)
+    leaked = future & (np.arange(n)[None, :] == np.arange(n)[:, None] + 1)  # j = i + 1
+    values[future & ~leaked] = 0.0
+    tokens = tuple(f"t{i + 1}" for i in range(n))
+    return HeatmapSpec(
+        "big", values, tokens, tokens, "query", "key", "sequential", (0.0, 1.0), "", future, leaked
+    )
+
+
+def test_a_1024_token_png_shows_every_cell_unsmoothed(qapp, tmp_path):
+    spec = big_spec(1024)  # cells of one unit, as at 2048 tokens
+    path = tmp_path / "w.png"
+    write_image(spec, path, 2.0)
+    width, height = svg_size(to_svg(spec))
+    pixels = image_array(path)
+    assert pixels.shape == (round(height * 2), round(width * 2), 3)
+    L = layout(spec)
+    n = spec.values.shape[0]
+    centres = (np.arange(n) + 0.5) * L.cell
+    xs = np.floor((L.left + centres) * 2).astype(int)
+    ys = np.floor((L.top + centres) * 2).astype(int)
+    got = pixels[ys][:, xs]
+    expected = colors.rgb(spec.values, "sequential", (0.0, 1.0)).copy()
+    expected[spec.masked] = shaded(expected[spec.masked])
+    expected[spec.leaked] = [int(colors.LEAK[k : k + 2], 16) for k in (1, 3, 5)]
+    # Exact colours at every cell's centre: with smoothing, a 2-pixel cell's centre pixel
+    # would blend in a quarter of its neighbour.
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_window_exports_of_a_large_scenario_hold_one_image_each(qapp, tmp_path, make_window):
+    from attnviz.core.presets import make_preset
+
+    window = make_window()
+    window.doc.reset(make_preset("gpt2-small", 128, 0), None)  # 128² scores: images
+    window.doc.wait()
+    written = window.export_all_to(tmp_path)
+    assert len(written) == 2 * len(HEAD_MATRICES)
+    for view in HEAD_MATRICES:
+        svg = (tmp_path / f"head1-{view}.svg").read_text("utf-8")
+        root = ET.fromstring(svg)
+        assert len(list(root.iter(f"{SVG}image"))) == 1, view
+        assert not list(root.iter(f"{SVG}title")), view
+        width, height = svg_size(svg)
+        png = image_array(tmp_path / f"head1-{view}.png")
+        assert png.shape[:2] == (round(height * 2), round(width * 2)), view
+
+
+# Every write is checked. -----------------------------------------------------------------
+
+
+def test_labels_xml_cannot_hold_are_an_error_not_a_file(qapp, tmp_path):
+    spec = make_spec("t", np.eye(3), ("a", "b\x1b[31m", "c"))  # past the scenario's check
+    for name in ("w.svg", "w.png"):
+        with pytest.raises(ValueError, match="not well-formed"):
+            write_image(spec, tmp_path / name)
+    with pytest.raises(ValueError, match="not well-formed"):
+        export.save_svg('<svg xmlns="http://www.w3.org/2000/svg"><text>\x07', tmp_path / "c.png")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_png_of_the_wrong_size_is_an_error_not_a_file(qapp, tmp_path, monkeypatch):
+    def one_pixel(*_):
+        image = QImage(1, 1, QImage.Format.Format_RGB888)
+        image.fill(0)
+        return image
+
+    monkeypatch.setattr(export, "_draw", one_pixel)
+    spec = make_spec("t", np.eye(3), ("a", "b", "c"))
+    with pytest.raises(ValueError, match="came out 1×1"):
+        write_image(spec, tmp_path / "w.png")
+    assert not list(tmp_path.iterdir())
+
+
+# The window's exports, off the UI thread. ------------------------------------------------
+
+
+def run_export(jobs) -> tuple[list, list, set[str]]:
+    """Run jobs through ImageExport; (progress, finished, threads that wrote)."""
+    threads: set[str] = set()
+    real = export.write_image
+
+    def recording(*args):
+        threads.add(threading.current_thread().name)
+        real(*args)
+
+    worker = ImageExport()
+    progress: list = []
+    finished: list = []
+    worker.progress.connect(lambda done, total: progress.append((done, total)))
+    worker.finished.connect(lambda written, error: finished.append((written, error)))
+    export.write_image = recording
+    try:
+        worker.start(jobs)
+        worker.wait()
+    finally:
+        export.write_image = real
+        worker.close()
+    return progress, finished, threads
+
+
+def test_image_export_writes_on_a_worker_thread_with_progress(qapp, tmp_path):
+    spec = make_spec("t", np.arange(6.0).reshape(2, 3), ("a", "b"))
+    paths = [tmp_path / "a.svg", tmp_path / "a.png", tmp_path / "b.png"]
+    progress, finished, threads = run_export([(spec, p, 1.5) for p in paths])
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    assert finished == [(paths, "")]
+    assert threads and threading.current_thread().name not in threads
+    width, height = svg_size(paths[0].read_text("utf-8"))
+    assert image_array(paths[1]).shape == (round(height * 1.5), round(width * 1.5), 3)
+
+
+def test_image_export_stops_at_the_first_failure_and_names_it(qapp, tmp_path):
+    spec = make_spec("t", np.eye(2), ("a", "b"))
+    good, bad = tmp_path / "a.svg", tmp_path / "missing" / "b.png"
+    progress, finished, _ = run_export([(spec, good, 2.0), (spec, bad, 2.0), (spec, good, 2.0)])
+    assert progress == [(1, 3)]
+    ((written, error),) = finished
+    assert written == [good] and str(bad) in error and ".tmp" not in error
+    assert not (tmp_path / "missing").exists()
