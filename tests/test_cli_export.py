@@ -146,3 +146,20 @@ def test_svg_marks_masked_and_leaked_cells(tmp_path, capsys, mask, view, hatched
             j = int((float(r.get("x")) - left) // cell)
             assert j > i and w[i, j] > 0
         assert "leaked" in out.read_text()
+
+
+@pytest.mark.parametrize("view", ["weights", "masked", "X", "final"])
+def test_large_exports_embed_the_cells_as_one_image(tmp_path, capsys, view):
+    n = 100  # 10,000 score cells: over the 64 × 64 cells drawn one by one
+    args = ["export", "--preset", "gpt2-small", "--n", str(n), "--view", view]
+    svg, png = tmp_path / "big.svg", tmp_path / "big.png"
+    assert main([*args, "--out", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    assert len(list(root.iter(f"{SVG}image"))) == 1 and not list(root.iter(f"{SVG}title"))
+    cells = n * (n if view in ("weights", "masked") else 768)
+    assert svg.stat().st_size < 4 * cells + 200_000
+    assert main([*args, "--scale", "0.5", "--out", str(png)]) == 0
+    data = png.read_bytes()
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (w, h) == (round(float(root.get("width")) * 0.5), round(float(root.get("height")) * 0.5))
+    assert capsys.readouterr().out.count("wrote") == 2

@@ -81,7 +81,8 @@ def write_png(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.
 def write_svg_as_png(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:
     width, height = svg_size(svg)
     size = _pixel_size(width, height, scale)
-    data = png_bytes(pixels(_draw(svg, width, height, size)), drawn=True)
+    image = _draw(svg, width, height, size)
+    data = png_bytes(_rows(image))  # image stays alive while its rows are read
     got, expected = png_size(data), (size.width(), size.height())
     if got != expected:
         raise ValueError(f"the PNG came out {got[0]}×{got[1]}, not {expected[0]}×{expected[1]}")
@@ -90,8 +91,13 @@ def write_svg_as_png(svg: str, path: str | os.PathLike[str], scale: float = 2.0)
 
 def pixels(image: QImage) -> np.ndarray:
     """An RGB888 image as an (h, w, 3) uint8 array (a copy: the image may then go)."""
+    return _rows(image).copy()
+
+
+def _rows(image: QImage) -> np.ndarray:
+    """A view of an RGB888 image's pixels; valid only while the image lives."""
     rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), -1)
-    return rows[:, : 3 * image.width()].reshape(image.height(), image.width(), 3).copy()
+    return rows[:, : 3 * image.width()].reshape(image.height(), image.width(), 3)
 
 
 def write_image(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
