@@ -26,6 +26,7 @@ EMPTY = (
 
 
 REFERENCE = re.compile(r"\w+\[[^\[\]]*\]")  # a cell reference: V[she,1], W_O[1–2, 1], X[i,j]
+SQUARE = ("scores", "scaled", "masked", "weights")  # query × key: a column is a token
 WORD_JOINER, ZERO_WIDTH_SPACE = "\u2060", "\u200b"  # no break here; a break may come here
 
 
@@ -50,6 +51,27 @@ def unbreakable(text: str) -> str:
     return f"<span style='white-space:nowrap'>{WORD_JOINER.join(pieces)}</span>"
 
 
+SEPARATOR = re.compile(r"[,;] | \+ ")  # between clauses of a formula, summands of a sum
+MINUS = re.compile(r"-(?=\d)")  # a hyphen-minus before a digit: -1.7, 1e-05
+
+
+def expression(text: str) -> str:
+    """A formula or a term's arithmetic (no token in it) as HTML that never breaks inside
+    an expression: a line may break only after a ", ", "; " or " + " outside all brackets."""
+    pieces, start, depth = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and i >= start and (m := SEPARATOR.match(text, i)):
+            pieces.append(unbreakable(text[start : m.end() - 1]))
+            start = m.end()
+    return " ".join([*pieces, unbreakable(text[start:])])
+
+
+def arithmetic(text: str) -> str:
+    """The numbers written out, with true minus signs as the heatmaps show them."""
+    return expression(MINUS.sub("−", text))
+
+
 def nbsp(text: str) -> str:
     """Escaped text with no-break spaces."""
     return escape(text).replace(" ", "&nbsp;")
@@ -67,30 +89,41 @@ def text_html(text: str) -> str:
 
 
 def to_html(e: Explanation, where: list[str]) -> str:
-    """An explanation as a small HTML page: where (head 1, row 2 (she), …; each part with
-    no-break spaces), formula, terms table, steps, value."""
-    rows = "".join(
-        f"<tr><td>{text_html(t.label)}</td><td style='color:#555'>{escape(t.expression)}</td>"
-        f"<td align='right'>{number(t.value)}</td></tr>"
+    """An explanation as a small HTML page: where (head 1, row 2 (she), …; each part as
+    HTML that stays on one line), formula, one table of terms and steps with every value
+    in the value column, value."""
+
+    def value(x: float, style: str = "") -> str:
+        return f"<td align='right' style='padding-left:12px;{style}'>{number(x)}</td>"
+
+    rows = [
+        f"<tr><td>{unbreakable(t.label)}</td>"
+        f"<td style='color:#555'>{arithmetic(t.expression)}</td>{value(t.value)}</tr>"
         for t in e.terms
-    )
-    table = (
-        "<table cellspacing='0' cellpadding='3' style='margin-top:6px'>"
-        "<tr><th align='left'>term</th><th align='left'>arithmetic</th><th>value</th></tr>"
-        f"{rows}</table>"
+    ]
+    for k, s in enumerate(e.steps):  # the steps below the terms, a little apart
+        gap = "padding-top:8px;" if k == 0 and e.terms else ""
+        rows.append(
+            f"<tr><td colspan='2' style='{gap}'>{unbreakable(s.label)}</td>"
+            f"{value(s.value, gap)}</tr>"
+        )
+    header = (
+        "<tr><th align='left'>term</th><th align='left'>arithmetic</th>"
+        "<th align='right'>value</th></tr>"
         if e.terms
         else ""
     )
-    steps = "".join(
-        f"<tr><td>{text_html(s.label)}</td><td align='right'>{number(s.value)}</td></tr>"
-        for s in e.steps
+    table = (
+        f"<table cellspacing='0' cellpadding='3' style='margin-top:6px'>{header}{''.join(rows)}"
+        "</table>"
+        if rows
+        else ""
     )
     note = f"<p><i>{text_html(e.note)}</i></p>" if e.note else ""
     return (
         f"<h3 style='margin-bottom:2px'>{text_html(e.title)}</h3>"
-        f"<div style='color:#444'>{' · '.join(nbsp(part) for part in where)}</div>"
-        f"<p><code>{text_html(e.formula)}</code></p>{table}"
-        f"<table cellspacing='0' cellpadding='3' style='margin-top:6px'>{steps}</table>"
+        f"<div style='color:#444'>{' · '.join(where)}</div>"
+        f"<p><code>{expression(e.formula)}</code></p>{table}"
         f"<p style='font-size:large'>value = <b>{number(e.value)}</b></p>{note}"
     )
 
@@ -154,10 +187,13 @@ class InspectorPanel(QWidget):
             self.view.setHtml(EMPTY)  # the cell is gone (the matrix shrank)
             return
         tokens = result.tokens
-        parts = [f"head {head + 1}"] if head is not None else []
-        if sel.row < len(tokens):
-            parts.append(f"row {sel.row + 1} ({tokens[sel.row]})")
-        parts.append(f"column {sel.col + 1}")
+        parts = [nbsp(f"head {head + 1}")] if head is not None else []
+        if sel.row < len(tokens):  # a token may hold a hyphen, ideographs: unbreakable
+            parts.append(unbreakable(f"row {sel.row + 1} ({tokens[sel.row]})"))
+        column = f"column {sel.col + 1}"
+        if sel.view in SQUARE and sel.col < len(tokens):  # a key: name its token too
+            column += f" ({tokens[sel.col]})"
+        parts.append(unbreakable(column))
         if sel.mask:
-            parts.append(f"under mask {sel.mask}")
+            parts.append(nbsp(f"under mask {sel.mask}"))
         self.view.setHtml(to_html(e, parts))
