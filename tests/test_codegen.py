@@ -125,7 +125,7 @@ def test_the_script_embeds_the_numbers_exactly():
 
 
 def test_odd_tokens_and_source_cannot_break_the_script(tmp_path):
-    tokens = ("猫", 'a"""b', "x\ny", "#]")
+    tokens = ("猫", 'a"""b', "x\u2028y", "#]")  # a line break of sorts; \n is refused
     s = worked_example(Settings(mask="none")).with_tokens(tokens)
     text = to_script(s, source='evil"""\nimport os; os.remove("x")  # é.attn.json')
     assert text.isascii()
