@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import reference as ref
@@ -94,7 +96,9 @@ def test_masks_has_square_cells_and_every_token_label(window, qtbot):
             ticks = view.cols_axis.tickValues(x0, x1, view.cols_axis.geometry().width())
             return len(ticks[0][1])
 
-        qtbot.waitUntil(lambda labelled=labelled: labelled() == 4, timeout=3000)  # all keys
+        with contextlib.suppress(qtbot.TimeoutError):  # the layout settles; then all four
+            qtbot.waitUntil(lambda labelled=labelled: labelled() == 4, timeout=10000)
+        assert labelled() == 4, (key, view.size().toTuple(), view.plot.vb.viewRange())  # keys
 
 
 def test_the_probe_is_drawn_on_the_heatmaps(window, qtbot):
