@@ -4,7 +4,9 @@ Copy writes the selected rectangle as tab-separated text; paste reads spreadshee
 ranges, CSV or NumPy's printed arrays. A single pasted value fills the whole selection.
 Every paste, fill or delete is one undoable edit; one that does not fit, or text that is
 not a finite number, is refused with a message and changes nothing. An edit that goes
-through replaces the message (pastes, fills and deletes say what they did).
+through replaces the message (pastes, fills and deletes say what they did). Text larger
+than the room below and right of the selection is refused before it is read; a long
+paste is read off the UI thread, so the window never waits on it.
 
 A cell shows its number with as many significant digits as its column has room for, so
 narrow columns (GPT-2-sized matrices) show whole numbers, never a cut-off "0.04…".
@@ -33,12 +35,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.text import format_table, parse_table
+from attnviz.core.text import TableTooLarge, format_table, most_chars, parse_table
+from attnviz.ui.background import Background
 from attnviz.ui.matrix_model import MatrixModel
 
 MIN_COLUMN = 38  # px: "−0.9" and a margin
+READ_NOW_CHARS = 50_000  # pastes up to this long are read at once (a few ms)
 
 Index = QModelIndex | QPersistentModelIndex
+
+
+def _read(text: str, room: tuple[int, int]) -> np.ndarray | ValueError:
+    """parse_table on a worker: a refusal comes back as a value, to be worded like the rest."""
+    try:
+        return parse_table(text, room)
+    except ValueError as e:
+        return e
 
 
 def number_texts(value: float) -> list[str]:
@@ -87,6 +99,10 @@ class MatrixGrid(QTableView):
         super().__init__(parent)
         self.setModel(model)
         self.setItemDelegate(NumberDelegate(self))
+        self.reader = Background(self)  # reads long pastes off the UI thread
+        self.reader.done.connect(self._pasted)
+        self.reader.failed.connect(self._paste_failed)
+        self._target = (0, 0, 1, 1)  # the selection a paste being read goes to
         model.refused.connect(self.message)
         model.edited.connect(lambda: self.message.emit(""))  # clears an earlier refusal
         self.setSelectionMode(QAbstractItemView.SelectionMode.ContiguousSelection)
@@ -131,13 +147,13 @@ class MatrixGrid(QTableView):
 
     def selected_rect(self) -> tuple[int, int, int, int]:
         """(row, col, rows, cols) of the selection's bounding box, or of the current cell."""
-        indexes = self.selectedIndexes() or [self.currentIndex()]
-        indexes = [i for i in indexes if i.isValid()]
-        if not indexes:
-            return 0, 0, 1, 1
-        rows = [i.row() for i in indexes]
-        cols = [i.column() for i in indexes]
-        return min(rows), min(cols), max(rows) - min(rows) + 1, max(cols) - min(cols) + 1
+        ranges = [r for r in self.selectionModel().selection() if r.isValid()]  # not per cell
+        if ranges:
+            top, left = min(r.top() for r in ranges), min(r.left() for r in ranges)
+            bottom, right = max(r.bottom() for r in ranges), max(r.right() for r in ranges)
+            return top, left, bottom - top + 1, right - left + 1
+        current = self.currentIndex()
+        return (current.row(), current.column(), 1, 1) if current.isValid() else (0, 0, 1, 1)
 
     # Clipboard and bulk edits ----------------------------------------------------------------
 
@@ -151,14 +167,49 @@ class MatrixGrid(QTableView):
         self.paste_text(QGuiApplication.clipboard().text())
 
     def paste_text(self, text: str) -> bool:
-        """Paste text at the selection; one undoable edit, or a refusal with a message."""
+        """Paste text at the selection; one undoable edit, or a refusal with a message.
+
+        A long text is read on a worker and pasted when read: True means it is on its way.
+        """
         model = self.matrix_model()
-        try:
-            values = parse_table(text)
-        except ValueError as e:
-            self.message.emit(f"Paste refused: {e}; nothing was changed")
-            return False
         row, col, rows, cols = self.selected_rect()
+        room = (model.rowCount() - row, model.columnCount() - col)
+        if len(text) <= READ_NOW_CHARS or len(text) > most_chars(*room):
+            try:
+                values = parse_table(text, room)
+            except ValueError as e:
+                return self._refuse(e, row, col)
+            return self._apply(values, row, col, rows, cols)
+        self._target = (row, col, rows, cols)
+        self.message.emit(f"Reading {len(text):,} characters of pasted text…")
+        self.reader.run(_read, text, room)
+        return True
+
+    def _pasted(self, values: object) -> None:
+        row, col, rows, cols = self._target
+        if isinstance(values, ValueError):
+            self._refuse(values, row, col)
+        else:
+            assert isinstance(values, np.ndarray)
+            self._apply(values, row, col, rows, cols)
+
+    def _paste_failed(self, error: str) -> None:
+        self.message.emit(f"Paste failed: {error}; nothing was changed")
+
+    def _refuse(self, e: ValueError, row: int, col: int) -> bool:
+        model = self.matrix_model()
+        if isinstance(e, TableTooLarge):
+            where = f"from row {row + 1}, column {col + 1}"
+            self.message.emit(
+                f"{model.title}: {e} {where}, so the paste does not fit; nothing was changed"
+            )
+        else:
+            self.message.emit(f"Paste refused: {e}; nothing was changed")
+        return False
+
+    def _apply(self, values: np.ndarray, row: int, col: int, rows: int, cols: int) -> bool:
+        """Write parsed values at (row, col), filling the selection with a single value."""
+        model = self.matrix_model()
         if values.shape == (1, 1) and rows * cols > 1:
             values = np.full((rows, cols), values[0, 0])
             text = f"Fill {rows}×{cols} cells of {model.title}"
