@@ -13,7 +13,7 @@ class Stage:
     docks: tuple[str, ...]  # the panels brought forward, most important first
     explanation: str  # HTML, a few sentences
     try_this: str
-    tab: tuple[str, str] = ()  # (dock, tab): a tab to open in a dock that has tabs
+    tab: tuple[str, str] | None = None  # (dock, tab): a tab to open in a dock with tabs
 
 
 STAGES: tuple[Stage, ...] = (
