@@ -12,6 +12,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import NoReturn
@@ -103,6 +104,27 @@ def config_from(args: argparse.Namespace, device: str) -> Config:
     )
 
 
+def out_problem(path: str) -> str | None:
+    """Why the report could not be written to path, or None: checked before any timing."""
+    if os.path.isdir(path):
+        return "is a folder"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        return f"the folder {folder} does not exist"
+    if not os.path.isdir(folder):
+        return f"{folder} is not a folder"
+    try:
+        if os.path.exists(path):
+            with open(path, "a", encoding="utf-8"):  # opened, not changed
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as e:
+        return f"cannot write there: {e.strerror or e}"
+    return None
+
+
 def progress_bar(step: int, total: int, message: str) -> None:
     width = 30
     done = int(width * step / max(total, 1))
@@ -173,7 +195,7 @@ def as_table(report: Report) -> str:
         for row in rows
     ]
     tail = ["(cancelled)"] if report.cancelled else []
-    return "\n".join([head, *lines, *tail]) + "\n"
+    return "\n".join([head, *lines, *report.notes, *tail]) + "\n"
 
 
 def as_csv(report: Report) -> str:
@@ -210,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stream = args.format == "jsonl"
     if stream and args.out:
         print("attnviz bench: --format jsonl streams to stdout; leave out --out", file=sys.stderr)
+        return EXIT_USAGE
+    problem = args.out and out_problem(args.out)
+    if problem:
+        print(f"attnviz bench: --out {args.out}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.low_priority and hasattr(os, "nice"):
         os.nice(10)

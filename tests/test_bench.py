@@ -544,3 +544,112 @@ def test_threads_sets_torch_cpu_threads(fixed_gemm: float) -> None:
         assert report.records[0].status == "ok"
     finally:
         torch.set_num_threads(before)
+
+
+# The float64 check at n = CHECK_N under the memory guard --------------------------------------
+
+
+def my_reference_bytes(b: int, h: int, d: int, size: int, impl: str) -> int:
+    """Float32 draws + float64 copies of Q, K, V (12 bytes a value), two float64 n² matrices,
+    five float64 outputs; then Q, K, V in the sweep's dtype and the implementation at 128."""
+    n = 128
+    rows = b * h * n
+    cpu = rows * d * (3 * 12 + 5 * 8) + 2 * rows * n * 8
+    return cpu + 3 * rows * d * size + my_predicted(impl, b, h, n, d, size, False)
+
+
+def test_the_reference_check_is_skipped_for_memory_not_called_unsupported(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1024 × 1024 heads of d_head 1024: the float64 inputs alone would be 3 TiB.
+    def never(*args: object) -> float:
+        raise AssertionError("the float64 check ran")
+
+    monkeypatch.setattr(bench, "reference_error", never)
+    c = tiny(batch=1024, heads=1024, d_head=1024, min_n=1, max_n=2)
+    report = bench.run(c)
+    assert cells(report.records) == [(i, n) for n in (1, 2) for i in ("naive", "sdpa")]
+    for r in report.records:
+        assert not r.status.startswith("unsupported"), r.status
+        assert r.error is None
+    need = my_reference_bytes(1024, 1024, 1024, F32, "naive") / 2**30
+    assert report.notes[0].startswith(f"naive: float64 check at n = 128 skipped: needs {need:.1f}")
+    assert report.notes[1].startswith("sdpa: float64 check at n = 128 skipped: needs ")
+    assert report.to_dict()["notes"] == report.notes
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+def test_the_reference_guard_counts_by_the_documented_formula(impl: str) -> None:
+    c = tiny(batch=3, heads=5, d_head=24)
+    assert bench.reference_bytes(c, impl, "cpu") == {"cpu": my_reference_bytes(3, 5, 24, F32, impl)}
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "math"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_reference_guard_never_underestimates_the_measured_peak(
+    impl: str, causal: bool
+) -> None:
+    from functools import partial
+
+    c = tiny(batch=2, heads=4, d_head=64, causal=causal)
+    peak = bench.cpu_peak_bytes(partial(bench.reference_error, impl, c, "cpu"))
+    predicted = bench.reference_bytes(c, impl, "cpu")["cpu"]
+    assert predicted / 3 < peak <= predicted
+
+
+def test_the_reference_guard_checks_free_memory(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Just less free memory than naive's check needs, far more than the sweep at n = 64.
+    need = my_reference_bytes(1, 2, 16, F32, "naive")
+    monkeypatch.setattr(bench, "free_bytes", lambda device: need - 1)
+    report = bench.run(tiny(min_n=64, max_n=64))
+    assert [r.status for r in report.records] == ["ok", "ok"]
+    assert report.records[0].error is None
+    assert report.notes[0].startswith("naive: float64 check at n = 128 skipped: needs ")
+
+
+@pytest.mark.parametrize(
+    "oom",
+    [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried")],
+    ids=["MemoryError", "cpu-text"],
+)
+def test_running_out_of_memory_in_the_check_skips_it_and_the_sweep_goes_on(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch, oom: BaseException
+) -> None:
+    def check(impl: str, c: Config, device: str) -> float:
+        if impl == "naive":
+            raise oom
+        return 1e-7
+
+    monkeypatch.setattr(bench, "reference_error", check)
+    report = bench.run(tiny(min_n=64, max_n=64))
+    got = by_cell(report.records)
+    assert got["naive", 64].status == "ok" and got["naive", 64].error is None
+    assert got["sdpa", 64].status == "ok" and got["sdpa", 64].error == 1e-7
+    assert report.notes == ["naive: float64 check at n = 128 skipped: out of memory"]
+
+
+def test_a_check_that_fails_otherwise_still_marks_the_kernel_unsupported(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def check(impl: str, c: Config, device: str) -> float:
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(bench, "reference_error", check)
+    report = bench.run(tiny(min_n=64, max_n=64, impls=("sdpa",)))
+    (r,) = report.records
+    assert r.status.startswith("unsupported: no sdpa kernel for these inputs")
+    assert report.notes == []
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_the_reference_guard_counts_gpu_memory_on_a_gpu(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = bench.free_bytes
+    monkeypatch.setattr(bench, "free_bytes", lambda d: 1 if d == "cuda" else real(d))
+    monkeypatch.setattr(bench, "_measure", lambda impl, n, *a: bench.Record(impl, n, "ok"))
+    report = bench.run(tiny(device="cuda", min_n=64, max_n=64))
+    assert [r.error for r in report.records] == [None, None]
+    assert all(" GiB on cuda, " in n for n in report.notes), report.notes

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -376,3 +377,84 @@ def test_bench_runs_without_numpy() -> None:
         assert r["share_of_gemm"] == pytest.approx(r["tflops"] / data["gemm_tflops"], rel=1e-9)
         assert 0 < r["error"] < 1e-4
         assert math.isfinite(r["time_ms"])
+
+
+# --out is checked before any timing -------------------------------------------------------
+
+
+def refused_out(capsys: pytest.CaptureFixture[str], out: str) -> str:
+    """The one stderr line of a run refused for --out (exit 2, nothing on stdout)."""
+    assert run_cli([*TINY, "--format", "json", "--out", out]) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err  # no progress bar: the sweep never started
+    assert lines[0].startswith(f"attnviz bench: --out {out}: ")
+    return lines[0]
+
+
+def test_out_in_a_missing_folder_is_refused_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    out = tmp_path / "missing" / "x.json"
+    line = refused_out(capsys, str(out))
+    assert line.endswith(f"the folder {out.parent} does not exist")
+    assert no_sweep == [] and not out.parent.exists()
+
+
+def test_out_under_a_file_is_refused_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    (tmp_path / "file").write_text("keep", encoding="utf-8")
+    line = refused_out(capsys, str(tmp_path / "file" / "x.json"))
+    assert line.endswith(f"{tmp_path / 'file'} is not a folder")
+    assert no_sweep == []
+    assert (tmp_path / "file").read_text(encoding="utf-8") == "keep"
+
+
+def test_out_naming_a_folder_is_refused_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    assert refused_out(capsys, str(tmp_path)).endswith(": is a folder")
+    assert no_sweep == []
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere"
+)
+def test_out_in_a_read_only_folder_is_refused_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        line = refused_out(capsys, str(folder / "x.json"))
+    finally:
+        folder.chmod(0o700)
+    assert "cannot write there" in line
+    assert no_sweep == [] and list(folder.iterdir()) == []
+
+
+def test_a_good_out_leaves_no_trace_of_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_sweep: list
+) -> None:
+    out = tmp_path / "report.json"
+    assert run_cli([*TINY, "--format", "json", "--out", str(out)]) == 0
+    assert len(no_sweep) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no probe file left
+    assert json.loads(out.read_text(encoding="utf-8"))["records"] == []
+
+
+def test_a_skipped_float64_check_is_said_in_the_table_and_json(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "reference_bytes", lambda c, impl, device: {"cpu": 2**62})
+    assert run_cli([*TINY, "--impl", "sdpa"]) == 0
+    table = capsys.readouterr().out
+    assert "sdpa: float64 check at n = 128 skipped: needs " in table
+    assert run_cli([*TINY, "--impl", "sdpa", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (note,) = data["notes"]  # free memory may differ by now
+    assert note.startswith("sdpa: float64 check at n = 128 skipped: needs 4294967296.0 GiB, ")
+    assert all(r["status"] == "ok" and r["error"] is None for r in data["records"])

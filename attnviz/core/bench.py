@@ -116,6 +116,7 @@ class Report:
     gemm_tflops: float
     records: list[Record] = field(default_factory=list)
     cancelled: bool = False
+    notes: list[str] = field(default_factory=list)  # e.g. a float64 check skipped for memory
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +124,7 @@ class Report:
             "config": self.config,
             "gemm_tflops": self.gemm_tflops,
             "cancelled": self.cancelled,
+            "notes": self.notes,
             "records": [asdict(r) for r in self.records],
         }
 
@@ -375,6 +377,33 @@ def gemm_tflops(device: str, dtype: str, repeats: int = 5) -> float:
     return 2 * size**3 / seconds / 1e12
 
 
+def reference_bytes(c: Config, impl: str, device: str) -> dict[str, int]:
+    """Memory the float64 check at n = CHECK_N may need, per device ("cpu", and "cuda").
+
+    An upper bound (everything it allocates, as if held at once; the measured peak is
+    about half): on the CPU, the float32 draws and float64 copies of Q, K, V (12 bytes a
+    value), the reference's scores and softmax (two b·h·n² float64 matrices), its output,
+    the checked output and their difference; on the device, Q, K, V in the sweep's dtype
+    and what the implementation itself needs at CHECK_N.
+    """
+    rows = c.batch * c.heads * CHECK_N
+    cpu = rows * c.d_head * (3 * 12 + 5 * 8) + 2 * rows * CHECK_N * 8
+    here = 3 * rows * c.d_head * BYTES[c.dtype] + predicted_bytes(c, impl, CHECK_N)
+    if device == "cpu":
+        return {"cpu": cpu + here}
+    return {"cpu": cpu, device: here}
+
+
+def memory_shortfall(need: dict[str, int]) -> str | None:
+    """Why these bytes would not fit in the free memory (with headroom), or None."""
+    for device, size in need.items():
+        free = free_bytes(device)
+        if size > MEMORY_HEADROOM * free:
+            where = "" if device == "cpu" else f" on {device}"
+            return f"needs {size / 2**30:.1f} GiB{where}, {free / 2**30:.1f} GiB free"
+    return None
+
+
 def reference_error(impl: str, c: Config, device: str) -> float:
     """Max |impl − float64 reference| on the same inputs at n = CHECK_N (forward).
 
@@ -435,14 +464,13 @@ def run(
             # Probed at the sweep's head size and dtype: kernels refuse some of them.
             q = torch.randn(1, 1, 16, config.d_head, device=device, dtype=dt)
             reason = _unsupported(impl, q, q, q, config.causal)
-            if reason is None:
-                try:
-                    errors[impl] = reference_error(impl, config, device)
-                except RuntimeError as e:
-                    reason = f"no {impl} kernel for these inputs ({str(e).splitlines()[0][:160]})"
-            if reason:
-                errors[impl] = None
-                failed_at[impl] = f"unsupported: {reason}"
+            errors[impl], why = (
+                (None, f"unsupported: {reason}") if reason else _checked(impl, config, device)
+            )
+            if why.startswith("skipped: "):
+                report.notes.append(f"{impl}: float64 check at n = {CHECK_N} {why}")
+            elif why:
+                failed_at[impl] = why
         for n in sizes:
             for impl in config.impls:
                 tell(f"{impl} at n = {n}")
@@ -458,6 +486,22 @@ def run(
     except Cancelled:
         report.cancelled = True
     return report
+
+
+def _checked(impl: str, c: Config, device: str) -> tuple[float | None, str]:
+    """The float64 check's error, unless it would not fit in memory: then None and
+    "skipped: why"; None and "unsupported: why" if the kernel refuses these inputs."""
+    short = memory_shortfall(reference_bytes(c, impl, device))
+    if short:
+        return None, f"skipped: {short}"
+    try:
+        return reference_error(impl, c, device), ""
+    except (RuntimeError, MemoryError) as e:
+        if _is_oom(e):
+            _release(device, after_oom=True)
+            return None, "skipped: out of memory"
+        detail = str(e).splitlines()[0][:160]
+        return None, f"unsupported: no {impl} kernel for these inputs ({detail})"
 
 
 def _measure(
