@@ -573,7 +573,9 @@ def test_the_reference_check_is_skipped_for_memory_not_called_unsupported(
         assert not r.status.startswith("unsupported"), r.status
         assert r.error is None
     need = my_reference_bytes(1024, 1024, 1024, F32, "naive") / 2**30
-    assert report.notes[0].startswith(f"naive: float64 check at n = 128 skipped: needs {need:.1f}")
+    assert report.notes[0].startswith(
+        f"naive: float64 check at n = 128 skipped: needs {need:.1f} GiB of CPU memory, "
+    )
     assert report.notes[1].startswith("sdpa: float64 check at n = 128 skipped: needs ")
     assert report.to_dict()["notes"] == report.notes
 
@@ -652,4 +654,4 @@ def test_the_reference_guard_counts_gpu_memory_on_a_gpu(
     monkeypatch.setattr(bench, "_measure", lambda impl, n, *a: bench.Record(impl, n, "ok"))
     report = bench.run(tiny(device="cuda", min_n=64, max_n=64))
     assert [r.error for r in report.records] == [None, None]
-    assert all(" GiB on cuda, " in n for n in report.notes), report.notes
+    assert all(" GiB of GPU memory, " in n for n in report.notes), report.notes

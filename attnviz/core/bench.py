@@ -399,8 +399,8 @@ def memory_shortfall(need: dict[str, int]) -> str | None:
     for device, size in need.items():
         free = free_bytes(device)
         if size > MEMORY_HEADROOM * free:
-            where = "" if device == "cpu" else f" on {device}"
-            return f"needs {size / 2**30:.1f} GiB{where}, {free / 2**30:.1f} GiB free"
+            kind = "CPU" if device == "cpu" else "GPU"
+            return f"needs {size / 2**30:.1f} GiB of {kind} memory, {free / 2**30:.1f} GiB free"
     return None
 
 
