@@ -56,7 +56,7 @@ class NumbersBadge(QToolButton):
         else:
             text = f"✗ {bad.name} differs by {bad.diff:.1e} · {sdpa} ({c.device})"
         self._paint(text, GREEN if bad is None else RED)
-        rows = [f"{q.name}: {q.diff:.1e} ({q.excess:.2g} of its tolerance)" for q in c.quantities]
+        rows = [f"{q.name}: {q.diff:.1e} ({q.excess:.2g} × its tolerance)" for q in c.quantities]
         note = [c.sdpa_note] if c.sdpa_note else []
         self.setToolTip("\n".join([ABOUT, "", *rows, *note]))
 
