@@ -15,11 +15,10 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 from shiboken6 import isValid
 
 from attnviz.core import files
-from attnviz.core.figure import spec_for
+from attnviz.core.figure import HeatmapSpec, spec_for
 from attnviz.core.presets import make_preset
 from attnviz.core.scenario import Scenario, ScenarioError
 from attnviz.ui.commands import LoadScenario
-from attnviz.ui.export import write_image
 from attnviz.ui.grid import MatrixGrid
 
 SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
@@ -234,19 +233,33 @@ class FileActions:
             )
             if not ok:
                 return
-        self._export(spec, Path(path), scale)
+        self.export_images([(spec, Path(path), scale)])
 
-    def _export(self, spec, path: Path, scale: float) -> bool:  # type: ignore[no-untyped-def]
-        try:
-            write_image(spec, path, scale)
-        except OSError as e:
-            self.error("Cannot export the image", f"{files.printable(path)}: {e.strerror or e}")
-            return False
-        except ValueError as e:
-            self.error("Cannot export the image", f"{files.printable(path.name)}: {e}")
-            return False
-        self.show_message(f"Exported {files.printable(path.name)}")
-        return True
+    def export_images(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
+        """Write (spec, path, scale) images on the export thread, progress in the status bar."""
+        if self._exporting:
+            self.show_message("An export is still running: wait for it, or press Esc to stop it")
+            return
+        self._exporting = True
+        self.stop_export.setEnabled(True)
+        self.image_export.start(jobs)
+        self.show_message(f"Exporting {len(jobs)} image{'s' * (len(jobs) > 1)}…")
+
+    def _export_progress(self, done: int, total: int) -> None:
+        self.show_message(f"Exporting images: {done} of {total}…")
+
+    def _export_finished(self, written: list[Path], error: str) -> None:
+        self._exporting = False
+        self.stop_export.setEnabled(False)
+        if error == "cancelled":
+            self.show_message(f"Export stopped after {len(written)} of the images")
+        elif error:
+            self.error("Cannot export the image", error)
+        elif len(written) == 1:
+            self.show_message(f"Exported {files.printable(written[0].name)}")
+        else:
+            folder = files.printable(written[0].parent) if written else ""
+            self.show_message(f"Exported {len(written)} images to {folder}")
 
     def export_all(self) -> None:
         folder = QFileDialog.getExistingDirectory(
@@ -256,18 +269,18 @@ class FileActions:
             self.export_all_to(Path(folder))
 
     def export_all_to(self, folder: Path) -> list[Path]:
-        """Every view of the selected head as PNG and SVG; returns the files written."""
-        written = []
+        """Every view of the selected head as PNG and SVG, on the export thread.
+
+        Returns the files it will write (the first failure stops it and is reported).
+        """
         head = self.doc.head
-        for name in self.pipeline.views:
-            spec = spec_for(self.doc.result, name, head)
-            for suffix in (".png", ".svg"):
-                path = folder / f"head{head + 1}-{name}{suffix}"
-                if not self._export(spec, path, 2.0):
-                    return written
-                written.append(path)
-        self.show_message(f"Exported {len(written)} images to {folder}")
-        return written
+        jobs = [
+            (spec_for(self.doc.result, name, head), folder / f"head{head + 1}-{name}{suffix}", 2.0)
+            for name in self.pipeline.views
+            for suffix in (".png", ".svg")
+        ]
+        self.export_images(jobs)
+        return [path for _, path, _ in jobs]
 
     def export_code(self, flavor: str) -> None:
         from attnviz.core.codegen import to_script

@@ -11,6 +11,7 @@ from PySide6.QtGui import (
     QCloseEvent,
     QGuiApplication,
     QKeySequence,
+    QShortcut,
     QShowEvent,
 )
 from PySide6.QtWidgets import (
@@ -37,6 +38,7 @@ from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
+from attnviz.ui.export import ImageExport
 from attnviz.ui.file_actions import FileActions
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
@@ -141,6 +143,14 @@ class MainWindow(FileActions, QMainWindow):
         self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
         self._closed = False
         self.autosaver = Autosave(self.doc, data_dir, self)
+        self.image_export = ImageExport(self)  # heatmap images are written off the UI thread
+        self._exporting = False
+        self.image_export.progress.connect(self._export_progress)
+        self.image_export.finished.connect(self._export_finished)
+        # Esc stops an export; only while one runs, so that Esc still cancels a cell edit.
+        self.stop_export = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self.stop_export.activated.connect(self.image_export.cancel)
+        self.stop_export.setEnabled(False)
         self.autosaver.failed.connect(self.show_message)
 
         self.resize(DEFAULT_SIZE)
@@ -562,6 +572,7 @@ class MainWindow(FileActions, QMainWindow):
             return
         self.save_layout()
         self.autosaver.close()
+        self.image_export.close()
         self.doc.close()
         for worker in self.findChildren(Background):
             worker.close()
