@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     import numpy as np
 
     from attnviz.core.engine import Result
+    from attnviz.core.figure import HeatmapSpec
     from attnviz.core.scenario import Scenario
 
 EXIT_USAGE = 2
@@ -345,7 +346,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from attnviz.core.engine import compute
+    from attnviz.core.engine import HEAD_MATRICES, compute
     from attnviz.core.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.files import atomic_write
 
@@ -355,10 +356,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     if fmt not in ("png", "svg"):
         raise UsageError(f"--out {args.out}: give --format png or svg, or a .png or .svg name")
     s = load_source(args)
-    r = compute(s)
-    if args.head > r.n_heads:
-        raise UsageError(f"--head {args.head}: the scenario has {r.n_heads} head(s)")
-    spec = spec_for(r, args.view, args.head - 1)
+    n_heads = s.n_heads if s.settings.projections else 1
+    if args.head > n_heads:
+        raise UsageError(f"--head {args.head}: the scenario has {n_heads} head(s)")
+    if args.view in (*HEAD_MATRICES, "X"):
+        spec = _one_head_spec(s, args.view, args.head - 1)
+    else:  # concat and final mix every head
+        spec = spec_for(compute(s), args.view, args.head - 1)
     try:
         if fmt == "svg":
             svg = to_svg(spec)
@@ -377,6 +381,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: {getattr(e, 'strerror', None) or e}") from None
     print(f"wrote {args.out} ({spec.title})")
     return 0
+
+
+def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
+    """spec_for(compute(s), view, head) for a per-head view or X, computing that head only."""
+    from dataclasses import replace
+
+    from attnviz.core.engine import one_head
+    from attnviz.core.figure import spec_for
+
+    spec = spec_for(one_head(s, head), view, 0)
+    prefix = "head 1 · "  # the Result's one head is the scenario's head `head`
+    if spec.title.startswith(prefix):
+        spec = replace(spec, title=f"head {head + 1} · {spec.title.removeprefix(prefix)}")
+    return spec
 
 
 def one_line(text: str) -> str:

@@ -9,6 +9,7 @@ Symbols follow the brief: ``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -144,12 +145,18 @@ def future_mask(n: int) -> np.ndarray:
     return np.triu(np.ones((n, n), dtype=bool), k=1)
 
 
-def dropout_keep(settings: Settings, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The seeded dropout keep-mask (True = kept), or None when dropout is off."""
+def dropout_keep(settings: Settings, shape: tuple[int, ...], skip: int = 0) -> np.ndarray | None:
+    """The seeded dropout keep-mask (True = kept), or None when dropout is off.
+
+    ``skip``: how many leading heads (slices of axis 0) of a larger draw to pass over, so
+    that head h alone is ``dropout_keep(st, (1, n, n), skip=h)[0]``, bit for bit the same
+    as ``dropout_keep(st, (heads, n, n))[h]`` without drawing the others.
+    """
     if settings.dropout == 0:
         return None
-    rng = np.random.default_rng(settings.dropout_seed)
-    return rng.random(shape) >= settings.dropout
+    bits = np.random.PCG64(settings.dropout_seed)  # what default_rng(seed) uses
+    bits.advance(skip * math.prod(shape[1:]))  # one 64-bit step per float64 drawn
+    return np.random.Generator(bits).random(shape) >= settings.dropout
 
 
 def softmax_rows(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -299,6 +306,33 @@ def compute(s: Scenario) -> Result:
     heads = _attend(Q, K, V, s.settings, future, keep)
     _frozen(X, future)
     return Result(s.tokens, s.settings, X, tuple(heads), *_mix(s, heads), future)
+
+
+def compute_head(s: Scenario, h: int) -> Head:
+    """Head h (0-based) of compute(s), computing that head only: the same numbers."""
+    return one_head(s, h).heads[0]
+
+
+def one_head(s: Scenario, h: int) -> Result:
+    """X and head h (0-based) of compute(s), bit for bit, without computing the other heads.
+
+    The Result holds that head alone, as its head 0; ``concat`` and ``final`` need every
+    head and are left empty (0 × 0). For figures of one head at long sequences.
+    """
+    count = s.n_heads if s.settings.projections else 1
+    if not 0 <= h < count:
+        raise KeyError(f"head {h} does not exist ({count} head(s))")
+    X = _input(s)
+    if s.settings.projections:
+        Q, K, V = (_project(X, W[h : h + 1]) for W in (s.W_Q, s.W_K, s.W_V))
+    else:
+        Q = K = V = X[None]
+    future = future_mask(s.n)
+    keep = dropout_keep(s.settings, (1, s.n, s.n), skip=h)
+    heads = _attend(Q, K, V, s.settings, future, keep)
+    empty = np.empty((0, 0))
+    _frozen(X, future, empty)
+    return Result(s.tokens, s.settings, X, tuple(heads), empty, empty, future)
 
 
 def update(
