@@ -281,10 +281,50 @@ def scenario_to_json(s: Scenario) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
+def _most_containers() -> int:
+    """The most lists and objects a scenario within LIMITS holds, counting every
+    character of its token labels as a bracket (a label may hold "[" or "{")."""
+    lim = LIMITS
+    rows = lim.tokens + 3 * lim.heads * lim.d_model + lim.heads * lim.d_k  # X, W's, W_O
+    matrices = 2 + 3 * lim.heads
+    others = 5 + lim.heads  # the document, tokens, heads, settings, ablated; each head
+    return rows + matrices + others + lim.tokens * lim.token_chars
+
+
+def _most_quotes() -> int:
+    """The most quotation marks a scenario within LIMITS holds (a label may hold \")."""
+    lim = LIMITS
+    strings = 1 + len(TOP_KEYS) + len(SETTINGS_KEYS) + 2 + 3 * lim.heads + lim.tokens
+    return 2 * strings + lim.tokens * lim.token_chars
+
+
+def _count(text: str | bytes, chars: str) -> int:
+    """How many of chars text holds, counted by C loops (no copy)."""
+    if isinstance(text, bytes):
+        return sum(text.count(c.encode()) for c in chars)
+    return sum(text.count(c) for c in chars)
+
+
+def _check_counts(text: str | bytes) -> None:
+    """Refuse, before parsing, text with more lists, objects or strings than any scenario
+    within the limits: json.loads would build tens of bytes of objects per character."""
+    containers, most = _count(text, "[{"), _most_containers()
+    if containers > most:
+        raise FileFormatError(
+            f"{containers:,} lists and objects; a scenario within the limits has at most {most:,}"
+        )
+    quotes, most = _count(text, '"'), _most_quotes()
+    if quotes > most:
+        raise FileFormatError(
+            f"{quotes:,} quotation marks; a scenario within the limits has at most {most:,}"
+        )
+
+
 def scenario_from_json(text: str | bytes) -> Scenario:
     """Parse and check .attn.json text."""
     if len(text) > MAX_FILE_BYTES:
         raise FileFormatError(f"larger than {MAX_FILE_BYTES // 2**20} MiB")
+    _check_counts(text)
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8-sig")  # a byte order mark is allowed, as in CSV
@@ -371,7 +411,7 @@ def read_file(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> byte
                 chunks.append(f.read(2**20))  # it grew, or says 0 bytes as /proc files do
         except OSError as e:
             raise FileFormatError(f"{printable(path)}: cannot read: {e.strerror or e}") from None
-    data = b"".join(chunks)
+    data = b"".join([c for c in chunks if c])  # one chunk is returned as is, not copied
     if size > limit or len(data) > limit:
         raise FileFormatError(f"{printable(path)}: larger than {_size_text(limit)}")
     return data
