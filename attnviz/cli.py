@@ -346,7 +346,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from attnviz.core.engine import HEAD_MATRICES, compute
+    from attnviz.core.engine import HEAD_MATRICES, layer
     from attnviz.core.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.files import atomic_write
 
@@ -361,8 +361,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--head {args.head}: the scenario has {n_heads} head(s)")
     if args.view in (*HEAD_MATRICES, "X"):
         spec = _one_head_spec(s, args.view, args.head - 1)
-    else:  # concat and final mix every head
-        spec = spec_for(compute(s), args.view, args.head - 1)
+    else:  # concat and final mix every head; layer() holds one head's matrices at a time
+        spec = spec_for(layer(s), args.view)
     try:
         if fmt == "svg":
             svg = to_svg(spec)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.core.engine import HEAD_MATRICES, compute, compute_head, dropout_keep
+from attnviz.core.engine import HEAD_MATRICES, compute, compute_head, dropout_keep, layer
 from attnviz.core.figure import spec_for, to_svg
 from attnviz.core.presets import make_preset
 from attnviz.core.scenario import MASKS, POSITIONALS
@@ -45,6 +45,18 @@ def test_every_head_alone_is_bit_identical_to_the_full_compute(gpt2, changes):
             else:
                 np.testing.assert_array_equal(a, b, err_msg=f"head {h}: {name}")
                 assert not a.flags.writeable
+
+
+@pytest.mark.parametrize(
+    "changes", SETTINGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items())
+)
+def test_layer_one_head_at_a_time_is_bit_identical_to_the_full_compute(gpt2, changes):
+    s = gpt2.with_settings(**changes)
+    full, lean = compute(s), layer(s)
+    assert lean.heads == ()
+    for name in ("X", "concat", "final"):
+        np.testing.assert_array_equal(lean.matrix(name), full.matrix(name), err_msg=name)
+        assert not lean.matrix(name).flags.writeable
 
 
 def test_worked_example_heads_alone():

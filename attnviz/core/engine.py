@@ -272,21 +272,25 @@ def split_heads(stacks: dict[str, np.ndarray], keep: np.ndarray | None) -> list[
     ]
 
 
-def _mix(s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray, np.ndarray]:
+def _mix(s: Scenario, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """concat of the head outputs in head order, and the final output concat · W_O.
 
     Ablated heads keep their outputs in concat but contribute nothing to the final mix.
     """
-    concat = np.concatenate([h.output for h in heads], axis=1)
+    concat = np.concatenate(outputs, axis=1)
     if not s.settings.projections:
         final = concat
     elif s.settings.ablated:
-        kept = kept_columns(s.settings, len(heads), heads[0].Q.shape[1])
+        kept = kept_columns(s.settings, len(outputs), outputs[0].shape[1])
         final = concat[:, kept] @ s.W_O[kept]
     else:
         final = concat @ s.W_O
     _frozen(concat, final)
     return concat, final
+
+
+def _outputs(heads: Iterable[Head]) -> list[np.ndarray]:
+    return [h.output for h in heads]
 
 
 def kept_columns(settings: Settings, n_heads: int, d_k: int) -> np.ndarray:
@@ -305,7 +309,7 @@ def compute(s: Scenario) -> Result:
     keep = dropout_keep(s.settings, (Q.shape[0], s.n, s.n))
     heads = _attend(Q, K, V, s.settings, future, keep)
     _frozen(X, future)
-    return Result(s.tokens, s.settings, X, tuple(heads), *_mix(s, heads), future)
+    return Result(s.tokens, s.settings, X, tuple(heads), *_mix(s, _outputs(heads)), future)
 
 
 def compute_head(s: Scenario, h: int) -> Head:
@@ -333,6 +337,19 @@ def one_head(s: Scenario, h: int) -> Result:
     empty = np.empty((0, 0))
     _frozen(X, future, empty)
     return Result(s.tokens, s.settings, X, tuple(heads), empty, empty, future)
+
+
+def layer(s: Scenario) -> Result:
+    """X, concat and final of compute(s), bit for bit, one head at a time.
+
+    Only one head's n × n matrices are alive at once (not all heads'), for figures of the
+    layer-wide views at long sequences. The Result has no heads (``heads`` is empty).
+    """
+    count = s.n_heads if s.settings.projections else 1
+    outputs = [compute_head(s, h).output for h in range(count)]
+    X, future = _input(s), future_mask(s.n)
+    _frozen(X, future)
+    return Result(s.tokens, s.settings, X, (), *_mix(s, outputs), future)
 
 
 def update(
@@ -397,6 +414,8 @@ def update(
             fresh=only,
         )
     concat, final = (
-        _mix(s, new) if todo or fresh or w_o or not prev.complete else (prev.concat, prev.final)
+        _mix(s, _outputs(new))
+        if todo or fresh or w_o or not prev.complete
+        else (prev.concat, prev.final)
     )
     return Result(s.tokens, st, X, tuple(new), concat, final, prev.future)
