@@ -1,7 +1,9 @@
 """The reference engine: every intermediate of (multi-head) attention in float64.
 
 ``compute(scenario)`` returns a frozen ``Result``, one ``Head`` per head; the work is
-vectorised over heads and tokens. ``update`` recomputes only what an edit touches.
+vectorised over heads and tokens. ``update`` recomputes only what an edit touches;
+``one_head`` and ``layer`` give one head, or concat and final, for a fraction of the
+memory (exports at long sequences).
 Symbols follow the brief: ``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, masked,
 ``softmax`` along keys, head output ``weights · V``, ``concat`` in head order, final
 ``concat · W_O``.
