@@ -7,7 +7,10 @@ are measured by tests/perf/bench_parse_memory.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tracemalloc
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from attnviz.core import files as F
 from attnviz.core.files import FileFormatError, scenario_from_json, scenario_to_json
 from attnviz.core.scenario import LIMITS, Scenario
+from attnviz.core.text import parse_table
 
 
 @pytest.fixture
@@ -70,3 +74,71 @@ def test_the_container_count_covers_every_matrix_row_at_the_limits() -> None:
     assert F._most_containers() >= rows + 3 * lim.heads + 2 + lim.tokens * lim.token_chars
     doc = json.dumps({"X": [[0]] * 3, "heads": [{"W_Q": [[0]]}]})
     assert doc.count("[") + doc.count("{") <= F._most_containers()
+
+
+# CSV and pasted tables ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    def parse(text: str) -> float:
+        raise AssertionError("a cell was read")
+
+    monkeypatch.setattr(F, "parse_number", parse)
+
+
+def test_a_csv_row_wider_than_any_matrix_is_refused_before_a_cell_is_read(
+    no_numbers: None,
+) -> None:
+    with pytest.raises(FileFormatError, match="line 2: 2,049 numbers; a row has at most 2,048"):
+        F.matrix_from_csv("\n" + ",".join(["1"] * 2049) + "\n")
+
+
+def test_a_csv_longer_than_any_matrix_is_refused_before_a_cell_is_read(
+    no_numbers: None,
+) -> None:
+    with pytest.raises(FileFormatError, match="32,769 rows; a matrix has at most 32,768"):
+        F.matrix_from_csv("1\n\n" * 32_769)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [("1,2\r\n\r\n3,x\n", "line 3, column 2"), ("1\r2\r\x0cx", "line 4, column 1")],
+)
+def test_csv_lines_are_numbered_as_splitlines_numbers_them(text: str, where: str) -> None:
+    with pytest.raises(FileFormatError, match=where):
+        F.matrix_from_csv(text)
+
+
+def test_csv_with_blank_lines_and_spaces_reads_back() -> None:
+    a = F.matrix_from_csv("\n 1, 2 \r\n\n\t\n3,4\r5,6")
+    assert a.tolist() == [[1, 2], [3, 4], [5, 6]]
+
+
+def _peak(call: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(ValueError):
+            call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["12," * 1_000_000, "12\n" * 1_000_000, "12 " * 1_000_000, "[12]" * 1_000_000],
+    ids=["one wide csv row", "many lines", "one wide spaced row", "many bracket rows"],
+)
+def test_an_oversized_table_is_refused_in_memory_near_its_size(text: str) -> None:
+    # Splitting first built a string object (about 50 bytes) for each 3 characters.
+    assert _peak(lambda: F.matrix_from_csv(text)) < 2 * len(text) + 2**20
+    assert _peak(lambda: parse_table(text)) < 2 * len(text) + 2**20
+
+
+def test_a_table_is_read_into_one_array_not_a_float_object_a_cell() -> None:
+    a = np.arange(256 * 256, dtype=np.float64).reshape(256, 256) % 97
+    text = F.matrix_to_csv(a)
+    np.testing.assert_array_equal(F.matrix_from_csv(text), a)
+    np.testing.assert_array_equal(parse_table(text), a)
+    assert _peak(lambda: F.matrix_from_csv(text)) < 2 * a.nbytes

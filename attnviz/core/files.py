@@ -36,7 +36,13 @@ from attnviz.core.scenario import (
     check_values,
     from_heads,
 )
-from attnviz.core.text import parse_number
+from attnviz.core.text import (
+    TABLE_COLS,
+    TABLE_ROWS,
+    count_lines,
+    line_spans,
+    parse_number,
+)
 
 FORMAT = "attnviz-scenario"
 VERSION = 1
@@ -531,27 +537,38 @@ def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
 
 
 def matrix_from_csv(text: str) -> np.ndarray:
-    """Comma-separated rows of numbers (blank lines ignored) as a float64 array."""
-    rows: list[list[float]] = []
-    for line_no, line in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = []
-        for col, cell in enumerate(line.split(","), start=1):
+    """Comma-separated rows of numbers (blank lines ignored) as a float64 array.
+
+    Rows and columns are counted before any line is split, so a file larger than any
+    matrix a scenario holds is refused without building objects for its cells.
+    """
+    text = text.removeprefix("\ufeff")
+    rows = count_lines(text)
+    if rows > TABLE_ROWS:
+        raise FileFormatError(f"{rows:,} rows; a matrix has at most {TABLE_ROWS:,}")
+    out: np.ndarray | None = None
+    for r, (line_no, start, end) in enumerate(line_spans(text)):
+        cols = text.count(",", start, end) + 1
+        if cols > TABLE_COLS:
+            raise FileFormatError(
+                f"line {line_no}: {cols:,} numbers; a row has at most {TABLE_COLS:,}"
+            )
+        if out is None:
+            if rows * cols > MAX_MATRIX_CELLS:
+                raise FileFormatError(f"more than {MAX_MATRIX_CELLS} numbers")
+            out = np.empty((rows, cols))
+        elif cols != out.shape[1]:
+            raise FileFormatError(
+                f"line {line_no} has {cols} numbers, the first row has {out.shape[1]}"
+            )
+        for col, cell in enumerate(text[start:end].split(","), start=1):
             try:
-                row.append(parse_number(cell))
+                out[r, col - 1] = parse_number(cell)
             except ValueError as e:
                 raise FileFormatError(f"line {line_no}, column {col}: {e}") from None
-        if rows and len(row) != len(rows[0]):
-            raise FileFormatError(
-                f"line {line_no} has {len(row)} numbers, the first row has {len(rows[0])}"
-            )
-        rows.append(row)
-        if len(rows) * len(row) > MAX_MATRIX_CELLS:
-            raise FileFormatError(f"more than {MAX_MATRIX_CELLS} numbers")
-    if not rows:
+    if out is None:
         raise FileFormatError("no numbers in the file")
-    return np.array(rows, dtype=np.float64)
+    return out
 
 
 def matrix_to_csv(a: np.ndarray) -> str:
