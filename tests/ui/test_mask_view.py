@@ -81,9 +81,12 @@ def test_masks_shows_what_each_strategy_did_to_the_scores_and_the_weights(window
 
 
 def test_masks_has_square_cells_and_every_token_label(window, qtbot):
-    window.docks["Masks"].raise_()
+    dock = window.docks["Masks"]
+    dock.raise_()
+    dock.setFloating(True)  # the dock's size as at 1440 × 900, whatever the layout did
+    dock.resize(700, 780)
     masks = window.masks
-    qtbot.waitUntil(lambda: masks.comparison is not None, timeout=5000)
+    qtbot.waitUntil(lambda: masks.comparison is not None and masks.isVisible(), timeout=5000)
     for key, view in masks.views.items():
         vb = view.plot.vb
         corner = vb.mapViewToScene(QPointF(0, 0))
