@@ -6,7 +6,6 @@ a save that was killed leaves a temporary file that the next save of that file r
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hang_guard import within
 
 from attnviz.cli import main
 from attnviz.core import files as F
@@ -35,22 +35,6 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="pipes, sockets and s
 
 ROOT = Path(__file__).resolve().parent.parent
 UNDECODABLE = os.fsdecode(b"caf\xe9 \xff.attn.json")  # Latin-1 é and a stray byte
-
-
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail instead of hanging: SIGALRM interrupts a blocked open() or read()."""
-
-    def fail(*_: object) -> None:
-        raise TimeoutError(f"still blocked after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

@@ -7,16 +7,14 @@ files are renamed aside (never deleted), and nothing blocks (SIGALRM fails a han
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hang_guard import within
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -31,22 +29,6 @@ pytestmark = [
 Button = QMessageBox.StandardButton
 UNDECODABLE = os.fsdecode(b"caf\xe9 \xff.attn.json")
 SHOWN = "caf\ufffd \ufffd.attn.json"
-
-
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail instead of hanging: SIGALRM interrupts a blocked open() or read()."""
-
-    def fail(*_: object) -> None:
-        raise TimeoutError(f"still blocked after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
