@@ -154,6 +154,18 @@ def equal_tokens(value: float) -> Scenario:
     )
 
 
+def torch_off_by(monkeypatch: pytest.MonkeyPatch, name: str, by: float):  # type: ignore[no-untyped-def]
+    """The torch engine module, its compute_torch made to report head 1's name[1] off by by."""
+    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    honest = torch_engine.compute_torch
+    monkeypatch.setattr(
+        torch_engine,
+        "compute_torch",
+        lambda s, device="cpu", dtype="float64": shifted(honest(s, device, dtype), name, 0, 1, by),
+    )
+    return torch_engine
+
+
 CHECKED = {
     "worked": worked_example(),
     "random": random_scenario(n=16, d_model=32, heads=4, d_k=8, seed=4),
@@ -167,15 +179,7 @@ def test_an_entropy_off_by_0_08_on_flat_rows_at_the_value_limit_is_reported(
 ) -> None:
     # Scores near 5.7e12: rounding may move them by ~1e-2, but a flat row's entropy
     # only moves to second order, so 0.08 is still far past its tolerance.
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
-    honest = torch_engine.compute_torch
-    monkeypatch.setattr(
-        torch_engine,
-        "compute_torch",
-        lambda s, device="cpu", dtype="float64": shifted(
-            honest(s, device, dtype), "entropy", 0, 1, 0.08
-        ),
-    )
+    torch_engine = torch_off_by(monkeypatch, "entropy", 0.08)
     c = torch_engine.cross_check(equal_tokens(1e6), "cpu", "float64")
     assert c.culprit is not None and c.culprit.name == "entropy"
 
@@ -227,15 +231,7 @@ def test_real_engines_agree(which: str) -> None:
 def test_a_disagreement_of_0_08_is_reported(
     monkeypatch: pytest.MonkeyPatch, which: str, name: str
 ) -> None:
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
-    honest = torch_engine.compute_torch
-    monkeypatch.setattr(
-        torch_engine,
-        "compute_torch",
-        lambda s, device="cpu", dtype="float64": shifted(
-            honest(s, device, dtype), name, 0, 1, 0.08
-        ),
-    )
+    torch_engine = torch_off_by(monkeypatch, name, 0.08)
     c = torch_engine.cross_check(CHECKED[which], "cpu", "float64")
     assert not c.ok
     assert c.culprit is not None and c.culprit.name == name

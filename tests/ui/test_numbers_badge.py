@@ -10,23 +10,11 @@ import pytest
 torch_engine = pytest.importorskip("attnviz.core.torch_engine")
 pytest.importorskip("torch")
 
+from test_entropy_stability import equal_tokens  # noqa: E402
+
 from attnviz.core.engine import Result  # noqa: E402
-from attnviz.core.scenario import Scenario, Settings  # noqa: E402
 from attnviz.ui.document import Document  # noqa: E402
 from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
-
-
-def equal_tokens(value: float) -> Scenario:
-    """8 identical tokens of size value: scores near 5.7e8 for value 1e4."""
-    return Scenario(
-        tokens=tuple(f"t{i}" for i in range(8)),
-        X=np.full((8, 4), value),
-        W_Q=np.full((1, 4, 2), 0.5),
-        W_K=np.full((1, 4, 2), 0.5),
-        W_V=np.full((1, 4, 2), 0.5),
-        W_O=np.full((2, 4), 0.5),
-        settings=Settings(mask="none"),
-    )
 
 
 def with_entropy_off(r: Result, by: float) -> Result:
