@@ -142,3 +142,74 @@ def test_a_table_is_read_into_one_array_not_a_float_object_a_cell() -> None:
     np.testing.assert_array_equal(F.matrix_from_csv(text), a)
     np.testing.assert_array_equal(parse_table(text), a)
     assert _peak(lambda: F.matrix_from_csv(text)) < 2 * a.nbytes
+
+
+# Scenario numbers: read row by row ----------------------------------------------------------
+
+
+def _numbers_scenario(n: int, d: int) -> str:
+    """A valid scenario document whose X is n×d short numbers, written compactly."""
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, 10, size=(n, d)) / 10).tolist()  # "0.3,": 4 bytes a number
+    w = [[1.0]] * d
+    doc = {
+        "format": "attnviz-scenario",
+        "version": 1,
+        "tokens": [f"t{i}" for i in range(n)],
+        "X": x,
+        "heads": [{"W_Q": w, "W_K": w, "W_V": w}],
+        "W_O": [[0.5] * d],
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def test_a_scenario_of_short_numbers_parses_in_a_small_multiple_of_its_size() -> None:
+    # json.loads of the whole text built a float object and a list slot (32 bytes) for
+    # every "0.3," (4 bytes): 8× the file, and 10× with the array made from it. Now: the
+    # rows as arrays and X made from them (2 bytes of float64 per byte of file each).
+    text = _numbers_scenario(1024, 512)
+    want = np.array(json.loads(text)["X"], dtype=np.float64)
+    s = scenario_from_json(text)
+    np.testing.assert_array_equal(s.X, want)
+    assert _peak(lambda: scenario_from_json(text)) < 2 * want.nbytes + 2**20
+
+
+def test_rows_read_alone_hold_the_numbers_json_reads() -> None:
+    row = "[1, 2, -0, 1E+5, 2.5e-320, 999999, -1.0e0]"
+    text = _numbers_scenario(1, 7).replace('"X":[[', '"X":[' + row + ",[", 1)
+    text = text.replace('"tokens":["t0"]', '"tokens":["t0","t1"]')
+    want = np.array(json.loads(text)["X"], dtype=np.float64)
+    np.testing.assert_array_equal(scenario_from_json(text).X, want)
+
+
+def test_a_json_error_after_rows_is_placed_where_the_file_has_it() -> None:
+    # Rows are swapped for placeholders before json.loads: the position must map back.
+    good = _numbers_scenario(3, 4)
+    for bad in (
+        good.replace('"heads"', '"heads" ', 1).replace(':[{"W_Q"', ':[{"W_Q" x', 1),
+        good.replace("],[", "],\n[", 2).replace('"W_O":[[', '"W_O":[[0.5,,', 1),
+        good.replace('"X":[[', '"X":[[1,\n 2,\n', 1).replace('"version":1', '"version":1 1', 1),
+    ):
+        with pytest.raises(json.JSONDecodeError) as want:
+            json.loads(bad)
+        with pytest.raises(FileFormatError) as got:
+            scenario_from_json(bad)
+        assert f"at line {want.value.lineno}, column {want.value.colno}" in str(got.value)
+
+
+def test_cells_that_are_not_numbers_are_named_as_before() -> None:
+    text = _numbers_scenario(3, 4).replace('"X":[[', '"X":[[1,', 1)
+    bad = text.replace('"X":[[1,', '"X":[[true,', 1).replace("[[1,", "[[1,", 1)
+    with pytest.raises(FileFormatError, match=r"X\[1,1\]: expected a number, got bool True"):
+        scenario_from_json(bad)
+
+
+def test_many_rows_that_are_not_numbers_are_refused_at_once() -> None:
+    rows = ",".join(["[true]"] * 65)
+    with pytest.raises(FileFormatError, match="more than 64 rows that are not lists of numbers"):
+        scenario_from_json(HEAD + rows + "]}")
+
+
+def test_a_row_far_wider_than_any_matrix_is_refused_before_json_is_parsed(no_json: None) -> None:
+    with pytest.raises(FileFormatError, match=r"line 2: a row of 40,000 values; .* at most 2,048"):
+        scenario_from_json(HEAD + "\n[" + "0.5," * 39_999 + "0.5]]}")

@@ -11,6 +11,7 @@ that was killed are removed before the next save of the same file.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import io
@@ -18,6 +19,7 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
 import tempfile
 import time
@@ -115,18 +117,21 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 
 def _matrix(where: str, value: Any) -> np.ndarray:
-    """A list of equal-length lists of finite numbers, as a float64 array."""
+    """A list of equal-length rows of finite numbers, as a float64 array.
+
+    A row is a list, or a float64 array when the JSON reader converted it already.
+    """
     if not isinstance(value, list) or not value:
         raise FileFormatError(f"{where}: expected a non-empty list of rows")
     width = None
     for r, row in enumerate(value):
-        if not isinstance(row, list):
+        if not isinstance(row, (list, np.ndarray)):
             raise FileFormatError(f"{where}[{r + 1}]: expected a row (a list of numbers)")
         if width is None:
             width = len(row)
         elif len(row) != width:
             raise FileFormatError(f"{where}: row {r + 1} has {len(row)} numbers, row 1 has {width}")
-        if not set(map(type, row)) <= {int, float}:
+        if isinstance(row, list) and not set(map(type, row)) <= {int, float}:
             c = next(c for c, v in enumerate(row) if type(v) not in (int, float))
             raise FileFormatError(
                 f"{where}[{r + 1},{c + 1}]: expected a number, "
@@ -144,6 +149,7 @@ def _matrix(where: str, value: Any) -> np.ndarray:
         check_values(where, array)
     except ScenarioError as e:
         raise FileFormatError(str(e)) from None
+    array.flags.writeable = False  # so that the Scenario keeps it without a copy
     return array
 
 
@@ -326,6 +332,81 @@ def _check_counts(text: str | bytes) -> None:
         )
 
 
+# A list of numbers inside a list (a matrix row): "[" or "," then "[" with no string,
+# list or object in it. The character class cannot backtrack, so matching is linear.
+_ROW = re.compile(r'([\[,]\s*)(\[[^\[\]{}"]*\])')
+_MOST_BAD_ROWS = 64
+
+
+class _Rows:
+    """Matrix rows parsed one at a time into float64 arrays.
+
+    json.loads of a whole file builds a Python float per number (about 32 bytes for
+    "0.5,"). Here each row is parsed alone and kept as an array, and the text handed to
+    json.loads holds {key: k} in its place (row k), with a key no file can guess: peak
+    memory stays a small multiple of the file. A row that is not all numbers (or not
+    valid JSON) is left in the text, so that the usual checks name its cell, or its
+    line and column (``where`` maps a position in the new text back to the file).
+    """
+
+    def __init__(self, text: str) -> None:
+        self.key = f"row-{secrets.token_hex(8)}"
+        self.arrays: list[np.ndarray] = []
+        self._moves: list[tuple[int, int]] = []  # (end in the new text, end in the file)
+        pieces: list[str] = []
+        done = length = bad = 0  # file consumed up to done; length of the new text so far
+        for match in _ROW.finditer(text):
+            start, end = match.span(2)
+            row = match.group(2)
+            if row.count(",") >= 16 * TABLE_COLS:  # longer rows are refused with their name
+                raise FileFormatError(
+                    f"line {_line(text, start)}: a row of {row.count(',') + 1:,} values; "
+                    f"a row has at most {TABLE_COLS:,}"
+                )
+            array = _numbers_row(row)
+            if array is None:
+                bad += 1
+                if bad > _MOST_BAD_ROWS:
+                    raise FileFormatError(
+                        f"line {_line(text, start)}: more than {_MOST_BAD_ROWS} rows "
+                        "that are not lists of numbers"
+                    )
+                continue
+            pieces += [text[done:start], f'{{"{self.key}": {len(self.arrays)}}}']
+            length += len(pieces[-2]) + len(pieces[-1])
+            done = end
+            self.arrays.append(array)
+            self._moves.append((length, end))
+        pieces.append(text[done:])
+        self.text = "".join(pieces)
+
+    def hook(self, pairs: list[tuple[str, Any]]) -> Any:
+        """object_pairs_hook: a placeholder becomes its row; other objects as usual."""
+        if len(pairs) == 1 and pairs[0][0] == self.key:
+            return self.arrays[pairs[0][1]]
+        return _no_duplicates(pairs)
+
+    def where(self, pos: int) -> int:
+        """The file position of position pos of the new text (outside placeholders)."""
+        i = bisect.bisect_right(self._moves, (pos, math.inf)) - 1
+        return pos if i < 0 else self._moves[i][1] + pos - self._moves[i][0]
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _numbers_row(row: str) -> np.ndarray | None:
+    """A JSON list of numbers as float64, or None if it holds anything else."""
+    try:
+        values = json.loads(row, parse_constant=_constant)
+        if set(map(type, values)) <= {int, float}:
+            return np.array(values, dtype=np.float64)
+    except (ValueError, OverflowError):  # JSONDecodeError is a ValueError
+        pass
+    return None
+
+
 def scenario_from_json(text: str | bytes) -> Scenario:
     """Parse and check .attn.json text."""
     if len(text) > MAX_FILE_BYTES:
@@ -337,12 +418,13 @@ def scenario_from_json(text: str | bytes) -> Scenario:
         except UnicodeDecodeError as e:
             raise FileFormatError(f"not UTF-8 text (byte {e.start + 1})") from None
     text = text.removeprefix("\ufeff")
+    rows = _Rows(text)
     try:
-        data = json.loads(text, parse_constant=_constant, object_pairs_hook=_no_duplicates)
+        data = json.loads(rows.text, parse_constant=_constant, object_pairs_hook=rows.hook)
     except json.JSONDecodeError as e:
-        raise FileFormatError(
-            f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
-        ) from None
+        pos = rows.where(e.pos)
+        line, column = _line(text, pos), pos - text.rfind("\n", 0, pos)
+        raise FileFormatError(f"not valid JSON: {e.msg} at line {line}, column {column}") from None
     except RecursionError:
         raise FileFormatError("nested too deeply to be a scenario") from None
     except ValueError as e:  # e.g. an integer with too many digits

@@ -136,8 +136,9 @@ def check_values(
     """
     if values.size == 0:
         return
-    # max of |v| is NaN when any entry is NaN, so one comparison catches NaN, ±inf and size.
-    if np.abs(values).max() <= limit:
+    # max and min are NaN when any entry is NaN, so this catches NaN, ±inf and size
+    # without a temporary copy of the values.
+    if values.max() <= limit and values.min() >= -limit:
         return
     bad = np.argwhere(~(np.abs(values) <= limit))[0]
     value = float(values[tuple(bad)])

@@ -65,6 +65,11 @@ def cases(mib: int, csv_mib: int) -> list[tuple[str, str, Callable[[str], None]]
             lambda p: write(p, csv, HEAD + b"[", b"0.5,", b"0.5]]}"),
         ),
         (
+            f"{csv_mib} MiB scenario, rows of 2,048 × 0.5",
+            "rows.attn.json",
+            lambda p: write(p, csv, HEAD, b"[" + b"0.5," * 2047 + b"0.5],", b"[0.5]]}"),
+        ),
+        (
             f"{csv_mib} MiB CSV, one line of 0.5",
             "line.csv",
             lambda p: write(p, csv, b"", b"0.5,", b"0.5\n"),
