@@ -361,7 +361,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--head {args.head}: the scenario has {n_heads} head(s)")
     if args.view in (*HEAD_MATRICES, "X"):
         spec = _one_head_spec(s, args.view, args.head - 1)
-    else:  # concat and final mix every head; layer() holds one head's matrices at a time
+    else:  # concat and final mix every head; layer() stores no n × n matrix
         spec = spec_for(layer(s), args.view)
     try:
         if fmt == "svg":

@@ -341,15 +341,69 @@ def one_head(s: Scenario, h: int) -> Result:
     return Result(s.tokens, s.settings, X, tuple(heads), empty, empty, future)
 
 
-def layer(s: Scenario) -> Result:
-    """X, concat and final of compute(s), bit for bit, one head at a time.
+def _head_output(
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    st: Settings,
+    future: np.ndarray,
+    keep: np.ndarray | None,
+    block: int = 256,
+) -> np.ndarray:
+    """One head's output weights · V as _attend computes it (the same operations; BLAS may
+    round a block's products differently in the last bit), a block of query rows at a
+    time and in place: no n × n intermediate is stored.
 
-    Only one head's n × n matrices are alive at once (not all heads'), for figures of the
-    layer-wide views at long sequences. The Result has no heads (``heads`` is empty).
+    Under the causal mask, keys after a block's last query are −∞ in every row of the
+    block, so their weights are set to 0 (what exp(−∞) gives) without computing exp.
     """
-    count = s.n_heads if s.settings.projections else 1
-    outputs = [compute_head(s, h).output for h in range(count)]
+    n, d_k = Q.shape
+    Kt = np.ascontiguousarray(K.T)
+    out = np.empty((n, V.shape[1]))
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        w = Q[a:b] @ Kt
+        if st.scale:
+            w /= np.sqrt(d_k)
+        if st.mask in ("causal", "causal-zero"):
+            np.copyto(w, -np.inf if st.mask == "causal" else 0.0, where=future[a:b])
+        live = w[:, :b] if st.mask == "causal" else w
+        m = live.max(axis=-1)
+        empty = np.isneginf(m)
+        if empty.any():
+            m = np.where(empty, 0.0, m)
+        live -= m[:, None]
+        np.exp(live, out=live)
+        if live is not w:
+            w[:, b:] = 0.0
+        w /= np.where(empty, 1.0, w.sum(axis=-1))[:, None]
+        if st.mask == "drop-after-softmax":
+            np.copyto(w, 0.0, where=future[a:b])
+        if keep is not None:
+            w *= keep[a:b]
+            w /= 1.0 - st.dropout
+        out[a:b] = w @ V
+    return out
+
+
+def layer(s: Scenario, block: int = 256) -> Result:
+    """X, concat and final of compute(s) (to the last bit or two), one head and one block
+    of query rows at a time: no n × n matrix is stored, for the layer-wide views at long
+    sequences.
+
+    The Result has no heads (``heads`` is empty).
+    """
     X, future = _input(s), future_mask(s.n)
+    count = s.n_heads if s.settings.projections else 1
+    outputs = []
+    for h in range(count):
+        if s.settings.projections:
+            Q, K, V = (_project(X, W[h : h + 1])[0] for W in (s.W_Q, s.W_K, s.W_V))
+        else:
+            Q = K = V = X
+        keep = dropout_keep(s.settings, (1, s.n, s.n), skip=h)
+        keep = None if keep is None else keep[0]
+        outputs.append(_head_output(Q, K, V, s.settings, future, keep, block))
     _frozen(X, future)
     return Result(s.tokens, s.settings, X, (), *_mix(s, outputs), future)
 

@@ -197,8 +197,12 @@ def _label_every(cell: float, font: float) -> int:
     return max(1, math.ceil(font * 1.1 / cell))
 
 
-def to_svg(spec: HeatmapSpec) -> str:
-    """The heatmap as an SVG document."""
+def to_svg(spec: HeatmapSpec, cells: bool = True) -> str:
+    """The heatmap as an SVG document.
+
+    ``cells=False`` leaves out the image of a raster figure's cells (for a PNG, which
+    draws them straight from ``cell_pixels`` into ``cell_box``).
+    """
     L = layout(spec)
     masked = spec.hatched()
     out = [
@@ -221,7 +225,10 @@ def to_svg(spec: HeatmapSpec) -> str:
         f'<text x="{L.left:.1f}" y="22" font-size="15" font-weight="bold">'
         f"{escape(spec.title)}</text>",
     ]
-    out += _image_cells(spec, L) if is_raster(spec) else _vector_cells(spec, L, masked)
+    if not is_raster(spec):
+        out += _vector_cells(spec, L, masked)
+    elif cells:
+        out += _image_cells(spec)
     out += _axes(spec, L)
     out += _colorbar(spec, L, bool(masked.any()), spec.leaked is not None)
     out.append("</svg>")
@@ -311,14 +318,21 @@ def png_bytes(pixels: np.ndarray) -> bytes:
     )
 
 
-def _image_cells(spec: HeatmapSpec, L: Layout) -> list[str]:
-    """Every cell in one embedded PNG, one pixel per cell, scaled up without smoothing."""
+def cell_box(spec: HeatmapSpec) -> tuple[float, float, float, float]:
+    """Where the cells lie in the figure: x, y, width, height in SVG units."""
+    L = layout(spec)
     rows, cols = spec.values.shape
+    return L.left, L.top, cols * L.cell, rows * L.cell
+
+
+def _image_cells(spec: HeatmapSpec) -> list[str]:
+    """Every cell in one embedded PNG, one pixel per cell, scaled up without smoothing."""
+    x, y, width, height = cell_box(spec)
     data = base64.b64encode(png_bytes(cell_pixels(spec))).decode("ascii")
     return [
         '<g id="cells">',
-        f'<image x="{L.left:.2f}" y="{L.top:.2f}" width="{cols * L.cell:.2f}"'
-        f' height="{rows * L.cell:.2f}" preserveAspectRatio="none"'
+        f'<image x="{x:.2f}" y="{y:.2f}" width="{width:.2f}"'
+        f' height="{height:.2f}" preserveAspectRatio="none"'
         ' image-rendering="optimizeSpeed"'  # no smoothing: Qt, Inkscape, browsers (crisp)
         f' xlink:href="data:image/png;base64,{data}"/>',
         "</g>",

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QSize, Signal
+from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QRectF, QSize, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
 
-from attnviz.core.figure import HeatmapSpec, png_bytes, svg_size, to_svg
+from attnviz.core.figure import (
+    HeatmapSpec,
+    cell_box,
+    cell_pixels,
+    is_raster,
+    png_bytes,
+    svg_size,
+    to_svg,
+)
 from attnviz.core.files import atomic_write, printable
 
 MAX_PNG_PIXELS = 100_000_000
@@ -49,7 +57,13 @@ def _pixel_size(width: float, height: float, scale: float) -> QSize:
     return size
 
 
-def _draw(svg: str, width: float, height: float, size: QSize) -> QImage:
+def _draw(
+    svg: str,
+    width: float,
+    height: float,
+    size: QSize,
+    also: Callable[[QPainter, float, float], None] | None = None,
+) -> QImage:
     renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
     read = renderer.defaultSize()
     if not renderer.isValid() or (read.width(), read.height()) != (round(width), round(height)):
@@ -62,6 +76,8 @@ def _draw(svg: str, width: float, height: float, size: QSize) -> QImage:
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
     renderer.render(painter)
+    if also is not None:
+        also(painter, size.width() / width, size.height() / height)
     painter.end()
     return image
 
@@ -75,13 +91,36 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def write_png(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
-    write_svg_as_png(to_svg(spec), path, scale)
+    """A heatmap as PNG. A raster figure's cells are drawn straight from the colour-mapped
+    array (not encoded into its SVG and decoded again): the same pixels, in half the time.
+    """
+    if not is_raster(spec):
+        write_svg_as_png(to_svg(spec), path, scale)
+        return
+    cells = cell_pixels(spec)
+    rows, cols, _ = cells.shape
+    picture = QImage(cells.data, cols, rows, 3 * cols, QImage.Format.Format_RGB888)
+    x, y, width, height = cell_box(spec)
+
+    def draw_cells(painter: QPainter, scale_x: float, scale_y: float) -> None:
+        box = QRectF(x * scale_x, y * scale_y, width * scale_x, height * scale_y)
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+        painter.drawImage(box, picture)
+
+    write_svg_as_png(to_svg(spec, cells=False), path, scale, draw_cells)
 
 
-def write_svg_as_png(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:
+def write_svg_as_png(
+    svg: str,
+    path: str | os.PathLike[str],
+    scale: float = 2.0,
+    also: Callable[[QPainter, float, float], None] | None = None,
+) -> None:
+    """An SVG document rendered to PNG; ``also(painter, sx, sy)`` paints over it, with
+    sx, sy the pixels per SVG unit."""
     width, height = svg_size(svg)
     size = _pixel_size(width, height, scale)
-    image = _draw(svg, width, height, size)
+    image = _draw(svg, width, height, size, also)
     data = png_bytes(_rows(image))  # image stays alive while its rows are read
     got, expected = png_size(data), (size.width(), size.height())
     if got != expected:
@@ -102,7 +141,10 @@ def _rows(image: QImage) -> np.ndarray:
 
 def write_image(spec: HeatmapSpec, path: str | os.PathLike[str], scale: float = 2.0) -> None:
     """A heatmap as PNG or SVG, by the path's suffix."""
-    save_svg(to_svg(spec), path, scale)
+    if Path(path).suffix.lower() == ".png":
+        write_png(spec, path, scale)
+    else:
+        save_svg(to_svg(spec), path, scale)
 
 
 def save_svg(svg: str, path: str | os.PathLike[str], scale: float = 2.0) -> None:

@@ -84,6 +84,21 @@ def main() -> None:
                 )
                 line = run.stdout.strip() or run.stderr.strip().splitlines()[-1]
                 print(f"{name:20s} {suffix:4s} {line}", flush=True)
+        print("\nThe whole command (start, compute, write): wall, peak RSS")
+        for view in VIEWS:
+            for suffix in (".svg", ".png"):
+                out = str(Path(folder) / f"cli-{view}{suffix}")
+                cmd = ["export", "--preset", "gpt2-small", "--n", str(args.n), "--view", view]
+                wall = time.perf_counter()
+                run = subprocess.run(
+                    ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "attnviz", *cmd,
+                     "--out", out, "--scale", str(args.scale)],
+                    capture_output=True,
+                    text=True,
+                )
+                wall = time.perf_counter() - wall
+                peak = int(run.stderr.strip().splitlines()[-1]) / 1024 if not run.returncode else 0
+                print(f"attnviz export --view {view:8s} {suffix:4s} {wall:6.2f} s {peak:6.0f} MB")
 
 
 if __name__ == "__main__":

@@ -160,3 +160,28 @@ def test_image_export_stops_at_the_first_failure_and_names_it(qapp, tmp_path):
     ((written, error),) = finished
     assert written == [good] and str(bad) in error and ".tmp" not in error
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.5, 3.0])
+def test_a_png_drawn_from_the_array_is_the_png_of_its_svg(qapp, tmp_path, scale):
+    # PNGs of large figures skip the SVG's embedded image and draw the array directly:
+    # the result must be what rendering the whole SVG gives (axes, labels, bar, cells),
+    # but for pixels on a cell's edge, which the two may give to either neighbour.
+    spec = big_spec(300)
+    fast, slow = tmp_path / "fast.png", tmp_path / "slow.png"
+    write_image(spec, fast, scale)
+    export.write_svg_as_png(to_svg(spec), slow, scale)
+    a, b = image_array(fast), image_array(slow)
+    assert a.shape == b.shape
+    L = layout(spec)
+
+    def on_an_edge(pixel: np.ndarray, origin: float) -> np.ndarray:
+        where = ((pixel + 0.5) / scale - origin) / L.cell  # in cells
+        return np.abs(where - np.rint(where)) * L.cell * scale <= 1.0  # within a pixel
+
+    ys, xs = np.nonzero((a != b).any(axis=2))
+    assert (on_an_edge(xs, L.left) | on_an_edge(ys, L.top)).all()
+    centres = (np.arange(300) + 0.5) * L.cell
+    cx, cy = (np.floor((o + centres) * scale).astype(int) for o in (L.left, L.top))
+    if scale >= 1:  # below one pixel a cell, a centre pixel may show a neighbour
+        np.testing.assert_array_equal(a[cy][:, cx], b[cy][:, cx])
