@@ -91,8 +91,19 @@ def main() -> None:
                 cmd = ["export", "--preset", "gpt2-small", "--n", str(args.n), "--view", view]
                 wall = time.perf_counter()
                 run = subprocess.run(
-                    ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "attnviz", *cmd,
-                     "--out", out, "--scale", str(args.scale)],
+                    [
+                        "/usr/bin/time",
+                        "-f",
+                        "%M",
+                        sys.executable,
+                        "-m",
+                        "attnviz",
+                        *cmd,
+                        "--out",
+                        out,
+                        "--scale",
+                        str(args.scale),
+                    ],
                     capture_output=True,
                     text=True,
                 )
