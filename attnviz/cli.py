@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` needs no numpy
     import numpy as np
 
-    from attnviz.core.engine import Result
-    from attnviz.core.figure import HeatmapSpec
-    from attnviz.core.scenario import Scenario
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.core.maths.engine import Result
+    from attnviz.core.maths.scenario import Scenario
 
 EXIT_USAGE = 2
 
@@ -55,7 +55,7 @@ def _seed(text: str) -> int:
 
 
 def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
-    from attnviz.core.scenario import MASKS, POSITIONALS
+    from attnviz.core.maths.scenario import MASKS, POSITIONALS
 
     p.add_argument("file", nargs="?", metavar="FILE", help="a .attn.json scenario")
     p.add_argument(
@@ -126,7 +126,7 @@ def _scale(text: str) -> float:
 
 
 def _views() -> tuple[str, ...]:
-    from attnviz.core.figure import VIEWS
+    from attnviz.core.figures.figure import VIEWS
 
     return VIEWS
 
@@ -138,7 +138,7 @@ def _version() -> str:
 
 
 def _explainable() -> tuple[str, ...]:
-    from attnviz.core.explain import EXPLAINABLE
+    from attnviz.core.maths.explain import EXPLAINABLE
 
     return EXPLAINABLE
 
@@ -152,7 +152,7 @@ def load_source(args: argparse.Namespace) -> Scenario:
     if args.file:
         if args.n is not None or args.seed is not None:
             raise UsageError("--n and --seed apply to presets, not to files")
-        from attnviz.core.files import load_scenario
+        from attnviz.core.io.files import load_scenario
 
         s = load_scenario(args.file)
     else:
@@ -190,7 +190,7 @@ def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -
 def format_result(s: Scenario, r: Result) -> str:
     import numpy as np
 
-    from attnviz.core.engine import HEAD_MATRICES
+    from attnviz.core.maths.engine import HEAD_MATRICES
 
     st = s.settings
     toks = list(r.tokens)
@@ -221,8 +221,8 @@ def format_result(s: Scenario, r: Result) -> str:
 
 def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
     """The JSON form: the scenario as saved, per-head intermediates, concat and output."""
-    from attnviz.core.engine import HEAD_MATRICES
-    from attnviz.core.files import scenario_to_dict
+    from attnviz.core.io.files import scenario_to_dict
+    from attnviz.core.maths.engine import HEAD_MATRICES
 
     def rows(a: np.ndarray) -> list[list[Any]]:
         return [["-inf" if v == -float("inf") else v for v in row] for row in a.tolist()]
@@ -246,7 +246,7 @@ def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
-    from attnviz.core.engine import compute
+    from attnviz.core.maths.engine import compute
 
     s = load_source(args)
     r = compute(s)
@@ -271,7 +271,7 @@ def _check(s: Scenario) -> dict[str, Any]:
         import torch  # noqa: F401
     except ImportError as e:
         raise UsageError(f"--check needs PyTorch ({e})") from None
-    from attnviz.core.torch_engine import cross_check
+    from attnviz.core.maths.torch_engine import cross_check
 
     c = cross_check(s, "auto", "float64")
     return {
@@ -313,8 +313,8 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from attnviz.core.engine import HEAD_MATRICES, compute
-    from attnviz.core.explain import EXPLAINABLE, explain, format_text
+    from attnviz.core.maths.engine import HEAD_MATRICES, compute
+    from attnviz.core.maths.explain import EXPLAINABLE, explain, format_text
 
     s = load_source(args)
     r = compute(s)
@@ -338,7 +338,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_code(args: argparse.Namespace) -> int:
-    from attnviz.core.codegen import to_script
+    from attnviz.core.io.codegen import to_script
 
     source = args.file or args.preset or "worked-example"
     sys.stdout.write(to_script(load_source(args), args.flavor, source=source))
@@ -346,9 +346,9 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from attnviz.core.engine import HEAD_MATRICES, layer
-    from attnviz.core.figure import VIEWS, spec_for, svg_size, to_svg
-    from attnviz.core.files import atomic_write
+    from attnviz.core.figures.figure import VIEWS, spec_for, svg_size, to_svg
+    from attnviz.core.io.files import atomic_write
+    from attnviz.core.maths.engine import HEAD_MATRICES, layer
 
     if args.view not in VIEWS:
         raise UsageError(f"--view {args.view!r}: expected one of {', '.join(VIEWS)}")
@@ -387,8 +387,8 @@ def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
     """spec_for(compute(s), view, head) for a per-head view or X, computing that head only."""
     from dataclasses import replace
 
-    from attnviz.core.engine import one_head
-    from attnviz.core.figure import spec_for
+    from attnviz.core.figures.figure import spec_for
+    from attnviz.core.maths.engine import one_head
 
     spec = spec_for(one_head(s, head), view, 0)
     prefix = "head 1 · "  # the Result's one head is the scenario's head `head`
@@ -438,12 +438,12 @@ SUBCOMMANDS = ("compute", "presets", "bench", "explain", "code", "export")  # as
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":  # torch and the standard library only (GPU machines)
-        from attnviz.bench_cli import main as bench_main
+        from attnviz.bench.cli import main as bench_main
 
         return bench_main(argv[1:])
     if not argv or (len(argv) == 1 and argv[0] not in COMMANDS and not argv[0].startswith("-")):
         return open_window(argv[0] if argv else None)
-    from attnviz.core.scenario import ScenarioError
+    from attnviz.core.maths.scenario import ScenarioError
 
     parser = build_parser()
     try:

@@ -2,7 +2,7 @@
 
 CPU only and small (heads 2, d_head 16, n from 64 to 512, one repeat, no warm-up). Every
 expected number (FLOPs, predicted bytes, reference outputs) is computed here from the
-formulas in the issue, never read back from attnviz.core.bench. The matrix-multiply
+formulas in the issue, never read back from attnviz.bench.sweep. The matrix-multiply
 ceiling is replaced by a fixed number in most tests: it is slow on a CPU and its value
 only enters through share_of_gemm, which the tests check against that number.
 """
@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnviz.core import bench  # noqa: E402 (needs torch, after the skip)
-from attnviz.core.bench import Config  # noqa: E402
+from attnviz.bench import sweep as bench  # noqa: E402
+from attnviz.bench.sweep import Config  # noqa: E402
 
 GEMM = 0.25  # TFLOP/s: the ceiling the fixture below pretends to measure
 F32 = 4  # bytes per float32

@@ -21,9 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnviz import bench_cli  # noqa: E402 (needs torch, after the skip)
+from attnviz.bench import cli as bench_cli  # noqa: E402 (needs torch, after the skip)
+from attnviz.bench import sweep as bench  # noqa: E402
 from attnviz.cli import main  # noqa: E402
-from attnviz.core import bench  # noqa: E402
 
 GEMM = 0.5
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from attnviz.core import files as F
-from attnviz.core.files import FileFormatError, scenario_from_json, scenario_to_json
-from attnviz.core.scenario import LIMITS, Scenario
-from attnviz.core.text import parse_table
+from attnviz.core.io import files as F
+from attnviz.core.io.files import FileFormatError, scenario_from_json, scenario_to_json
+from attnviz.core.io.text import parse_table
+from attnviz.core.maths.scenario import LIMITS, Scenario
 
 
 @pytest.fixture

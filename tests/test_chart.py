@@ -13,7 +13,7 @@ from itertools import pairwise
 
 import pytest
 
-from attnviz.core.chart import Chart, Series, n_squared_guide, to_svg
+from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 POW2 = tuple(2.0**k for k in range(8, 18))  # 256 … 128k
@@ -352,7 +352,7 @@ def test_guides_never_hide_data():
 
 
 def records(*cells: tuple[str, int, float]) -> list:
-    from attnviz.core.bench import Record
+    from attnviz.bench.sweep import Record
 
     return [
         Record(impl, n, "ok", time_ms=ms, peak_bytes=int(n * n * 40), tflops=n / ms / 100)
@@ -361,8 +361,8 @@ def records(*cells: tuple[str, int, float]) -> list:
 
 
 def test_a_cancelled_sweep_keeps_every_point_visible():
-    from attnviz.core.bench import Config
-    from attnviz.core.bench_plots import charts
+    from attnviz.bench.plots import charts
+    from attnviz.bench.sweep import Config
 
     # cancelled during n = 1024: naive has three points, sdpa two
     done = records(
@@ -411,8 +411,8 @@ def test_a_linear_axis_of_non_negative_values_starts_at_zero(ys):
 
 
 def test_colours_are_fixed_by_name_and_kind():
-    from attnviz.core.bench import Config
-    from attnviz.core.bench_plots import charts
+    from attnviz.bench.plots import charts
+    from attnviz.bench.sweep import Config
 
     full = records(
         ("naive", 256, 30.0), ("sdpa", 256, 8.0), ("flash", 256, 5.0),
@@ -549,7 +549,7 @@ def test_module_imports_no_numpy():
             return None
 
     sys.meta_path.insert(0, Blocker())
-    from attnviz.core.chart import Chart, Series, n_squared_guide, to_svg
+    from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
     ns = (256.0, 512.0, 1024.0)
     svg = to_svg(Chart("t", "n", "ms", (Series("s", ns, (1.0, 3.0, 9.0)),
                                          n_squared_guide(ns, 256, 1.0))))

@@ -153,9 +153,9 @@ def close_to_printed(printed: str, true: float) -> bool:
 
 
 def write_worked_file(path: Path, **settings) -> Path:
-    """The worked example saved by attnviz.core.files.save_scenario."""
-    from attnviz.core.files import save_scenario
-    from attnviz.core.scenario import Settings, from_heads
+    """The worked example saved by attnviz.core.io.files.save_scenario."""
+    from attnviz.core.io.files import save_scenario
+    from attnviz.core.maths.scenario import Settings, from_heads
 
     heads = [{"W_Q": W_Q[h], "W_K": W_K[h], "W_V": W_V[h]} for h in range(2)]
     save_scenario(path, from_heads(TOKENS, X, heads, W_O, Settings(**settings)))

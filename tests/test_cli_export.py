@@ -75,9 +75,9 @@ def test_bad_export_requests(capsys, tmp_path, monkeypatch, args, needle):
 
 
 def test_export_matches_the_engine_for_a_file(tmp_path, capsys):
-    from attnviz.core.files import save_scenario
+    from attnviz.core.io.files import save_scenario
+    from attnviz.core.maths.scenario import Settings
     from attnviz.core.presets import worked_example
-    from attnviz.core.scenario import Settings
 
     path = tmp_path / "s.attn.json"
     save_scenario(path, worked_example(Settings(mask="none", scale=False)))

@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 
-from attnviz.core.codegen import to_script
-from attnviz.core.engine import compute
+from attnviz.core.io.codegen import to_script
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.scenario import MASKS, Scenario, Settings
 from attnviz.core.presets import random_scenario, worked_example
-from attnviz.core.scenario import MASKS, Scenario, Settings
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 IMPORTS_ATTNVIZ = re.compile(r"^\s*(import|from)\s+attnviz", re.MULTILINE)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.compare import compare_masks, head_contributions, probe
-from attnviz.core.engine import compute
+from attnviz.core.maths.compare import compare_masks, head_contributions, probe
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import ScenarioError, Settings
 
 
 def test_causal_against_zero_shows_the_leak():

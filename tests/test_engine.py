@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.engine import compute, sinusoidal, softmax_rows
+from attnviz.core.maths.engine import compute, sinusoidal, softmax_rows
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import Settings
 
 
 def test_worked_example_by_hand():

@@ -15,9 +15,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from attnviz.core.engine import Result, compute
+from attnviz.core.maths.engine import Result, compute
+from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.presets import random_scenario, worked_example
-from attnviz.core.scenario import Scenario, Settings
 
 ENGINES = ["numpy", "torch"]
 
@@ -26,7 +26,7 @@ def engine(name: str, s: Scenario) -> Result:
     if name == "numpy":
         return compute(s)
     pytest.importorskip("torch")
-    from attnviz.core.torch_engine import compute_torch
+    from attnviz.core.maths.torch_engine import compute_torch
 
     return compute_torch(s, "cpu", "float64")
 
@@ -119,7 +119,7 @@ def test_entropy_of_the_engines_own_scores_at_the_value_limit(name: str, seed: i
 
 
 def test_a_fully_masked_row_has_entropy_zero() -> None:
-    from attnviz.core.engine import row_entropy, softmax_rows
+    from attnviz.core.maths.engine import row_entropy, softmax_rows
 
     S = np.array([[1e6, -np.inf], [-np.inf, -np.inf]])
     p, m, Z, empty = softmax_rows(S)
@@ -156,7 +156,7 @@ def equal_tokens(value: float) -> Scenario:
 
 def torch_off_by(monkeypatch: pytest.MonkeyPatch, name: str, by: float):  # type: ignore[no-untyped-def]
     """The torch engine module, its compute_torch made to report head 1's name[1] off by by."""
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
     honest = torch_engine.compute_torch
     monkeypatch.setattr(
         torch_engine,
@@ -210,7 +210,7 @@ def random_wide(rng: np.random.Generator) -> Scenario:
 
 
 def test_real_engines_agree_over_wide_random_scenarios() -> None:
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
     rng = np.random.default_rng(11)
     for _ in range(150):
         s = random_wide(rng)
@@ -220,7 +220,7 @@ def test_real_engines_agree_over_wide_random_scenarios() -> None:
 
 @pytest.mark.parametrize("which", list(CHECKED))
 def test_real_engines_agree(which: str) -> None:
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
     c = torch_engine.cross_check(CHECKED[which], "cpu", "float64")
     assert c.ok, c.quantities
     assert {q.name for q in c.quantities} >= {"entropy", "leak", "row_sum", "weights", "final"}
@@ -239,7 +239,7 @@ def test_a_disagreement_of_0_08_is_reported(
 
 
 def test_an_sdpa_disagreement_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
     honest = torch_engine.sdpa_output
     monkeypatch.setattr(
         torch_engine, "sdpa_output", lambda s, device="cpu", dtype="float64": honest(s) + 1e-6
@@ -249,7 +249,7 @@ def test_an_sdpa_disagreement_is_reported(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_different_mask_pattern_is_reported() -> None:
-    torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+    torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
     ref = compute(worked_example())
     masked = np.array(ref.masked)
     other = masked.copy()

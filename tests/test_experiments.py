@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.core import experiments
-from attnviz.core.experiments import (
+from attnviz.core.maths import experiments
+from attnviz.core.maths.experiments import (
     RowSummary,
     ScalingStats,
     row_summary,

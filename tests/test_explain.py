@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.engine import compute
-from attnviz.core.explain import explain, format_text
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.explain import explain, format_text
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import Settings
 
 
 @pytest.fixture

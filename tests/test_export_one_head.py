@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.core.engine import HEAD_MATRICES, compute, compute_head, dropout_keep, layer
-from attnviz.core.figure import spec_for, to_svg
+from attnviz.core.figures.figure import spec_for, to_svg
+from attnviz.core.maths.engine import HEAD_MATRICES, compute, compute_head, dropout_keep, layer
+from attnviz.core.maths.scenario import MASKS, POSITIONALS
 from attnviz.core.presets import make_preset
-from attnviz.core.scenario import MASKS, POSITIONALS
 
 FIELDS = (*HEAD_MATRICES, "leak", "row_sum", "entropy", "empty_rows", "keep")
 

@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attnviz.core import files as F
-from attnviz.core.files import (
+from attnviz.core.io import files as F
+from attnviz.core.io.files import (
     FileFormatError,
     load_matrix,
     load_scenario,
@@ -45,8 +45,8 @@ from attnviz.core.files import (
     scenario_to_dict,
     scenario_to_json,
 )
+from attnviz.core.maths.scenario import LIMITS, MASKS, POSITIONALS, Scenario, Settings
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import LIMITS, MASKS, POSITIONALS, Scenario, Settings
 
 FUZZ = settings(
     max_examples=200,
@@ -1340,7 +1340,7 @@ def test_fuzz_mutated_documents(text):
 
 
 def test_snapshot_round_trips_exactly(tmp_path):
-    from attnviz.core.files import load_snapshot, save_snapshot
+    from attnviz.core.io.files import load_snapshot, save_snapshot
 
     rng = np.random.default_rng(4)
     s = Scenario(
@@ -1361,7 +1361,7 @@ def test_snapshot_round_trips_exactly(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"not a zip", b"PK\x03\x04broken"])
 def test_bad_snapshot_is_a_file_format_error(tmp_path, content):
-    from attnviz.core.files import load_snapshot
+    from attnviz.core.io.files import load_snapshot
 
     (tmp_path / "b.npz").write_bytes(content)
     with pytest.raises(FileFormatError, match=r"b\.npz"):

@@ -26,10 +26,10 @@ import pytest
 from hang_guard import within
 
 from attnviz.cli import main
-from attnviz.core import files as F
-from attnviz.core.files import FileFormatError
+from attnviz.core.io import files as F
+from attnviz.core.io.files import FileFormatError
+from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import ScenarioError, Settings
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="pipes, sockets and signals: POSIX")
 
@@ -233,7 +233,7 @@ def test_stale_temporary_files_are_removed_and_nobody_elses(tmp_path):
 
 CHILD = """
 import os, sys, time
-from attnviz.core import files
+from attnviz.core.io import files
 
 def stall(src, dst):
     print("written", flush=True)

@@ -15,21 +15,25 @@ import numpy as np
 
 HEAVY = ("torch", "PySide6", "pyqtgraph", "shiboken6")
 CORE_MODULES = {
-    "attnviz.core.codegen",
-    "attnviz.core.colors",
-    "attnviz.core.compare",
-    "attnviz.core.cost",
-    "attnviz.core.experiments",
-    "attnviz.core.figure",
-    "attnviz.core.kvcache",
+    "attnviz.core.io.codegen",
+    "attnviz.core.figures.colors",
+    "attnviz.core.maths.compare",
+    "attnviz.core.maths.cost",
+    "attnviz.core.maths.experiments",
+    "attnviz.core.figures.figure",
+    "attnviz.core.maths.kvcache",
     "attnviz.core.lessons",
-    "attnviz.core.text",
-    "attnviz.core.engine",
-    "attnviz.core.explain",
-    "attnviz.core.files",
+    "attnviz.core.io.text",
+    "attnviz.core.maths.engine",
+    "attnviz.core.maths.explain",
+    "attnviz.core.io.files",
     "attnviz.core.presets",
-    "attnviz.core.scenario",
-    "attnviz.core.torch_engine",
+    "attnviz.core.maths.scenario",
+    "attnviz.core.maths.torch_engine",
+    "attnviz.core.figures.chart",
+    "attnviz.bench.cli",
+    "attnviz.bench.plots",
+    "attnviz.bench.sweep",
 }
 
 # The worked example's head 1 and the last row's weights, typed from the brief.
@@ -68,9 +72,11 @@ def run_python(code: str) -> dict:
 
 IMPORT_ALL = """
 import contextlib, importlib, io, json, pkgutil, sys
-import attnviz, attnviz.cli, attnviz.core
+import attnviz, attnviz.bench, attnviz.cli, attnviz.core
 core = sorted(
-    m.name for m in pkgutil.walk_packages(attnviz.core.__path__, "attnviz.core.")
+    m.name
+    for package in (attnviz.core, attnviz.bench)
+    for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
 )
 for name in core:
     importlib.import_module(name)
@@ -138,7 +144,7 @@ for name in sorted(BLOCKED):
 """
         + IMPORT_ALL
         + """
-from attnviz.core.engine import compute
+from attnviz.core.maths.engine import compute
 from attnviz.core.presets import worked_example
 from attnviz.cli import main
 r = compute(worked_example())

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.core.kvcache import EndOfSequence, KVCache
+from attnviz.core.maths.kvcache import EndOfSequence, KVCache
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import random_scenario, worked_example
-from attnviz.core.scenario import Scenario
 
 TOL = 1e-12
 

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.core import colors
-from attnviz.core.engine import compute, future_mask
-from attnviz.core.figure import (
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import (
     VECTOR_CELLS,
     HeatmapSpec,
     layout,
@@ -28,7 +27,7 @@ from attnviz.core.figure import (
     svg_size,
     to_svg,
 )
-from attnviz.core.files import (
+from attnviz.core.io.files import (
     FileFormatError,
     load_scenario,
     load_snapshot,
@@ -36,8 +35,9 @@ from attnviz.core.files import (
     save_snapshot,
     scenario_to_dict,
 )
+from attnviz.core.maths.engine import compute, future_mask
+from attnviz.core.maths.scenario import Scenario, ScenarioError, insert_token
 from attnviz.core.presets import make_preset, worked_example
-from attnviz.core.scenario import Scenario, ScenarioError, insert_token
 
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"
@@ -185,7 +185,7 @@ def test_svg_size_reads_well_formed_svg_only():
 
 
 def test_a_malformed_figure_is_an_error_not_a_file(tmp_path, capsys, monkeypatch):
-    import attnviz.core.figure as figure
+    import attnviz.core.figures.figure as figure
 
     spec = make_spec("t", np.eye(2), ("ok", "\x1b"))  # past the scenario's check
     monkeypatch.setattr(figure, "to_svg", lambda _: to_svg(spec))

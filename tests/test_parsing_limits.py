@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from attnviz.core import text as T
-from attnviz.core.files import FileFormatError, matrix_from_csv
-from attnviz.core.text import MAX_NUMBER_CHARS, TableTooLarge, parse_number, parse_table
+from attnviz.core.io import text as T
+from attnviz.core.io.files import FileFormatError, matrix_from_csv
+from attnviz.core.io.text import MAX_NUMBER_CHARS, TableTooLarge, parse_number, parse_table
 
 
 class Spy:

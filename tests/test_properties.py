@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attnviz.core.engine import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
-from attnviz.core.explain import explain
-from attnviz.core.scenario import MASKS, Scenario, Settings, permute_tokens
+from attnviz.core.maths.engine import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
+from attnviz.core.maths.explain import explain
+from attnviz.core.maths.scenario import MASKS, Scenario, Settings, permute_tokens
 
 values = st.floats(-2, 2, allow_nan=False, allow_infinity=False)
 
@@ -90,7 +90,7 @@ def test_without_mask_or_position_permuting_tokens_permutes_outputs(s, rnd):
 @given(scenarios())
 def test_numpy_torch_and_sdpa_agree(s):
     pytest.importorskip("torch")
-    from attnviz.core.torch_engine import cross_check
+    from attnviz.core.maths.torch_engine import cross_check
 
     c = cross_check(s, "cpu", "float64")
     assert c.torch_diff < 1e-12
@@ -124,7 +124,7 @@ def test_explanation_recomputes_the_cell(s, data):
 @settings(max_examples=100, deadline=None)
 @given(scenarios(), st.data())
 def test_incremental_update_matches_full_compute(s, data):
-    from attnviz.core.engine import update
+    from attnviz.core.maths.engine import update
 
     prev = compute(s)
     rows, heads, w_o = set(), set(), False

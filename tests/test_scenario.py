@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.cost import Cost, human_bytes, human_count
-from attnviz.core.presets import PRESETS, make_preset, random_scenario, worked_example
-from attnviz.core.scenario import (
+from attnviz.core.maths.cost import Cost, human_bytes, human_count
+from attnviz.core.maths.scenario import (
     LIMITS,
     Scenario,
     ScenarioError,
@@ -16,6 +15,7 @@ from attnviz.core.scenario import (
     remove_token,
     resized,
 )
+from attnviz.core.presets import PRESETS, make_preset, random_scenario, worked_example
 
 
 def test_worked_example_matches_brief():

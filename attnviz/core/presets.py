@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.scenario import LIMITS, Scenario, ScenarioError, Settings, from_heads
+from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError, Settings, from_heads
 
 WORKED_TOKENS = ("she", "saw", "the", "cat")
 WORKED_X = [

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.core import files
-from attnviz.core.scenario import Scenario
+from attnviz.core.io import files
+from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.document import Document
 
 INTERVAL_MS = 5000

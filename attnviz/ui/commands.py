@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PySide6.QtGui import QUndoCommand
 
-from attnviz.core.scenario import WEIGHT_NAMES, Scenario
+from attnviz.core.maths.scenario import WEIGHT_NAMES, Scenario
 
 if TYPE_CHECKING:
     from attnviz.ui.document import Document

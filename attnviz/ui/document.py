@@ -18,9 +18,9 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoStack
 
-from attnviz.core.engine import Result, compute, update
+from attnviz.core.maths.engine import Result, compute, update
+from attnviz.core.maths.scenario import WEIGHT_NAMES, Scenario
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import WEIGHT_NAMES, Scenario
 
 # Scenarios with at most this many score cells (heads × n²) are computed on the UI thread.
 SYNC_SCORE_CELLS = 1 << 16
@@ -199,7 +199,7 @@ class Document(QObject):
     ) -> None:
         """On the worker thread: the shown head first (a preview), then the rest."""
         if engine != "numpy":
-            from attnviz.core.torch_engine import compute_torch
+            from attnviz.core.maths.torch_engine import compute_torch
 
             self._computed.emit(gen, s, engine, compute_torch(s, "auto", ENGINES[engine]))
             return

@@ -19,7 +19,7 @@ from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QRectF, QSize,
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
 
-from attnviz.core.figure import (
+from attnviz.core.figures.figure import (
     HeatmapSpec,
     cell_box,
     cell_pixels,
@@ -28,7 +28,7 @@ from attnviz.core.figure import (
     svg_size,
     to_svg,
 )
-from attnviz.core.files import atomic_write, printable
+from attnviz.core.io.files import atomic_write, printable
 
 MAX_PNG_PIXELS = 100_000_000
 

@@ -14,10 +14,10 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 from shiboken6 import isValid
 
-from attnviz.core import files
-from attnviz.core.figure import HeatmapSpec, spec_for
+from attnviz.core.figures.figure import HeatmapSpec, spec_for
+from attnviz.core.io import files
+from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
-from attnviz.core.scenario import Scenario, ScenarioError
 from attnviz.ui.commands import LoadScenario
 from attnviz.ui.grid import MatrixGrid
 
@@ -283,7 +283,7 @@ class FileActions:
         return [path for _, path, _ in jobs]
 
     def export_code(self, flavor: str) -> None:
-        from attnviz.core.codegen import to_script
+        from attnviz.core.io.codegen import to_script
 
         name = "attention_torch.py" if flavor == "torch" else "attention_numpy.py"
         path, _ = QFileDialog.getSaveFileName(

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.text import TableTooLarge, format_table, most_chars, parse_table
+from attnviz.core.io.text import TableTooLarge, format_table, most_chars, parse_table
 from attnviz.ui.background import Background
 from attnviz.ui.matrix_model import MatrixModel
 

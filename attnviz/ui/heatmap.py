@@ -28,8 +28,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QGraphicsLineItem, QStyleOptionGraphicsItem, QToolTip, QWidget
 
-from attnviz.core import colors
-from attnviz.core.figure import HeatmapSpec, colorbar_ticks, tick_label
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, tick_label
 
 pg.setConfigOptions(
     imageAxisOrder="row-major", background="w", foreground="#222222", antialias=False

@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core import files
+from attnviz.core.io import files
 from attnviz.core.lessons import STAGES
+from attnviz.core.maths.scenario import MASKS, POSITIONALS, Scenario
 from attnviz.core.presets import PRESETS, make_preset
-from attnviz.core.scenario import MASKS, POSITIONALS, Scenario
 from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
 from attnviz.ui.commands import ReplaceScenario

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Signal
 
-from attnviz.core.scenario import ScenarioError, matrix_label
-from attnviz.core.text import parse_number
+from attnviz.core.io.text import parse_number
+from attnviz.core.maths.scenario import ScenarioError, matrix_label
 from attnviz.ui.commands import SetCells, matrix_title
 from attnviz.ui.document import Document
 

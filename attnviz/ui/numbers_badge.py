@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QToolButton, QWidget
 
-from attnviz.core.engine import Result
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.engine import Result
+from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document
 
@@ -46,7 +46,7 @@ class NumbersBadge(QToolButton):
         self.worker.run(check, self.doc.scenario)
 
     def _show(self, c: object) -> None:
-        from attnviz.core.torch_engine import CrossCheck
+        from attnviz.core.maths.torch_engine import CrossCheck
 
         assert isinstance(c, CrossCheck)
         sdpa = f"SDPA {c.sdpa_diff:.1e}" if c.sdpa_diff is not None else "SDPA n/a"
@@ -66,6 +66,6 @@ class NumbersBadge(QToolButton):
 
 
 def check(s: Scenario) -> object:
-    from attnviz.core.torch_engine import cross_check
+    from attnviz.core.maths.torch_engine import cross_check
 
     return cross_check(s, "auto", "float64")

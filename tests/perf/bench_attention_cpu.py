@@ -9,8 +9,8 @@ memory of `naive` is at least 20× that of `sdpa`.
 
 from __future__ import annotations
 
-from attnviz.bench_cli import as_table
-from attnviz.core.bench import Config, run
+from attnviz.bench.cli import as_table
+from attnviz.bench.sweep import Config, run
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a bare checkout
 
-from attnviz.bench_cli import as_table
-from attnviz.core.bench import Config, run
-from attnviz.core.bench_plots import charts
-from attnviz.core.chart import to_svg
+from attnviz.bench.cli import as_table
+from attnviz.bench.plots import charts
+from attnviz.bench.sweep import Config, run
+from attnviz.core.figures.chart import to_svg
 
 RESULTS = Path(__file__).parent / "results"
 

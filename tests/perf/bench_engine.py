@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from attnviz.core.engine import compute
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import random_scenario
-from attnviz.core.scenario import Scenario
 
 
 def bare(s: Scenario) -> np.ndarray:

@@ -59,8 +59,8 @@ def main() -> None:
         one(*args.one, args.scale)
         return
 
-    from attnviz.core.engine import compute
-    from attnviz.core.figure import VIEWS, spec_for
+    from attnviz.core.figures.figure import VIEWS, spec_for
+    from attnviz.core.maths.engine import compute
     from attnviz.core.presets import make_preset
 
     s = make_preset("gpt2-small", args.n, 0)

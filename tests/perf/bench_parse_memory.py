@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 CHILD = """
 import json, resource, sys, time
-from attnviz.core import files
+from attnviz.core.io import files
 load = files.load_scenario if sys.argv[1].endswith(".attn.json") else files.load_matrix
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()

@@ -31,8 +31,8 @@ os.environ.setdefault(
 from PySide6.QtCore import QEventLoop, QSettings
 from PySide6.QtWidgets import QApplication
 
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import make_preset
-from attnviz.core.scenario import Scenario
 from attnviz.ui.app import make_app
 from attnviz.ui.document import Document
 from attnviz.ui.main_window import MainWindow

@@ -82,7 +82,7 @@ NS = "{http://www.w3.org/2000/svg}"
 
 
 def test_a_cancelled_sweep_keeps_its_ceiling_and_every_point_visible(qtbot):
-    from attnviz.core.chart import to_svg
+    from attnviz.core.figures.chart import to_svg
 
     panel = cpu_panel(qtbot, "256", "16384", ("naive", "sdpa"))
     panel.resize(720, 800)

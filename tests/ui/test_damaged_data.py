@@ -18,7 +18,7 @@ from hang_guard import within
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from attnviz.core import files
+from attnviz.core.io import files
 from attnviz.core.presets import worked_example
 from attnviz.ui.commands import SetCells
 

@@ -16,7 +16,7 @@ import pytest
 import reference
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
-from attnviz.core.engine import HEAD_MATRICES
+from attnviz.core.maths.engine import HEAD_MATRICES
 from attnviz.ui.export import write_image
 
 SVG = "{http://www.w3.org/2000/svg}"

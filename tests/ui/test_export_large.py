@@ -15,9 +15,9 @@ import pytest
 from PySide6.QtGui import QImage
 
 import attnviz.ui.export as export
-from attnviz.core import colors
-from attnviz.core.engine import HEAD_MATRICES, future_mask
-from attnviz.core.figure import HeatmapSpec, layout, make_spec, svg_size, to_svg
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import HeatmapSpec, layout, make_spec, svg_size, to_svg
+from attnviz.core.maths.engine import HEAD_MATRICES, future_mask
 from attnviz.ui.export import ImageExport, write_image
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtGui import QTextCursor, QTextTable
 from PySide6.QtWidgets import QApplication
 
-from attnviz.core.explain import explain
+from attnviz.core.maths.explain import explain
 from attnviz.core.presets import make_preset
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.panels.inspector import InspectorPanel, number

@@ -9,9 +9,9 @@ import pytest
 import reference as ref
 from PySide6.QtWidgets import QApplication
 
-from attnviz.core.engine import softmax_rows
-from attnviz.core.experiments import scaling_variance
 from attnviz.core.lessons import STAGES
+from attnviz.core.maths.engine import softmax_rows
+from attnviz.core.maths.experiments import scaling_variance
 from attnviz.ui.commands import SetCells
 from attnviz.ui.document import Selection
 

@@ -10,7 +10,7 @@ import reference as ref
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
-from attnviz.core import colors
+from attnviz.core.figures import colors
 
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 FUTURE = np.triu(np.ones((4, 4), dtype=bool), k=1)

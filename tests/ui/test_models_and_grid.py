@@ -14,8 +14,8 @@ from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QApplication
 
+from attnviz.core.maths.scenario import resized
 from attnviz.core.presets import worked_example
-from attnviz.core.scenario import resized
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
 from attnviz.ui.matrix_model import MatrixModel

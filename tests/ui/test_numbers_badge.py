@@ -7,12 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-torch_engine = pytest.importorskip("attnviz.core.torch_engine")
+torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
 pytest.importorskip("torch")
 
 from test_entropy_stability import equal_tokens  # noqa: E402
 
-from attnviz.core.engine import Result  # noqa: E402
+from attnviz.core.maths.engine import Result  # noqa: E402
 from attnviz.ui.document import Document  # noqa: E402
 from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QItemSelection, QItemSelectionModel
 
-from attnviz.core import text as T
+from attnviz.core.io import text as T
+from attnviz.core.io.text import format_table
 from attnviz.core.presets import random_scenario
-from attnviz.core.text import format_table
 from attnviz.ui import grid as grid_module
 from attnviz.ui.document import Document
 from attnviz.ui.grid import READ_NOW_CHARS, MatrixGrid

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
-from attnviz.core import files
+from attnviz.core.io import files
 from attnviz.core.presets import make_preset
 from attnviz.ui.heatmap import HeatmapView
 

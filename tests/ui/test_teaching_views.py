@@ -574,7 +574,7 @@ def test_engine_selector_torch_float64_shows_the_same_numbers(window):
 
 
 def test_engine_failure_falls_back_to_numpy(window, monkeypatch, warnings_seen):
-    import attnviz.core.torch_engine as torch_engine
+    import attnviz.core.maths.torch_engine as torch_engine
 
     def broken(*args, **kwargs):
         raise RuntimeError("no device today")

@@ -20,7 +20,7 @@ from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 import attnviz.ui.document as document_module
-from attnviz.core.engine import HEAD_MATRICES, compute
+from attnviz.core.maths.engine import HEAD_MATRICES, compute
 from attnviz.ui.commands import ReplaceScenario, SetCells
 from attnviz.ui.document import SYNC_SCORE_CELLS
 
@@ -113,7 +113,7 @@ def test_new_window_shows_the_worked_example_for_both_heads(shown_window, qtbot)
 
 
 def test_masked_cells_keep_minus_infinity_and_are_hatched(shown_window, qtbot):
-    from attnviz.core import colors
+    from attnviz.core.figures import colors
 
     window = shown_window()
     view = window.pipeline.views["masked"]
@@ -831,9 +831,9 @@ def test_quick_edits_while_busy_end_with_the_latest_scenario(shown_window, qtbot
 
 
 def test_opening_a_file_is_undoable(make_window, tmp_path, answers, warnings_shown):
-    from attnviz.core.files import save_scenario
+    from attnviz.core.io.files import save_scenario
+    from attnviz.core.maths.scenario import Settings
     from attnviz.core.presets import worked_example
-    from attnviz.core.scenario import Settings
 
     path = tmp_path / "other.attn.json"
     save_scenario(path, worked_example(Settings(mask="none")))

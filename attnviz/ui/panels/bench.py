@@ -1,6 +1,6 @@
 """GPU timing dock: dense against fused attention over growing n, on CUDA or the CPU.
 
-The sweep (attnviz.core.bench) runs in a child process; records arrive one by one and
+The sweep (attnviz.bench.sweep) runs in a child process; records arrive one by one and
 the plots and table grow as they do. Cancel stops it at once.
 """
 
@@ -29,10 +29,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.bench import DTYPES, IMPLEMENTATIONS, Config, Record, Report
-from attnviz.core.bench_plots import charts
-from attnviz.core.chart import Chart, to_svg
-from attnviz.core.cost import human_bytes
+from attnviz.bench.plots import charts
+from attnviz.bench.sweep import DTYPES, IMPLEMENTATIONS, Config, Record, Report
+from attnviz.core.figures.chart import Chart, to_svg
+from attnviz.core.maths.cost import human_bytes
 from attnviz.ui.export import save_svg
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
@@ -313,7 +313,7 @@ class BenchPanel(QWidget):
     # Drawing ---------------------------------------------------------------------------
 
     def _show_device(self) -> None:
-        from attnviz.core.bench import describe_device, resolve_device
+        from attnviz.bench.sweep import describe_device, resolve_device
 
         d = describe_device(resolve_device(self.device.currentText()))
         backends = ", ".join(d["backends"]) or "none"
@@ -348,8 +348,8 @@ class BenchPanel(QWidget):
     # Export -----------------------------------------------------------------------------
 
     def export_csv(self) -> None:
-        from attnviz.bench_cli import as_csv
-        from attnviz.core.files import atomic_write
+        from attnviz.bench.cli import as_csv
+        from attnviz.core.io.files import atomic_write
 
         if not self.records:
             self.status.setText("Run a sweep first.")

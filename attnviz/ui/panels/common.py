@@ -8,8 +8,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
-from attnviz.core.engine import Result
-from attnviz.core.scenario import Scenario, ScenarioError
+from attnviz.core.maths.engine import Result
+from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
 

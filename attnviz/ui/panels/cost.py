@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.cost import Cost, human_bytes, human_count
+from attnviz.core.maths.cost import Cost, human_bytes, human_count
 from attnviz.ui.document import Document
 
 MAX_WHAT_IF = 10_000_000

@@ -24,12 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.chart import PALETTE
-from attnviz.core.engine import compute
-from attnviz.core.experiments import ScalingStats, row_summary, saturation, scaling_variance
-from attnviz.core.kvcache import KVCache, Step
-from attnviz.core.scenario import permute_tokens
-from attnviz.core.text import parse_table
+from attnviz.core.figures.chart import PALETTE
+from attnviz.core.io.text import parse_table
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.experiments import ScalingStats, row_summary, saturation, scaling_variance
+from attnviz.core.maths.kvcache import KVCache, Step
+from attnviz.core.maths.scenario import permute_tokens
 from attnviz.ui.background import Background
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document, computes_at_once

@@ -7,8 +7,8 @@ import math
 
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from attnviz.core.engine import Result
-from attnviz.core.figure import spec_for
+from attnviz.core.figures.figure import spec_for
+from attnviz.core.maths.engine import Result
 from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView

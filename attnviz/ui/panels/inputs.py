@@ -14,7 +14,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.scenario import LIMITS, Scenario, insert_token, move_token, remove_token, resized
+from attnviz.core.maths.scenario import (
+    LIMITS,
+    Scenario,
+    insert_token,
+    move_token,
+    remove_token,
+    resized,
+)
 from attnviz.ui.document import Document
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel

@@ -11,9 +11,9 @@ from PySide6.QtCore import QTextBoundaryFinder
 from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
-from attnviz.core.engine import HEAD_MATRICES, Result, compute
-from attnviz.core.explain import Explanation, explain
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.engine import HEAD_MATRICES, Result, compute
+from attnviz.core.maths.explain import Explanation, explain
+from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document, Selection, computes_at_once
 

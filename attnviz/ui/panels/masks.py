@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core import colors
-from attnviz.core.compare import MaskComparison, Probe, compare_masks, probe
-from attnviz.core.engine import Result
-from attnviz.core.figure import make_spec, mask_marks, spec_for
-from attnviz.core.scenario import MASKS
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import make_spec, mask_marks, spec_for
+from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, probe
+from attnviz.core.maths.engine import Result
+from attnviz.core.maths.scenario import MASKS
 from attnviz.ui.background import Background
 from attnviz.ui.document import Document, Selection, computes_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars

@@ -8,10 +8,10 @@ import numpy as np
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from attnviz.core import colors
-from attnviz.core.compare import head_contributions
-from attnviz.core.engine import Result
-from attnviz.core.figure import make_spec, spec_for
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import make_spec, spec_for
+from attnviz.core.maths.compare import head_contributions
+from attnviz.core.maths.engine import Result
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel

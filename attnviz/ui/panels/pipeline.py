@@ -6,8 +6,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from attnviz.core.engine import HEAD_MATRICES, Result
-from attnviz.core.figure import spec_for
+from attnviz.core.figures.figure import spec_for
+from attnviz.core.maths.engine import HEAD_MATRICES, Result
 from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.scenario import LIMITS, WEIGHT_NAMES, resized
+from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, resized
 from attnviz.ui.document import Document
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel

@@ -14,9 +14,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from attnviz.core.cost import BYTES_PER
-from attnviz.core.engine import Result, compute, kept_columns, sinusoidal
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.cost import BYTES_PER
+from attnviz.core.maths.engine import Result, compute, kept_columns, sinusoidal
+from attnviz.core.maths.scenario import Scenario
 
 CACHE_DTYPES = ("float64", "float32", "float16")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.scenario import Scenario, Settings
+from attnviz.core.maths.scenario import Scenario, Settings
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
 LAYER_MATRICES = ("X", "concat", "final")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.engine import Result, compute
-from attnviz.core.scenario import MASKS, Scenario, ScenarioError
+from attnviz.core.maths.engine import Result, compute
+from attnviz.core.maths.scenario import MASKS, Scenario, ScenarioError
 
 
 @dataclass(frozen=True, eq=False)

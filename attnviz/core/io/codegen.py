@@ -4,7 +4,7 @@
 that needs only NumPy (or PyTorch, plus NumPy for the seeded dropout draw) and never
 imports attnviz. It embeds the scenario's tokens, matrices (``repr`` of every float, so
 they round-trip bit for bit) and settings as plain constants, then computes attention the
-way ``attnviz.core.engine.compute`` does, in float64, with the brief's symbols
+way ``attnviz.core.maths.engine.compute`` does, in float64, with the brief's symbols
 (``Q``, ``K``, ``V``, ``S``). A learner can change any number or setting and run it again.
 
 The script's output, line by line::
@@ -35,7 +35,7 @@ import json
 import numpy as np
 
 from attnviz import __version__
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.scenario import Scenario
 
 FLAVORS = ("numpy", "torch")
 WIDTH = 88  # wrap long matrix rows so that the script stays readable

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.engine import (
+from attnviz.core.maths.engine import (
     Result,
     compute,
     dropout_keep,
@@ -22,7 +22,7 @@ from attnviz.core.engine import (
     softmax_rows,
     split_heads,
 )
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.scenario import Scenario
 
 DTYPES = ("float32", "float64")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import NoReturn
 
-from attnviz.core.bench import DTYPES, IMPLEMENTATIONS, Config, Record, Report, run
+from attnviz.bench.sweep import DTYPES, IMPLEMENTATIONS, Config, Record, Report, run
 
 EXIT_USAGE = 2
 COLUMNS = [f.name for f in fields(Record)]
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("attnviz bench: needs PyTorch (pip install torch)", file=sys.stderr)
         return EXIT_USAGE
-    from attnviz.core.bench import resolve_device
+    from attnviz.bench.sweep import resolve_device
 
     try:
         device = resolve_device(args.device)

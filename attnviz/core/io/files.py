@@ -29,7 +29,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from attnviz.core.scenario import (
+from attnviz.core.io.text import (
+    TABLE_COLS,
+    TABLE_ROWS,
+    count_lines,
+    line_spans,
+    parse_number,
+)
+from attnviz.core.maths.scenario import (
     LIMITS,
     WEIGHT_NAMES,
     Scenario,
@@ -37,13 +44,6 @@ from attnviz.core.scenario import (
     Settings,
     check_values,
     from_heads,
-)
-from attnviz.core.text import (
-    TABLE_COLS,
-    TABLE_ROWS,
-    count_lines,
-    line_spans,
-    parse_number,
 )
 
 FORMAT = "attnviz-scenario"

@@ -5,8 +5,8 @@ The window shows them and exports them; the GPU script writes them: one definiti
 
 from __future__ import annotations
 
-from attnviz.core.bench import IMPLEMENTATIONS, Config, Record
-from attnviz.core.chart import PALETTE, Chart, Series, n_squared_guide
+from attnviz.bench.sweep import IMPLEMENTATIONS, Config, Record
+from attnviz.core.figures.chart import PALETTE, Chart, Series, n_squared_guide
 
 # One colour per implementation, whichever others a sweep has: sdpa is the same in every plot.
 COLORS = dict(zip(IMPLEMENTATIONS, PALETTE, strict=False))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnviz.core.scenario import LIMITS
+from attnviz.core.maths.scenario import LIMITS
 
 MAX_NUMBER_CHARS = 64  # far more than any float needs (repr writes at most 24)
 TABLE_ROWS = max(LIMITS.tokens, LIMITS.d_model, LIMITS.heads * LIMITS.d_k)  # X, W's, W_O

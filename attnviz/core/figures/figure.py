@@ -22,8 +22,8 @@ from html import escape
 
 import numpy as np
 
-from attnviz.core import colors
-from attnviz.core.engine import HEAD_MATRICES, Result, future_mask
+from attnviz.core.figures import colors
+from attnviz.core.maths.engine import HEAD_MATRICES, Result, future_mask
 
 VIEWS = (*HEAD_MATRICES, "X", "concat", "final")
 SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")

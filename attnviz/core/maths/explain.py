@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.engine import HEAD_MATRICES, LAYER_MATRICES, Result, sinusoidal
-from attnviz.core.scenario import Scenario
+from attnviz.core.maths.engine import HEAD_MATRICES, LAYER_MATRICES, Result, sinusoidal
+from attnviz.core.maths.scenario import Scenario
 
 EXPLAINABLE = HEAD_MATRICES + LAYER_MATRICES
 

@@ -1,0 +1,1 @@
+"""Colour maps, heatmap figures (SVG, raster cells) and line charts."""

@@ -1,0 +1,1 @@
+"""Reading and writing: scenario files, CSV and .npy, pasted text, generated code."""

@@ -1,0 +1,1 @@
+"""The attention maths: scenarios, the engines, explanations, costs, experiments."""
