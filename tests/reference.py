@@ -71,3 +71,14 @@ def multi_head(X, Wq, Wk, Wv, Wo, mask="causal", scale=True):
     outs = [head(X, Wq[h], Wk[h], Wv[h], mask, scale) for h in range(len(Wq))]
     concat = np.concatenate([o[2] for o in outs], axis=1)
     return [o[1] for o in outs], concat, concat @ Wo
+
+
+def sinusoidal(n: int, d: int) -> np.ndarray:
+    """Sinusoidal position encoding, by hand: PE[p, 2i] = sin(p / 10000^(2i/d)) and
+    PE[p, 2i+1] = cos(the same angle)."""
+    pe = np.zeros((n, d))
+    for p in range(n):
+        for c in range(d):
+            angle = p / 10000 ** (2 * (c // 2) / d)
+            pe[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
+    return pe

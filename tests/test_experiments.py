@@ -1,19 +1,23 @@
-"""The scaling experiments: sampled q·k statistics and softmax saturation."""
+"""The experiments: sampled q·k statistics, softmax saturation, permuting the tokens."""
 
 import dataclasses
 import math
 
 import numpy as np
 import pytest
+import reference as ref
 
 from attnviz.core.maths import experiments
 from attnviz.core.maths.experiments import (
+    Permutation,
     RowSummary,
     ScalingStats,
+    permutation,
     row_summary,
     saturation,
     scaling_variance,
 )
+from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings
 
 SIGMAS = 6
 
@@ -204,3 +208,96 @@ def test_row_summary():
     for bad in ([], [[0.5, 0.5]], [1.5, -0.5], [float("nan")]):
         with pytest.raises(ValueError, match=r"^weights: "):
             row_summary(bad)
+
+
+# Permuting the tokens: expected values from the plain reference in tests/reference.py.
+
+
+def scenario(mask: str = "none", positional: str = "none", X: np.ndarray = ref.X) -> Scenario:
+    return Scenario(
+        ("a", "b", "c", "d"),
+        X,
+        ref.W_Q,
+        ref.W_K,
+        ref.W_V,
+        ref.W_O,
+        settings=Settings(mask=mask, positional=positional),
+    )
+
+
+def reference_final(X: np.ndarray, mask: str, positional: str) -> np.ndarray:
+    """The final output by the reference; position encoding added by position, not token."""
+    if positional == "sinusoidal":
+        X = X + ref.sinusoidal(*X.shape)
+    return ref.multi_head(X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O, mask=mask)[2]
+
+
+def reference_change(order: list[int], mask: str, positional: str) -> tuple[float, float]:
+    """Largest |final(X[order])[i] − final(X)[order[i]]|, and the largest |final(X)|."""
+    before = reference_final(ref.X, mask, positional)
+    after = reference_final(ref.X[order], mask, positional)
+    return float(np.abs(after - before[order]).max()), float(np.abs(before).max())
+
+
+REVERSE, SHUFFLE = [3, 2, 1, 0], [2, 0, 3, 1]
+
+
+@pytest.mark.parametrize("order", [REVERSE, SHUFFLE])
+def test_without_mask_or_position_the_outputs_are_only_permuted(order):
+    result = permutation(scenario(), order)
+    expected, largest = reference_change(order, "none", "none")
+    assert expected < 1e-14  # the reference agrees that nothing moved but the rows
+    assert result.max_change <= 1e-14
+    assert result.order == tuple(order)
+    assert result.tolerance == pytest.approx(1e-12 * max(1.0, largest), rel=1e-12)
+    assert result.permuted_only
+    assert result.conditions == "no mask and no position encoding"
+    assert result.verdict == "the outputs were only permuted"
+    assert result.text == (
+        "With no mask and no position encoding: the outputs were only permuted "
+        f"(largest change {result.max_change:.3g})."
+    )
+
+
+@pytest.mark.parametrize(
+    "mask, positional",
+    [("causal", "none"), ("none", "sinusoidal"), ("causal-zero", "sinusoidal")],
+)
+@pytest.mark.parametrize("order", [REVERSE, SHUFFLE])
+def test_a_mask_or_positions_change_the_outputs(order, mask, positional):
+    result = permutation(scenario(mask, positional), order)
+    expected, _ = reference_change(order, mask, positional)
+    assert expected > 1e-3  # a real change, by the reference
+    assert result.max_change == pytest.approx(expected, rel=1e-9)
+    assert not result.permuted_only
+    assert result.conditions == f"mask {mask}, position {positional}"
+    assert result.text == (
+        f"With mask {mask}, position {positional}: the outputs changed "
+        f"(largest change {expected:.3g})."
+    )
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "drop-after-softmax"])
+def test_the_same_order_changes_nothing(mask):
+    result = permutation(scenario(mask, "sinusoidal"), [0, 1, 2, 3])
+    assert result.max_change == 0.0
+    assert result.permuted_only
+
+
+def test_the_tolerance_follows_the_size_of_the_outputs():
+    big = scenario(X=ref.X * 1e6)
+    result = permutation(big, REVERSE)
+    largest = float(np.abs(reference_final(ref.X * 1e6, "none", "none")).max())
+    assert largest > 1e5
+    assert result.tolerance == pytest.approx(1e-12 * largest, rel=1e-9)
+    assert result.permuted_only  # rounding at 1e6 is still within the tolerance
+
+
+def test_permutation_is_frozen_and_rejects_a_bad_order():
+    result = permutation(scenario(), REVERSE)
+    assert isinstance(result, Permutation)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.max_change = 1.0  # type: ignore[misc]
+    for bad in ([0, 1, 2], [0, 0, 1, 2], [1, 2, 3, 4]):
+        with pytest.raises(ScenarioError, match=r"^tokens: "):
+            permutation(scenario(), bad)

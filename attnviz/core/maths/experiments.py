@@ -1,8 +1,11 @@
-"""Small numerical experiments behind the lesson's scaling stage (stage 4).
+"""Small numerical experiments behind the lesson's scaling stage (stage 4) and the
+Experiments dock.
 
 ``scaling_variance`` samples random query/key pairs to show that ``q·k`` has variance
 ``d_k`` and ``q·k / √d_k`` variance about 1; ``saturation`` shows what happens to
-softmax when scores are not scaled down (``[2, 1, 0, -1]`` times 8 is nearly one-hot).
+softmax when scores are not scaled down (``[2, 1, 0, -1]`` times 8 is nearly one-hot);
+``permutation`` checks whether reordering the tokens only reorders the outputs (it does
+when there is no mask and no position encoding).
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.scenario import Scenario, permute_tokens
 
 MAX_PAIRS = 1_000_000
 MAX_D_K = 4096
@@ -40,6 +46,57 @@ class RowSummary:
 
     entropy: float
     max_weight: float
+
+
+@dataclass(frozen=True)
+class Permutation:
+    """The final outputs of a scenario and of its tokens reordered, compared.
+
+    ``max_change`` is the largest ``|final(permuted)[i] − final(original)[order[i]]|``:
+    0 (to rounding) when permuting the tokens only permutes the output rows.
+    ``permuted_only`` is that change within ``tolerance``, 1e-12 of the largest output
+    (at least 1e-12). ``conditions`` names the settings that decide it.
+    """
+
+    order: tuple[int, ...]
+    conditions: str
+    max_change: float
+    tolerance: float
+    permuted_only: bool
+
+    @property
+    def verdict(self) -> str:
+        return "the outputs were only permuted" if self.permuted_only else "the outputs changed"
+
+    @property
+    def text(self) -> str:
+        """One sentence for the user, e.g. "With no mask and no position encoding: ..."."""
+        return f"With {self.conditions}: {self.verdict} (largest change {self.max_change:.3g})."
+
+
+def permutation(s: Scenario, order: Sequence[int]) -> Permutation:
+    """Compare the float64 final output of s with that of its tokens put in `order`
+    (row i of the permuted scenario is token order[i], as in ``permute_tokens``).
+
+    Computes both scenarios in full; a bad order raises ScenarioError.
+    """
+    order = tuple(int(i) for i in order)
+    before, after = compute(s).final, compute(permute_tokens(s, order)).final
+    moved = float(np.abs(after - before[list(order)]).max())
+    tolerance = 1e-12 * max(1.0, float(np.abs(before).max()))
+    st = s.settings
+    conditions = (
+        "no mask and no position encoding"
+        if st.mask == "none" and st.positional == "none"
+        else f"mask {st.mask}, position {st.positional}"
+    )
+    return Permutation(
+        order=order,
+        conditions=conditions,
+        max_change=moved,
+        tolerance=tolerance,
+        permuted_only=moved <= tolerance,
+    )
 
 
 def _whole(name: str, value: object, lo: int, hi: int) -> int:

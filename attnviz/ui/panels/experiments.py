@@ -26,8 +26,13 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.figures.chart import PALETTE
 from attnviz.core.io.text import parse_table
-from attnviz.core.maths.engine import compute
-from attnviz.core.maths.experiments import ScalingStats, row_summary, saturation, scaling_variance
+from attnviz.core.maths.experiments import (
+    ScalingStats,
+    permutation,
+    row_summary,
+    saturation,
+    scaling_variance,
+)
 from attnviz.core.maths.kvcache import KVCache, Step
 from attnviz.core.maths.scenario import permute_tokens
 from attnviz.ui.background import Background
@@ -273,17 +278,7 @@ class PositionTab(QWidget):
         new = permute_tokens(s, [int(i) for i in order])
         self.doc.undo_stack.push(ReplaceScenario(self.doc, new, f"{verb} tokens"))
         # Judged with the float64 reference, whatever engine the views show.
-        before, after = compute(s).final, compute(new).final
-        moved = float(np.abs(after - before[order]).max())
-        permuted_only = moved <= 1e-12 * max(1.0, float(np.abs(before).max()))
-        st = s.settings
-        why = (
-            "no mask and no position encoding"
-            if st.mask == "none" and st.positional == "none"
-            else (f"mask {st.mask}, position {st.positional}")
-        )
-        verdict = "the outputs were only permuted" if permuted_only else "the outputs changed"
-        self.note.setText(f"With {why}: {verdict} (largest change {moved:.3g}).")
+        self.note.setText(permutation(s, order).text)
 
 
 class KVCacheTab(QWidget):
