@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from attnviz.core.io import files as F
+from attnviz.core.io import text as T
 from attnviz.core.io.files import FileFormatError, scenario_from_json, scenario_to_json
 from attnviz.core.io.text import parse_table
 from attnviz.core.maths.scenario import LIMITS, Scenario
@@ -81,23 +82,26 @@ def test_the_container_count_covers_every_matrix_row_at_the_limits() -> None:
 
 @pytest.fixture
 def no_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    def parse(text: str) -> float:
+    """Reading a row's cells, by the fast path or cell by cell, fails the test."""
+
+    def read(*args: object) -> None:
         raise AssertionError("a cell was read")
 
-    monkeypatch.setattr(F, "parse_number", parse)
+    monkeypatch.setattr(T, "_numbers", read)
+    monkeypatch.setattr(T, "parse_number", read)
 
 
 def test_a_csv_row_wider_than_any_matrix_is_refused_before_a_cell_is_read(
     no_numbers: None,
 ) -> None:
-    with pytest.raises(FileFormatError, match="line 2: 2,049 numbers; a row has at most 2,048"):
+    with pytest.raises(FileFormatError, match="line 2: 2,049 columns, but at most 2,048 fit"):
         F.matrix_from_csv("\n" + ",".join(["1"] * 2049) + "\n")
 
 
 def test_a_csv_longer_than_any_matrix_is_refused_before_a_cell_is_read(
     no_numbers: None,
 ) -> None:
-    with pytest.raises(FileFormatError, match="32,769 rows; a matrix has at most 32,768"):
+    with pytest.raises(FileFormatError, match="32,769 rows, but at most 32,768 fit"):
         F.matrix_from_csv("1\n\n" * 32_769)
 
 

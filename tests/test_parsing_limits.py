@@ -8,10 +8,12 @@ The one timed test allows 0.5 s for 1e5 characters (the old pattern took minutes
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
 
+from attnviz.core.io import files as F
 from attnviz.core.io import text as T
 from attnviz.core.io.files import FileFormatError, matrix_from_csv
 from attnviz.core.io.text import MAX_NUMBER_CHARS, TableTooLarge, parse_number, parse_table
@@ -178,3 +180,71 @@ def test_hostile_text_of_1e5_characters_is_refused_quickly(text: str) -> None:
     with pytest.raises(ValueError):
         parse_table(text)
     assert time.perf_counter() - start < 0.5
+
+
+# One reader for pasted tables and CSV files ------------------------------------------------
+
+
+def test_csv_files_and_pastes_are_read_by_one_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+    real = T.parse_table
+
+    def spy(text: str, *args: object, **kwargs: object) -> np.ndarray:
+        calls.append(kwargs)
+        return real(text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(F, "parse_table", spy)
+    assert matrix_from_csv("1,2\n3,4\n").tolist() == [[1, 2], [3, 4]]
+    assert calls == [{"sep": ",", "max_cells": F.MAX_MATRIX_CELLS, "by_line": True}]
+
+
+def test_rows_are_named_by_row_or_by_line() -> None:
+    text = "1,2\n\n3,x\n"
+    with pytest.raises(ValueError, match=r"^row 2, column 2: 'x' is not a number"):
+        parse_table(text)
+    with pytest.raises(ValueError, match=r"^line 3, column 2: 'x' is not a number"):
+        parse_table(text, by_line=True)
+    with pytest.raises(FileFormatError, match=r"^line 3, column 2: 'x' is not a number"):
+        matrix_from_csv(text)
+    with pytest.raises(ValueError, match=r"^row 2 has 1 numbers, row 1 has 2$"):
+        parse_table("1,2\n\n3\n")
+    with pytest.raises(FileFormatError, match=r"^line 3 has 1 numbers, line 1 has 2$"):
+        matrix_from_csv("1,2\n\n3\n")
+    # NumPy text too: the line each bracket row starts on.
+    with pytest.raises(ValueError, match=r"^line 3, column 2: "):
+        parse_table("\n[[1, 2],\n [3, x]]", by_line=True)
+    with pytest.raises(ValueError, match=r"^row 2, column 2: "):
+        parse_table("\n[[1, 2],\n [3, x]]")
+
+
+def test_a_given_separator_reads_lines_only() -> None:
+    # A tab on a blank line does not make a CSV file tab-separated, nor brackets NumPy text.
+    assert parse_table("1, 2\n\t\n3,4", sep=",").tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(ValueError, match=r"^row 1, column 1: '\[1' is not a number"):
+        parse_table("[1, 2]", sep=",")
+    assert parse_table("[1, 2]").tolist() == [[1, 2]]
+
+
+def test_a_byte_order_mark_is_skipped_in_pastes_too() -> None:
+    assert parse_table("\ufeff1\t2\n").tolist() == [[1, 2]]
+    assert parse_table("\ufeff[[1, 2]]").tolist() == [[1, 2]]
+
+
+def test_the_cell_limit_is_checked_before_the_first_row_is_read(spy: Spy) -> None:
+    with pytest.raises(TableTooLarge, match=r"^2×2 numbers, but at most 3 fit$"):
+        parse_table("1,2\n3,4", max_cells=3)
+    assert spy.lengths == []
+    assert parse_table("1,2\n3,4", max_cells=4).shape == (2, 2)
+
+
+def test_a_wide_first_row_over_many_short_rows_allocates_no_table() -> None:
+    # 32,768 rows under a first row of 2,048: 512 MiB if the array were made at once.
+    text = "\t".join(["1"] * 2048) + "\n" + "1\n" * 32_767
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"^row 2 has 1 numbers, row 1 has 2048$"):
+            parse_table(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(text) + 2**20

@@ -29,13 +29,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from attnviz.core.io.text import (
-    TABLE_COLS,
-    TABLE_ROWS,
-    count_lines,
-    line_spans,
-    parse_number,
-)
+from attnviz.core.io.text import TABLE_COLS, parse_table
 from attnviz.core.maths.scenario import (
     LIMITS,
     WEIGHT_NAMES,
@@ -621,36 +615,15 @@ def save_scenario(path: str | os.PathLike[str], s: Scenario) -> None:
 def matrix_from_csv(text: str) -> np.ndarray:
     """Comma-separated rows of numbers (blank lines ignored) as a float64 array.
 
-    Rows and columns are counted before any line is split, so a file larger than any
-    matrix a scenario holds is refused without building objects for its cells.
+    ``text.parse_table`` reads it, with sep "," and rows named by their line in the file;
+    rows and columns are counted before any line is split, so a file larger than any
+    matrix a scenario holds is refused without building objects for its cells. Any
+    problem is a FileFormatError.
     """
-    text = text.removeprefix("\ufeff")
-    rows = count_lines(text)
-    if rows > TABLE_ROWS:
-        raise FileFormatError(f"{rows:,} rows; a matrix has at most {TABLE_ROWS:,}")
-    out: np.ndarray | None = None
-    for r, (line_no, start, end) in enumerate(line_spans(text)):
-        cols = text.count(",", start, end) + 1
-        if cols > TABLE_COLS:
-            raise FileFormatError(
-                f"line {line_no}: {cols:,} numbers; a row has at most {TABLE_COLS:,}"
-            )
-        if out is None:
-            if rows * cols > MAX_MATRIX_CELLS:
-                raise FileFormatError(f"more than {MAX_MATRIX_CELLS} numbers")
-            out = np.empty((rows, cols))
-        elif cols != out.shape[1]:
-            raise FileFormatError(
-                f"line {line_no} has {cols} numbers, the first row has {out.shape[1]}"
-            )
-        for col, cell in enumerate(text[start:end].split(","), start=1):
-            try:
-                out[r, col - 1] = parse_number(cell)
-            except ValueError as e:
-                raise FileFormatError(f"line {line_no}, column {col}: {e}") from None
-    if out is None:
-        raise FileFormatError("no numbers in the file")
-    return out
+    try:
+        return parse_table(text, sep=",", max_cells=MAX_MATRIX_CELLS, by_line=True)
+    except ValueError as e:
+        raise FileFormatError(str(e)) from None
 
 
 def matrix_to_csv(a: np.ndarray) -> str:

@@ -1,13 +1,14 @@
 """Numbers and tables as text: what a user types, pastes or imports.
 
-``parse_table`` reads spreadsheet ranges (tab-separated), CSV, and NumPy's printed
-arrays (``[[0.1, 0.3], [0.7, -0.9]]``, ``array([...])`` or ``print`` output without
-commas). ``format_table`` writes tab-separated text that spreadsheets paste as a range.
+``parse_table`` is the one table reader: spreadsheet ranges (tab-separated), CSV (pasted,
+or CSV files through ``files.matrix_from_csv``), and NumPy's printed arrays
+(``[[0.1, 0.3], [0.7, -0.9]]``, ``array([...])`` or ``print`` output without commas).
+``format_table`` writes tab-separated text that spreadsheets paste as a range.
 
 Every step is linear in the text: a number has at most ``MAX_NUMBER_CHARS`` characters,
 a table with more rows or text than its destination can take is refused before any
 number is read, and a row with more columns before it is split. Rows are split and read
-one at a time into float64 arrays, so memory stays within a small multiple of the text.
+one at a time into one float64 array, so memory stays within a small multiple of the text.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ TABLE_COLS = max(LIMITS.d_model, LIMITS.d_k)
 # One way to match each number, so a failed match never backtracks over its digits.
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DTYPE = re.compile(r"\s*dtype=[\w.]+\s*")
+_ARRAY = re.compile(r"\s*array\(")
+_NESTED = re.compile(r"\s*\[\[")
 _BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines ends a line
 _SEPARATORS = re.compile(r"[,\s]+")  # between the numbers of a NumPy-printed row
 _FIELD = re.compile(r"\S+")
@@ -85,62 +88,98 @@ def count_matches(pattern: re.Pattern[str], text: str) -> int:
     return sum(1 for _ in pattern.finditer(text))
 
 
-def _rows_of_numpy(text: str, max_rows: int, max_cols: int) -> Iterator[list[str]]:
-    """Cells of a NumPy-printed array: rows are the innermost [...] groups."""
-    if text.startswith("array(") and text.endswith(")"):  # repr: array([...], dtype=...)
-        text = text[len("array(") : -1]
-        head, comma, tail = text.rpartition(",")
-        if comma and _DTYPE.fullmatch(tail):
-            text = head
-    if text.count("[") != text.count("]"):
-        raise ValueError("unbalanced brackets")
-    count = count_matches(_ROW, text)
-    if not count:
-        raise ValueError("no rows between brackets")
-    _check_rows(count, max_rows)
-    one_row = count == 1 and not text.strip().startswith("[[")
-    for m in _ROW.finditer(text):
-        row = m.group(1).strip()
-        if not row and not one_row:
-            yield []
-            continue
-        _check_cols(count_matches(_SEPARATORS, row) + 1, max_cols)
-        yield _SEPARATORS.split(row)
-
-
 def _check_rows(count: int, max_rows: int) -> None:
     if count > max_rows:
         raise TableTooLarge(f"{count:,} rows, but at most {max_rows:,} fit")
 
 
-def _check_cols(count: int, max_cols: int) -> None:
+def _check_cols(count: int, max_cols: int, where: str = "") -> None:
     if count > max_cols:
-        raise TableTooLarge(f"{count:,} columns, but at most {max_cols:,} fit")
+        raise TableTooLarge(f"{where}{count:,} columns, but at most {max_cols:,} fit")
+
+
+Rows = Iterator[tuple[int, list[str]]]  # (line number, cell strings) of each row
+
+
+def _rows_of_numpy(text: str, max_rows: int, max_cols: int, by_line: bool) -> tuple[int, Rows]:
+    """Cells of a NumPy-printed array: rows are the innermost [...] groups."""
+    body = text.strip()
+    line = 1 + _breaks(text, 0, text.find(body[0]))  # where the table starts
+    if body.startswith("array(") and body.endswith(")"):  # repr: array([...], dtype=...)
+        body = body[len("array(") : -1]
+        head, comma, tail = body.rpartition(",")
+        if comma and _DTYPE.fullmatch(tail):
+            body = head
+    if body.count("[") != body.count("]"):
+        raise ValueError("unbalanced brackets")
+    count = count_matches(_ROW, body)
+    if not count:
+        raise ValueError("no rows between brackets")
+    _check_rows(count, max_rows)
+    one_row = count == 1 and not _NESTED.match(body)
+
+    def rows() -> Rows:
+        nonlocal line
+        pos = 0
+        for m in _ROW.finditer(body):
+            line += _breaks(body, pos, m.start())
+            pos = m.start()
+            row = m.group(1).strip()
+            if not row and not one_row:
+                yield line, []
+                continue
+            _check_cols(count_matches(_SEPARATORS, row) + 1, max_cols, _at(line, by_line))
+            yield line, _SEPARATORS.split(row)
+
+    return count, rows()
+
+
+def _rows_of_lines(text: str, sep: str | None, max_cols: int, by_line: bool) -> Rows:
+    """Cells of each non-blank line, split at sep (None: at runs of white space)."""
+    for line, start, end in line_spans(text):
+        where = _at(line, by_line)
+        if sep:
+            _check_cols(text.count(sep, start, end) + 1, max_cols, where)
+        cells = text[start:end]
+        if not sep:
+            _check_cols(count_matches(_FIELD, cells), max_cols, where)
+        yield line, cells.split(sep)
+
+
+def _at(line: int, by_line: bool) -> str:
+    """The prefix of a column refusal: the line when rows are named by line."""
+    return f"line {line}: " if by_line else ""
 
 
 def split_table(
-    text: str, max_rows: int = TABLE_ROWS, max_cols: int = TABLE_COLS
-) -> Iterator[list[str]]:
-    """The rows of text as cell strings (no number parsing yet), one row at a time.
+    text: str,
+    max_rows: int = TABLE_ROWS,
+    max_cols: int = TABLE_COLS,
+    sep: str | None = None,
+    by_line: bool = False,
+) -> tuple[int, Rows]:
+    """How many rows text holds, and the rows as (line number, cell strings), one at a time
+    (no number parsing yet). Line numbers are those of str.splitlines, from 1.
 
-    More than max_rows rows raises TableTooLarge before any row is split into cells; a
-    row of more than max_cols cells raises it before that row is split.
+    sep None guesses the layout: NumPy's printed arrays (brackets), else tab-separated
+    if the text holds a tab, else comma-separated if it holds a comma, else white space.
+    A given sep reads lines split at it, never brackets.
+
+    More than max_rows rows raises TableTooLarge before any row is split into cells (here,
+    not at the first row); a row of more than max_cols cells raises it before that row is
+    split. Neither copies the text, except that a guess looks at it stripped.
     """
-    text = text.strip()
-    if not text:
-        raise ValueError("nothing to paste")
-    if "[" in text or text.startswith("array("):
-        yield from _rows_of_numpy(text, max_rows, max_cols)
-        return
-    _check_rows(count_lines(text), max_rows)
-    sep = "\t" if "\t" in text else "," if "," in text else None
-    for _, start, end in line_spans(text):
-        if sep:
-            _check_cols(text.count(sep, start, end) + 1, max_cols)
-        line = text[start:end]
-        if not sep:
-            _check_cols(count_matches(_FIELD, line), max_cols)
-        yield line.split(sep)
+    if not text or text.isspace():
+        raise ValueError("no numbers to read")
+    if sep is None and ("[" in text or _ARRAY.match(text)):
+        return _rows_of_numpy(text, max_rows, max_cols, by_line)
+    count = count_lines(text)
+    _check_rows(count, max_rows)
+    if sep is None:
+        body = text.strip()  # a tab before or after the table is not a separator
+        sep = "\t" if "\t" in body else "," if "," in body else None
+        del body
+    return count, _rows_of_lines(text, sep, max_cols, by_line)
 
 
 def most_chars(rows: int, cols: int) -> int:
@@ -148,42 +187,75 @@ def most_chars(rows: int, cols: int) -> int:
     return rows * (cols * (MAX_NUMBER_CHARS + 2) + 8) + 64
 
 
-def parse_table(text: str, room: tuple[int, int] = (TABLE_ROWS, TABLE_COLS)) -> np.ndarray:
+def parse_table(
+    text: str,
+    room: tuple[int, int] = (TABLE_ROWS, TABLE_COLS),
+    *,
+    sep: str | None = None,
+    max_cells: int | None = None,
+    by_line: bool = False,
+) -> np.ndarray:
     """A rectangular block of finite numbers as a 2-D float64 array; ValueError otherwise.
+
+    The one reader of tables: pasted ranges and NumPy text (sep None: guessed, see
+    ``split_table``) and CSV files (sep ","). A leading byte-order mark is skipped.
 
     room: the most rows and columns the destination takes; more rows (or longer text than
     such a table can be) raise TableTooLarge before any number is read, a row with more
-    columns before that row is split.
+    columns before that row is split; so does a table of more than max_cells numbers
+    (None: no limit but the room) before its first row is read.
+
+    Messages name a row by its place in the table ("row 2, column 3: ..."), or with
+    by_line by its line in the text, blank lines counted as an editor counts them
+    ("line 4, column 3: ..."; "line 4: 2,049 columns, ...").
+
+    Memory: one float64 array of the table's size, filled a row at a time.
     """
     max_rows, max_cols = room
     if len(text) > most_chars(max_rows, max_cols):
         raise TableTooLarge(
             f"{len(text):,} characters, more than {max_rows:,}×{max_cols:,} numbers can take"
         )
-    out: list[np.ndarray] = []
-    for r, cells in enumerate(split_table(text, max_rows, max_cols), start=1):
+    text = text.removeprefix("\ufeff")
+    count, rows = split_table(text, max_rows, max_cols, sep, by_line)
+    out: np.ndarray | None = None
+    width, first = 0, ""
+    for r, (line, cells) in enumerate(rows):
+        where = f"line {line}" if by_line else f"row {r + 1}"
         if not cells or cells == [""]:
-            raise ValueError(f"row {r} is empty")
-        row = _numbers(cells, r)
-        if out and len(row) != len(out[0]):
-            raise ValueError(f"row {r} has {len(row)} numbers, row 1 has {len(out[0])}")
-        out.append(np.array(row, dtype=np.float64))  # 8 bytes a number, not a float object
-    return np.vstack(out)
+            raise ValueError(f"{where} is empty")
+        if not r:
+            width, first = len(cells), where
+            if max_cells is not None and count * width > max_cells:
+                raise TableTooLarge(f"{count:,}×{width:,} numbers, but at most {max_cells:,} fit")
+            # Each number takes a character at least: a taller or wider table is ragged,
+            # and is only checked, not stored (no array far larger than the text).
+            if count * width <= len(text):
+                out = np.empty((count, width))
+        elif len(cells) != width:
+            raise ValueError(f"{where} has {len(cells)} numbers, {first} has {width}")
+        values = _numbers(cells, where)
+        if out is not None:
+            out[r] = values
+    if out is None:  # unreachable: a rectangular table fits its text
+        raise ValueError("the rows are not all the same width")
+    return out
 
 
-def _numbers(cells: list[str], r: int) -> list[float]:
-    """The numbers of row r; a bad cell raises ValueError naming its row and column."""
-    texts = [c.strip().replace("\u2212", "-") for c in cells]
-    if max(map(len, texts)) <= MAX_NUMBER_CHARS and all(map(_NUMBER.fullmatch, texts)):
-        values = list(map(float, texts))  # the common case, without a call per cell
-        if max(map(abs, values)) <= LIMITS.abs_value:
-            return values
+def _numbers(cells: list[str], where: str) -> list[float]:
+    """The numbers of one row; a bad cell raises ValueError naming where and its column."""
+    if max(map(len, cells)) <= MAX_NUMBER_CHARS:  # long cells are never copied here
+        texts = [c.strip().replace("\u2212", "-") for c in cells]
+        if all(map(_NUMBER.fullmatch, texts)):
+            values = list(map(float, texts))  # the common case, without a call per cell
+            if max(map(abs, values)) <= LIMITS.abs_value:
+                return values
     row = []
     for c, cell in enumerate(cells, start=1):
         try:
             row.append(parse_number(cell))
         except ValueError as e:
-            raise ValueError(f"row {r}, column {c}: {e}") from None
+            raise ValueError(f"{where}, column {c}: {e}") from None
     return row
 
 
