@@ -124,9 +124,11 @@ class _Scale:
         return self.p0 + (t - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
 
 
-def _range(values: list[float], log: bool, pow2: bool, head: float = 0.04) -> tuple[float, float]:
+def _range(
+    values: list[float], log: bool, pow2: bool, headroom: float = 0.04
+) -> tuple[float, float]:
     """The data range (log10 on a log axis), widened when flat and padded a little
-    (by head, a fraction of the range, at the high end). A linear axis of values that
+    (by headroom, a fraction of the range, at the high end). A linear axis of values that
     are all >= 0 starts at 0, never below."""
     t = [math.log10(v) for v in values] if log else values
     lo, hi = min(t), max(t)
@@ -137,7 +139,7 @@ def _range(values: list[float], log: bool, pow2: bool, head: float = 0.04) -> tu
         half = LOG2 if pow2 else 0.5 if log else max(abs(lo) * 0.1, 1.0)
         lo, hi = lo - half, hi + half
     span = hi - lo
-    return (0.0 if from_zero else lo - 0.04 * span), hi + head * span
+    return (0.0 if from_zero else lo - 0.04 * span), hi + headroom * span
 
 
 Tick = tuple[float, str, bool]  # value, label ("" for none), major (gets a grid line)
@@ -260,8 +262,8 @@ def to_svg(chart: Chart, width: int = 640, height: int = 420) -> str:
     legend = _legend_rows(chart.series, colors, width, height)
     top = LEGEND_TOP + len(legend) * LEGEND_ROW + 8 if legend else top
     # room above the top line for its label
-    head = 0.1 if hlines else 0.04
-    ylo, yhi = _range([y for _, y in points] + [v for _, v in hlines], chart.log_y, False, head)
+    headroom = 0.1 if hlines else 0.04
+    ylo, yhi = _range([y for _, y in points] + [v for _, v in hlines], chart.log_y, False, headroom)
     yscale = _Scale(ylo, yhi, chart.log_y, bottom, top)
     yticks = _thin(_ticks(ylo, yhi, chart.log_y, False), yscale, TICK_FONT)
     label_w = max((_text_w(t[1], TICK_FONT) for t in yticks), default=0.0)

@@ -75,7 +75,7 @@ def lut(kind: str) -> np.ndarray:
     i = np.minimum(pos.astype(int), len(table) - 2)
     f = (pos - i)[:, None]
     colours = np.rint(table[i] * (1 - f) + table[i + 1] * f)
-    rows = np.vstack([colours, [stops_hex(MASKED_FILL)]])
+    rows = np.vstack([colours, [hex_rgb(MASKED_FILL)]])
     out = np.hstack([rows, np.full((LUT_SIZE + 1, 1), 255)]).astype(np.uint8)
     out.flags.writeable = False
     return out
@@ -98,7 +98,8 @@ def rgb(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:
     return rgba(values, kind, lims)[..., :3]
 
 
-def stops_hex(color: str) -> tuple[int, int, int]:
+def hex_rgb(color: str) -> tuple[int, int, int]:
+    """The red, green and blue (0 to 255) of a "#rrggbb" colour."""
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 

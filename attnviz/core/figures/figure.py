@@ -287,11 +287,11 @@ def cell_pixels(spec: HeatmapSpec) -> np.ndarray:
     window shades cells too small to hatch) and leaked cells in the leak colour.
     """
     pixels = np.ascontiguousarray(colors.rgb(spec.values, spec.kind, spec.levels))
-    grey = np.array(colors.stops_hex(colors.MASKED_HATCH))
+    grey = np.array(colors.hex_rgb(colors.MASKED_HATCH))
     shade = np.rint(np.arange(256)[:, None] * (1 - SHADE) + grey * SHADE).astype(np.uint8)
     np.copyto(pixels, shade[pixels, np.arange(3)], where=spec.hatched()[..., None])
     if spec.leaked is not None:
-        pixels[spec.leaked] = colors.stops_hex(colors.LEAK)
+        pixels[spec.leaked] = colors.hex_rgb(colors.LEAK)
     return pixels
 
 
