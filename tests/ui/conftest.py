@@ -98,6 +98,27 @@ def warnings_shown(monkeypatch):
     return shown
 
 
+@pytest.fixture(scope="module")
+def shared_window(qapp, tmp_path_factory):
+    """One shown window for a whole test module (building one costs about a second).
+
+    Each module that asks for it gets its own; its tests put it back as they need it
+    (a ``window`` fixture of the module: worked example, head 1, clean undo history).
+    """
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.main_window import MainWindow
+
+    folder = tmp_path_factory.mktemp("shared-window")
+    settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings, folder / "data")
+    window.show()
+    yield window
+    window.doc.undo_stack.setClean()
+    window.close()
+    window.deleteLater()
+
+
 @pytest.fixture
 def shown_window(make_window, qtbot):
     """A MainWindow that is shown and active, so that keys and shortcuts reach it."""

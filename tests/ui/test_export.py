@@ -97,31 +97,14 @@ def check_cells(root: ET.Element, rows: tuple[str, ...], cols: tuple[str, ...], 
     return pairs
 
 
-@pytest.fixture(scope="module")
-def export_window(qapp, tmp_path_factory):
-    """One shown window for the module, on the worked example."""
-    from PySide6.QtCore import QSettings
-
-    from attnviz.ui.main_window import MainWindow
-
-    folder = tmp_path_factory.mktemp("export-window")
-    settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, folder / "data")
-    window.show()
-    yield window
-    window.doc.undo_stack.setClean()
-    window.close()
-    window.deleteLater()
-
-
 @pytest.fixture
-def window(export_window):
+def window(shared_window):
     from attnviz.core.presets import worked_example
 
-    export_window.doc.reset(worked_example(), None)
-    export_window.doc.set_head(0)
-    yield export_window
-    export_window.doc.undo_stack.setClean()
+    shared_window.doc.reset(worked_example(), None)
+    shared_window.doc.set_head(0)
+    yield shared_window
+    shared_window.doc.undo_stack.setClean()
 
 
 def head_reference(head: int) -> dict[str, np.ndarray]:

@@ -59,23 +59,6 @@ def select_block(grid, row: int, col: int, rows: int, cols: int) -> None:
     grid.selectionModel().select(block, QItemSelectionModel.SelectionFlag.ClearAndSelect)
 
 
-@pytest.fixture(scope="module")
-def shared_window(qapp, tmp_path_factory):
-    """One shown window for the whole module (building one costs about a second)."""
-    from PySide6.QtCore import QSettings
-
-    from attnviz.ui.main_window import MainWindow
-
-    folder = tmp_path_factory.mktemp("grid-window")
-    settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, folder / "data")
-    window.show()
-    yield window
-    window.doc.undo_stack.setClean()
-    window.close()
-    window.deleteLater()
-
-
 @pytest.fixture
 def window(shared_window, qtbot):
     """The shared window, active, back on the worked example with an empty undo history."""
