@@ -9,14 +9,25 @@ only enters through share_of_gemm, which the tests check against that number.
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
+import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from attnviz.bench import sweep as bench  # noqa: E402
-from attnviz.bench.sweep import Config  # noqa: E402
+from attnviz.bench.config import IMPLEMENTATIONS, Config  # noqa: E402
+from attnviz.bench.report import (  # noqa: E402
+    Record,
+    Report,
+    as_csv,
+    as_json,
+    as_table,
+    table_cells,
+)
 
 GEMM = 0.25  # TFLOP/s: the ceiling the fixture below pretends to measure
 F32 = 4  # bytes per float32
@@ -84,11 +95,11 @@ def reference_attention(q, k, v, causal: bool):
     return torch.einsum("bhij,bhjd->bhid", w, v)
 
 
-def cells(records: list[bench.Record]) -> list[tuple[str, int]]:
+def cells(records: list[Record]) -> list[tuple[str, int]]:
     return [(r.impl, r.n) for r in records]
 
 
-def by_cell(records: list[bench.Record]) -> dict[tuple[str, int], bench.Record]:
+def by_cell(records: list[Record]) -> dict[tuple[str, int], Record]:
     return {(r.impl, r.n): r for r in records}
 
 
@@ -124,7 +135,7 @@ def test_config_check_names_the_bad_parameter(changes: dict, named: str) -> None
 
 
 def test_config_check_accepts_a_good_config_and_sizes_are_the_powers_of_two() -> None:
-    c = tiny(min_n=16, max_n=1024, impls=bench.IMPLEMENTATIONS, causal=True, backward=True)
+    c = tiny(min_n=16, max_n=1024, impls=IMPLEMENTATIONS, causal=True, backward=True)
     c.check()
     assert c.sizes() == [16, 32, 64, 128, 256, 512, 1024]
     assert tiny(min_n=256, max_n=256).sizes() == [256]
@@ -144,7 +155,7 @@ def test_attention_flops_follow_flashattention(causal: bool, backward: bool) -> 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("impl", bench.IMPLEMENTATIONS)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_predicted_bytes_by_the_documented_formula(dtype: str, backward: bool, impl: str) -> None:
     size = 4 if dtype == "float32" else 2
     c = Config(dtype=dtype, batch=2, heads=3, d_head=40, backward=backward)
@@ -169,7 +180,7 @@ def test_records_are_complete_and_consistent(
     fixed_gemm: float, causal: bool, backward: bool
 ) -> None:
     c = tiny(impls=("naive", "sdpa", "math"), causal=causal, backward=backward)
-    seen: list[bench.Record] = []
+    seen: list[Record] = []
     report = bench.run(c, on_record=seen.append)
 
     assert not report.cancelled
@@ -189,32 +200,128 @@ def test_records_are_complete_and_consistent(
         assert r.error is not None and 0 < r.error < 1e-4
 
 
+def my_matmul_tflops(size: int = 2048, repeats: int = 3) -> float:
+    """This CPU's float32 square matrix-multiply throughput, timed here: 2·size³ FLOPs."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - t0)
+    return 2 * size**3 / statistics.median(seconds) / 1e12
+
+
 def test_share_of_gemm_against_the_measured_ceiling() -> None:
-    """One sweep with the real (slow) ceiling: positive, and every share is tflops over it."""
-    report = bench.run(tiny(min_n=64, max_n=64, impls=("sdpa",)))
-    assert report.gemm_tflops > 0
-    (r,) = report.records
-    assert r.status == "ok"
-    assert r.share_of_gemm == pytest.approx(r.tflops / report.gemm_tflops, rel=1e-9)
+    """One sweep with the real (slow) ceiling. Each share is worked out here from the
+    record's own time and the FLOP count of the issue; the ceiling is compared with a
+    matrix multiply timed here (a wide band: other work shares this CPU, but a ceiling
+    in the wrong unit, GFLOP/s for TFLOP/s, is a thousand times off)."""
+    report = bench.run(tiny(min_n=64, max_n=128, impls=("naive", "sdpa")))
+    mine = my_matmul_tflops()
+    assert mine / 20 < report.gemm_tflops < mine * 20, (report.gemm_tflops, mine)
+    assert [r.status for r in report.records] == ["ok"] * 4
+    for r in report.records:
+        flop = 4 * 1 * 2 * r.n**2 * 16  # b = 1, h = 2, d = 16
+        share = flop / (r.time_ms / 1e3) / (report.gemm_tflops * 1e12)
+        assert r.share_of_gemm == pytest.approx(share, rel=1e-9), (r.impl, r.n)
 
 
-def test_report_to_dict_holds_every_record(fixed_gemm: float) -> None:
+def hand_made_report() -> Report:
+    """A report written out by hand: an ok record, an out-of-memory one, a skipped one."""
+    return Report(
+        device={"type": "cpu", "torch": "2.5.0", "name": "Test CPU", "backends": ["math"]},
+        config=Config(device="cpu", dtype="bfloat16", heads=2, d_head=16).to_dict(),
+        gemm_tflops=0.8,
+        records=[
+            Record("naive", 256, "ok", 1.5, 3 * 2**20, 3_276_800, 0.0125, 0.015625, 0.001953125),
+            Record("naive", 512, "oom", predicted_bytes=13_107_200),
+            Record("sdpa", 512, "skipped: needs 9.0 GiB, 1.0 GiB free", predicted_bytes=73_728),
+        ],
+        cancelled=True,
+        notes=["sdpa: float64 check at n = 128 skipped: out of memory"],
+    )
+
+
+def test_report_to_dict_holds_every_record() -> None:
+    """Through JSON text and back: every value of every record, as written by hand above."""
+    d = json.loads(as_json(hand_made_report()))
+    assert d["device"] == {
+        "type": "cpu", "torch": "2.5.0", "name": "Test CPU", "backends": ["math"],
+    }  # fmt: skip
+    assert d["gemm_tflops"] == 0.8
+    assert d["cancelled"] is True
+    assert d["notes"] == ["sdpa: float64 check at n = 128 skipped: out of memory"]
+    assert d["config"] == {
+        "device": "cpu", "dtype": "bfloat16", "batch": 1, "heads": 2, "d_head": 16,
+        "causal": False, "backward": False, "min_n": 256, "max_n": 4096,
+        "impls": ["naive", "sdpa"], "repeats": 5, "warmup": 1, "threads": 0,
+    }  # fmt: skip
+    none = {"time_ms": None, "peak_bytes": None, "tflops": None, "share_of_gemm": None}
+    assert d["records"] == [
+        {"impl": "naive", "n": 256, "status": "ok", "time_ms": 1.5, "peak_bytes": 3145728,
+         "predicted_bytes": 3276800, "tflops": 0.0125, "share_of_gemm": 0.015625,
+         "error": 0.001953125},
+        {"impl": "naive", "n": 512, "status": "oom", **none, "predicted_bytes": 13107200,
+         "error": None},
+        {"impl": "sdpa", "n": 512, "status": "skipped: needs 9.0 GiB, 1.0 GiB free", **none,
+         "predicted_bytes": 73728, "error": None},
+    ]  # fmt: skip
+    # and read back, the same report, its config the sweep's
+    again = Report.from_dict(d)
+    assert again == hand_made_report()
+    assert again.sweep_config() == Config(device="cpu", dtype="bfloat16", heads=2, d_head=16)
+
+
+def test_a_swept_report_survives_json_with_its_measured_values(fixed_gemm: float) -> None:
     report = bench.run(tiny())
-    d = report.to_dict()
-    assert d["gemm_tflops"] == fixed_gemm
-    assert d["cancelled"] is False
-    assert [(r["impl"], r["n"]) for r in d["records"]] == cells(report.records)
-    assert set(d["records"][0]) == {
-        "impl",
-        "n",
-        "status",
-        "time_ms",
-        "peak_bytes",
-        "predicted_bytes",
-        "tflops",
-        "share_of_gemm",
-        "error",
-    }
+    d = json.loads(as_json(report))
+    assert d["gemm_tflops"] == fixed_gemm and d["cancelled"] is False
+    assert [(r["impl"], r["n"]) for r in d["records"]] == [
+        (i, n) for n in (64, 128) for i in ("naive", "sdpa")
+    ]
+    for r, got in zip(report.records, d["records"], strict=True):
+        assert got["time_ms"] == r.time_ms and got["peak_bytes"] == r.peak_bytes  # exactly
+        flops = my_flops(1, 2, r.n, 16, False, False)
+        assert got["tflops"] == pytest.approx(flops / (got["time_ms"] / 1e3) / 1e12, rel=1e-9)
+        assert got["predicted_bytes"] == my_predicted(r.impl, 1, 2, r.n, 16, F32, False)
+        assert got["error"] == r.error and 0 < got["error"] < 1e-4
+    assert Report.from_dict(d) == report
+    assert Report.from_dict(d).sweep_config() == tiny()
+
+
+# The report's text formats --------------------------------------------------------------------
+
+
+def test_table_cells_as_both_the_command_and_the_window_show_them() -> None:
+    ok, oom, skipped = hand_made_report().records
+    assert table_cells(ok) == [
+        "naive", "256", "1.5", "3.0", "3.1", "0.0125", "2%", "0.002", "ok",
+    ]  # fmt: skip
+    assert table_cells(oom) == ["naive", "512", "–", "–", "12.5", "–", "–", "–", "oom"]
+    assert table_cells(skipped)[4] == "0.1" and table_cells(skipped)[-1] == skipped.status
+
+
+def test_table_text_of_a_hand_made_report() -> None:
+    assert as_table(hand_made_report()).splitlines() == [
+        "Test CPU (cpu, torch 2.5.0); matrix-multiply ceiling 0.8 TFLOP/s (bfloat16)",
+        " impl    n  time ms  peak MiB  predicted MiB  TFLOP/s  of GEMM  error  status",
+        "naive  256      1.5       3.0            3.1   0.0125       2%  0.002  ok",
+        "naive  512        –         –           12.5        –        –      –  oom",
+        " sdpa  512        –         –            0.1        –        –      –  "
+        "skipped: needs 9.0 GiB, 1.0 GiB free",
+        "sdpa: float64 check at n = 128 skipped: out of memory",
+        "(cancelled)",
+    ]
+
+
+def test_csv_of_a_hand_made_report() -> None:
+    assert as_csv(hand_made_report()).splitlines() == [
+        "impl,n,status,time_ms,peak_bytes,predicted_bytes,tflops,share_of_gemm,error",
+        "naive,256,ok,1.5,3145728,3276800,0.0125,0.015625,0.001953125",
+        "naive,512,oom,,,13107200,,,",
+        'sdpa,512,"skipped: needs 9.0 GiB, 1.0 GiB free",,,73728,,,',
+    ]
 
 
 # Peak memory on the CPU against the prediction ---------------------------------------------
@@ -654,7 +761,7 @@ def test_the_reference_guard_counts_gpu_memory_on_a_gpu(
 ) -> None:
     real = bench.free_bytes
     monkeypatch.setattr(bench, "free_bytes", lambda d: 1 if d == "cuda" else real(d))
-    monkeypatch.setattr(bench, "_measure", lambda impl, n, *a: bench.Record(impl, n, "ok"))
+    monkeypatch.setattr(bench, "_measure", lambda impl, n, *a: Record(impl, n, "ok"))
     report = bench.run(tiny(device="cuda", min_n=64, max_n=64))
     assert [r.error for r in report.records] == [None, None]
     assert all(" GiB of GPU memory, " in n for n in report.notes), report.notes

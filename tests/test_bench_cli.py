@@ -1,4 +1,5 @@
-"""``attnviz bench``: JSON, CSV and table reports, --out, the progress bar, bad flags.
+"""``attnviz bench``: JSON, CSV and table reports, --out, the progress bar, bad flags, and
+the command line of a Config (attnviz.bench.config) read back as the same Config.
 
 In-process runs go through ``attnviz.cli.main(["bench", ...])`` with the (slow, on a CPU)
 matrix-multiply ceiling replaced by a fixed number; two runs use a fresh interpreter,
@@ -15,14 +16,26 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
 from attnviz.bench import cli as bench_cli  # noqa: E402 (needs torch, after the skip)
 from attnviz.bench import sweep as bench  # noqa: E402
+from attnviz.bench.config import (  # noqa: E402
+    DEVICES,
+    DTYPES,
+    IMPLEMENTATIONS,
+    Config,
+    config_from_argv,
+    config_to_argv,
+)
+from attnviz.bench.report import Report  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 
 GEMM = 0.5
@@ -203,13 +216,13 @@ def test_out_to_a_folder_is_one_line_and_exit_2(
 
 
 @pytest.fixture
-def no_sweep(monkeypatch: pytest.MonkeyPatch) -> list[bench.Config]:
+def no_sweep(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
     """Replace the sweep by a spy that records the config it got and returns an empty report."""
-    seen: list[bench.Config] = []
+    seen: list[Config] = []
 
     def spy(config, progress=None, cancelled=None, on_record=None):
         seen.append(config)
-        return bench.Report({"type": "cpu", "torch": torch.__version__}, {"dtype": "float32"}, 1.0)
+        return Report({"type": "cpu", "torch": torch.__version__}, config.to_dict(), 1.0)
 
     monkeypatch.setattr(bench_cli, "run", spy)
     return seen
@@ -267,7 +280,8 @@ def test_defaults_reach_the_config(no_sweep: list, capsys: pytest.CaptureFixture
     (config,) = no_sweep
     assert config.device == "cpu"
     assert config.max_n == 4096
-    assert config.impls == bench.IMPLEMENTATIONS
+    assert config.impls == IMPLEMENTATIONS
+    assert (config.warmup, config.threads, config.repeats) == (1, 0, 5)
     assert not config.causal and not config.backward
     assert run_cli([*TINY, "--causal", "--backward", "--batch", "3", "--dtype", "bfloat16"]) == 0
     config = no_sweep[-1]
@@ -458,3 +472,116 @@ def test_a_skipped_float64_check_is_said_in_the_table_and_json(
     (note,) = data["notes"]  # free memory may differ by now
     assert note.startswith("sdpa: float64 check at n = 128 skipped: needs 4294967296.0 GiB of CPU")
     assert all(r["status"] == "ok" and r["error"] is None for r in data["records"])
+
+
+# Config ↔ argv: one command line for the window and the command ----------------------------
+
+POWERS = [2**k for k in range(18)]  # 1 … 131072
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> Config:
+    """Any valid Config: every field drawn over its whole accepted range."""
+    low, high = sorted(draw(st.lists(st.sampled_from(POWERS), min_size=2, max_size=2)))
+    whole = {
+        name: draw(st.integers(lo, hi))
+        for name, lo, hi in (
+            ("batch", 1, 1024),
+            ("heads", 1, 1024),
+            ("d_head", 1, 1024),
+            ("repeats", 1, 1000),
+            ("warmup", 0, 100),
+            ("threads", 0, 1024),
+        )
+    }
+    impls = draw(st.lists(st.sampled_from(IMPLEMENTATIONS), min_size=1, unique=True))
+    return Config(
+        device=draw(st.sampled_from(DEVICES)),
+        dtype=draw(st.sampled_from(DTYPES)),
+        causal=draw(st.booleans()),
+        backward=draw(st.booleans()),
+        min_n=low,
+        max_n=high,
+        impls=tuple(impls),
+        **whole,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(configs())
+def test_config_to_argv_and_back_is_the_same_config(config: Config) -> None:
+    config.check()
+    argv = config_to_argv(config)
+    assert all(isinstance(a, str) for a in argv)
+    assert config_from_argv(argv) == config
+
+
+# Every field away from its default (and from the command's defaults: all impls, max-n by
+# device), one at a time and all at once: a flag that is dropped or misread shows.
+CHANGED = {
+    "device": "cpu",
+    "dtype": "float16",
+    "batch": 3,
+    "heads": 5,
+    "d_head": 24,
+    "causal": True,
+    "backward": True,
+    "min_n": 32,
+    "max_n": 1024,
+    "impls": ("math", "naive"),
+    "repeats": 7,
+    "warmup": 4,
+    "threads": 2,
+}
+
+
+def test_the_changed_values_cover_every_field() -> None:
+    d, cli = Config(), config_from_argv([])
+    assert set(CHANGED) == {f.name for f in fields(Config)}
+    for name, value in CHANGED.items():
+        assert value != getattr(d, name) and value != getattr(cli, name), name
+
+
+CHANGED_CONFIGS = [Config(**{name: value}) for name, value in CHANGED.items()]
+CHANGED_CONFIGS.append(Config(**CHANGED))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", CHANGED_CONFIGS, ids=[*CHANGED, "all"])
+def test_every_field_round_trips(config: Config) -> None:
+    assert config_from_argv(config_to_argv(config)) == config
+
+
+@pytest.mark.parametrize("changed", list(CHANGED))
+def test_the_command_runs_the_config_its_argv_describes(
+    no_sweep: list, capsys: pytest.CaptureFixture[str], changed: str
+) -> None:
+    """``attnviz bench`` itself, given config_to_argv's flags, sweeps that very config
+    (its device resolved: cpu here, as the window asks for)."""
+    config = Config(**{"device": "cpu", changed: CHANGED[changed]})
+    assert run_cli(["bench", *config_to_argv(config), "--format", "json"]) == 0
+    assert no_sweep == [config]
+    everything = Config(**CHANGED)  # type: ignore[arg-type]
+    assert run_cli(["bench", *config_to_argv(everything), "--format", "json"]) == 0
+    assert no_sweep[-1] == everything
+
+
+def test_the_command_line_defaults_are_the_commands() -> None:
+    """Flags left out: all implementations, 4096 as top n off a GPU, Config's others."""
+    assert config_from_argv([]) == Config(impls=IMPLEMENTATIONS)
+    assert config_from_argv(["--device", "cuda"]).max_n == 65536
+    assert config_from_argv(["--device", "cpu", "--threads", "3"]).threads == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--heads", "two"], "two"),
+        (["--impl", "naive,foo"], "foo"),
+        (["--dtype", "float8"], "float8"),
+        (["--format", "json"], "--format"),  # the command's own flags are not the Config's
+        (["--warmup"], "--warmup"),
+    ],
+)
+def test_config_from_argv_refuses_what_it_cannot_read(argv: list[str], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        config_from_argv(argv)

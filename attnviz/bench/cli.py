@@ -1,26 +1,28 @@
 """``attnviz bench``: time dense attention against fused SDPA over growing n.
 
 Needs torch and the standard library only, so that it runs on a GPU machine that has
-nothing else. A progress bar goes to stderr; the report to stdout or ``--out``.
+nothing else. A progress bar goes to stderr; the report to stdout or ``--out``. The
+sweep's flags are attnviz.bench.config's, the report's formats attnviz.bench.report's;
+``--format jsonl`` streams {"progress": [step, total, message]}, {"record": {…}} and, at
+the end, {"report": {…}} without its records, one JSON object a line.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import NoReturn
 
-from attnviz.bench.sweep import DTYPES, IMPLEMENTATIONS, Config, Record, Report, run
+from attnviz.bench.config import add_config_arguments, config_from_namespace
+from attnviz.bench.report import render
+from attnviz.bench.sweep import resolve_device, run
 
 EXIT_USAGE = 2
-COLUMNS = [f.name for f in fields(Record)]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,48 +31,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def _impls(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in IMPLEMENTATIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"{', '.join(unknown) or 'nothing'}: expected some of {','.join(IMPLEMENTATIONS)}"
-        )
-    return names
-
-
 def build_parser() -> argparse.ArgumentParser:
-    d = Config()
+    """The sweep's flags (attnviz.bench.config), then where and how the report goes."""
     p = _Parser(prog="attnviz bench", description=__doc__.splitlines()[0])
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--dtype", choices=DTYPES, default=d.dtype)
-    p.add_argument("--batch", type=_whole, default=d.batch)
-    p.add_argument("--heads", type=_whole, default=d.heads)
-    p.add_argument("--d-head", type=_whole, default=d.d_head)
-    p.add_argument("--causal", action="store_true", help="mask future keys")
-    p.add_argument("--backward", action="store_true", help="time forward + backward")
-    p.add_argument("--min-n", type=_whole, default=d.min_n, help="a power of two")
-    p.add_argument(
-        "--max-n",
-        type=_whole,
-        default=None,
-        help="a power of two (default: 4096 on a CPU, 65536 on a GPU)",
-    )
-    p.add_argument(
-        "--impl",
-        type=_impls,
-        default=None,
-        help=f"comma-separated: {','.join(IMPLEMENTATIONS)} (default: all)",
-    )
-    p.add_argument("--repeats", type=_whole, default=d.repeats)
-    p.add_argument("--threads", type=_whole, default=0, help="CPU threads (default: torch's)")
+    add_config_arguments(p)
     p.add_argument(
         "--format",
         choices=("table", "json", "csv", "jsonl"),
@@ -84,24 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="run at a lower CPU priority (a window running the sweep stays responsive)",
     )
     return p
-
-
-def config_from(args: argparse.Namespace, device: str) -> Config:
-    max_n = args.max_n if args.max_n is not None else (65536 if device == "cuda" else 4096)
-    return Config(
-        device=device,
-        dtype=args.dtype,
-        batch=args.batch,
-        heads=args.heads,
-        d_head=args.d_head,
-        causal=args.causal,
-        backward=args.backward,
-        min_n=args.min_n,
-        max_n=max_n,
-        impls=args.impl or IMPLEMENTATIONS,
-        repeats=args.repeats,
-        threads=args.threads,
-    )
 
 
 def out_problem(path: str) -> str | None:
@@ -147,72 +93,6 @@ def stream_line(kind: str) -> Callable[..., None]:
     return emit
 
 
-def _number(v: float | None, digits: int = 3) -> str:
-    return "–" if v is None else f"{v:.{digits}g}"
-
-
-def _mib(v: int | None) -> str:
-    return "–" if v is None else f"{v / 2**20:.1f}"
-
-
-def as_table(report: Report) -> str:
-    dev = report.device
-    head = (
-        f"{dev.get('name', dev['type'])} ({dev['type']}, torch {dev['torch']}); "
-        f"matrix-multiply ceiling {report.gemm_tflops:.3g} TFLOP/s ({report.config['dtype']})"
-    )
-    rows = [
-        [
-            "impl",
-            "n",
-            "time ms",
-            "peak MiB",
-            "predicted MiB",
-            "TFLOP/s",
-            "of GEMM",
-            "error",
-            "status",
-        ]
-    ]
-    for r in report.records:
-        share = "–" if r.share_of_gemm is None else f"{100 * r.share_of_gemm:.0f}%"
-        rows.append(
-            [
-                r.impl,
-                str(r.n),
-                _number(r.time_ms, 4),
-                _mib(r.peak_bytes),
-                _mib(r.predicted_bytes),
-                _number(r.tflops),
-                share,
-                _number(r.error, 2),
-                r.status,
-            ]
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = [
-        "  ".join(c.rjust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-        for row in rows
-    ]
-    tail = ["(cancelled)"] if report.cancelled else []
-    return "\n".join([head, *lines, *report.notes, *tail]) + "\n"
-
-
-def as_csv(report: Report) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for r in report.records:
-        writer.writerow(asdict(r))
-    return out.getvalue()
-
-
-def render(report: Report, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(report.to_dict(), indent=1) + "\n"
-    return as_csv(report) if fmt == "csv" else as_table(report)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -220,11 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("attnviz bench: needs PyTorch (pip install torch)", file=sys.stderr)
         return EXIT_USAGE
-    from attnviz.bench.sweep import resolve_device
-
     try:
         device = resolve_device(args.device)
-        config = config_from(args, device)
+        config = config_from_namespace(args, device)
         config.check()
     except ValueError as e:
         print(f"attnviz bench: {e}", file=sys.stderr)

@@ -1,11 +1,14 @@
 """The three plots of a timing sweep (time, peak memory, throughput) as core charts.
 
 The window shows them and exports them; the GPU script writes them: one definition.
+``report_charts`` takes everything from the report, its titles from the config the
+sweep ran with (never from settings changed since).
 """
 
 from __future__ import annotations
 
-from attnviz.bench.sweep import IMPLEMENTATIONS, Config, Record
+from attnviz.bench.config import IMPLEMENTATIONS, Config
+from attnviz.bench.report import Record, Report
 from attnviz.core.figures.chart import PALETTE, Chart, Series, n_squared_guide
 
 # One colour per implementation, whichever others a sweep has: sdpa is the same in every plot.
@@ -17,10 +20,22 @@ def _order(impl: str) -> tuple[int, str]:
     return (IMPLEMENTATIONS.index(impl) if known else len(IMPLEMENTATIONS), impl)
 
 
+def report_charts(report: Report, detailed: bool = False) -> dict[str, Chart]:
+    """The three plots of a report; detailed titles name the config the report ran with."""
+    return charts(report.records, report.gemm_tflops, report.sweep_config(), detailed)
+
+
+def describe(config: Config) -> str:
+    """What a detailed title says about the sweep: dtype, shape, causal, backward."""
+    what = f"{config.dtype}, batch {config.batch}, {config.heads} heads of {config.d_head}"
+    return what + (", causal" if config.causal else "") + (", fwd+bwd" if config.backward else "")
+
+
 def charts(
     report_records: list[Record], gemm: float, config: Config, detailed: bool = False
 ) -> dict[str, Chart]:
-    """The three plots of a sweep, as core charts; detailed titles name the configuration."""
+    """The three plots of records measured with config, as core charts; detailed titles
+    name the config. Prefer report_charts: it cannot be given another sweep's config."""
     by_impl: dict[str, list[Record]] = {}
     for r in sorted(report_records, key=lambda r: (_order(r.impl), r.n)):
         by_impl.setdefault(r.impl, []).append(r)
@@ -41,8 +56,7 @@ def charts(
         return [n_squared_guide(first.xs, first.xs[0], first.ys[0])]
 
     times, memory = series("time_ms"), series("peak_bytes", 1 / 2**20)
-    what = f"{config.dtype}, batch {config.batch}, {config.heads} heads of {config.d_head}"
-    what += (", causal" if config.causal else "") + (", fwd+bwd" if config.backward else "")
+    what = describe(config)
 
     def title(name: str) -> str:
         return f"{name} ({what})" if detailed else name

@@ -22,111 +22,25 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-IMPLEMENTATIONS = ("naive", "sdpa", "flash", "efficient", "cudnn", "math")
+from attnviz.bench.config import MAX_N, Config
+from attnviz.bench.report import Record, Report
+
 BACKENDS = {
     "flash": "FLASH_ATTENTION",
     "efficient": "EFFICIENT_ATTENTION",
     "cudnn": "CUDNN_ATTENTION",
     "math": "MATH",
 }
-DTYPES = ("float32", "float16", "bfloat16")
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-MAX_N = {"cpu": 32768, "cuda": 131072}
 CHECK_N = 128  # the size at which every implementation is compared with float64
 MEMORY_HEADROOM = 0.8  # never plan to use more than this share of the free memory
 
 
 class Cancelled(Exception):
     """The caller asked the sweep to stop."""
-
-
-@dataclass(frozen=True)
-class Config:
-    device: str = "auto"
-    dtype: str = "float32"
-    batch: int = 1
-    heads: int = 12
-    d_head: int = 64
-    causal: bool = False
-    backward: bool = False
-    min_n: int = 256
-    max_n: int = 4096
-    impls: tuple[str, ...] = ("naive", "sdpa")
-    repeats: int = 5
-    warmup: int = 1
-    threads: int = 0  # CPU threads for torch; 0 keeps torch's default
-
-    def check(self) -> None:
-        """Raise ValueError naming the first bad parameter."""
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device: {self.device!r}; expected auto, cpu or cuda")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: {self.dtype!r}; expected one of {', '.join(DTYPES)}")
-        for name, low, high in (
-            ("batch", 1, 1024),
-            ("heads", 1, 1024),
-            ("d_head", 1, 1024),
-            ("repeats", 1, 1000),
-            ("warmup", 0, 100),
-            ("threads", 0, 1024),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{name}: {value!r}; expected a whole number from {low} to {high}")
-        for name in ("min_n", "max_n"):
-            n = getattr(self, name)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n & (n - 1):
-                raise ValueError(f"{name}: {n!r}; expected a power of two")
-        if self.min_n > self.max_n:
-            raise ValueError(f"min_n {self.min_n} is larger than max_n {self.max_n}")
-        if self.max_n > MAX_N["cuda"]:
-            raise ValueError(f"max_n: {self.max_n}; the largest sweep goes to {MAX_N['cuda']}")
-        unknown = [i for i in self.impls if i not in IMPLEMENTATIONS]
-        if unknown or not self.impls:
-            given = ", ".join(unknown) or "none given"
-            raise ValueError(f"impl: {given}; expected some of {', '.join(IMPLEMENTATIONS)}")
-
-    def sizes(self) -> list[int]:
-        return [2**k for k in range(self.min_n.bit_length() - 1, self.max_n.bit_length())]
-
-
-@dataclass
-class Record:
-    """One implementation at one n."""
-
-    impl: str
-    n: int
-    status: str  # ok, oom, skipped: reason, unsupported: reason
-    time_ms: float | None = None
-    peak_bytes: int | None = None
-    predicted_bytes: int = 0
-    tflops: float | None = None
-    share_of_gemm: float | None = None
-    error: float | None = None  # max |output − float64 reference| at n = CHECK_N
-
-
-@dataclass
-class Report:
-    device: dict[str, Any]
-    config: dict[str, Any]
-    gemm_tflops: float
-    records: list[Record] = field(default_factory=list)
-    cancelled: bool = False
-    notes: list[str] = field(default_factory=list)  # e.g. a float64 check skipped for memory
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "config": self.config,
-            "gemm_tflops": self.gemm_tflops,
-            "cancelled": self.cancelled,
-            "notes": self.notes,
-            "records": [asdict(r) for r in self.records],
-        }
 
 
 # Arithmetic ---------------------------------------------------------------------------
@@ -445,7 +359,7 @@ def run(
     dt = getattr(torch, config.dtype)
     sizes = config.sizes()
     total = len(sizes) * len(config.impls) + 1
-    report = Report(describe_device(device), asdict(config) | {"device": device}, 0.0)
+    report = Report(describe_device(device), config.to_dict() | {"device": device}, 0.0)
     step = 0
 
     def tell(message: str) -> None:

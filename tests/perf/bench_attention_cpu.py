@@ -9,7 +9,7 @@ memory of `naive` is at least 20× that of `sdpa`.
 
 from __future__ import annotations
 
-from attnviz.bench.cli import as_table
+from attnviz.bench.report import as_table
 from attnviz.bench.sweep import Config, run
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a bare checkout
 
-from attnviz.bench.cli import as_table
-from attnviz.bench.plots import charts
+from attnviz.bench.plots import report_charts
+from attnviz.bench.report import as_table
 from attnviz.bench.sweep import Config, run
 from attnviz.core.figures.chart import to_svg
 
@@ -42,7 +42,7 @@ def main() -> None:
     name = re.sub(r"[^A-Za-z0-9]+", "-", report.device.get("name", "gpu")).strip("-").lower()
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report.to_dict(), indent=1), "utf-8")
-    for key, chart in charts(report.records, report.gemm_tflops, config, detailed=True).items():
+    for key, chart in report_charts(report, detailed=True).items():
         (RESULTS / f"{name}-{key}.svg").write_text(to_svg(chart), "utf-8")
     got = {(r.impl, r.n): r for r in report.records}
     top = max(config.sizes())

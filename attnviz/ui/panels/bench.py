@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.bench.config import DTYPES, IMPLEMENTATIONS, Config
 from attnviz.bench.plots import charts
-from attnviz.bench.sweep import DTYPES, IMPLEMENTATIONS, Config, Record, Report
+from attnviz.bench.report import Record, Report
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
 from attnviz.ui.export import save_svg
@@ -348,7 +349,7 @@ class BenchPanel(QWidget):
     # Export -----------------------------------------------------------------------------
 
     def export_csv(self) -> None:
-        from attnviz.bench.cli import as_csv
+        from attnviz.bench.report import as_csv
         from attnviz.core.io.files import atomic_write
 
         if not self.records:
