@@ -1,4 +1,9 @@
-"""The GPU timing dock runs a tiny sweep (in a child process) and draws its plots."""
+"""The GPU timing dock runs a tiny sweep (in a child process) and draws its plots.
+
+Its plots and exports are titled from the sweep that ran, not from the form as it is
+now; it starts the child with every setting of its Config; its table shows the cells
+that ``attnviz bench`` prints.
+"""
 
 import xml.etree.ElementTree as ET
 
@@ -41,6 +46,14 @@ def test_dock_runs_a_tiny_sweep_and_draws(qtbot, tmp_path):
     r = cells["sdpa", 128]
     assert r.tflops == pytest.approx(4 * 1 * 2 * 128**2 * 16 / (r.time_ms / 1e3) / 1e12)
     assert panel.table.rowCount() == 6
+    # the table shows each record as ``attnviz bench`` prints it
+    from attnviz.bench.report import table_cells
+
+    shown = [
+        [panel.table.item(row, col).text() for col in range(panel.table.columnCount())]
+        for row in range(panel.table.rowCount())
+    ]
+    assert shown == [table_cells(r) for r in panel.records]
     # The plots are drawn from the charts the exports write.
     chart = panel.plots["time"].chart
     assert chart is not None and {s.label for s in chart.series} >= {"naive", "sdpa"}
@@ -116,3 +129,69 @@ def test_a_cancelled_sweep_keeps_its_ceiling_and_every_point_visible(qtbot):
         legend = root.find(".//*[@id='legend']")
         ys = [float(el.get(a)) for el in legend.iter() for a in ("y", "y1", "cy") if el.get(a)]
         assert ys and max(ys) < top, key
+
+
+def svg_title(path) -> str:
+    """The bold heading at the top of an exported plot."""
+    root = ET.parse(path).getroot()
+    (title,) = [t for t in root.iter(f"{NS}text") if t.get("font-weight") == "bold"]
+    return title.text
+
+
+def all_text(path) -> str:
+    return " ".join(t.text or "" for t in ET.parse(path).getroot().iter())
+
+
+def test_exported_plots_are_titled_from_the_sweep_that_ran(qtbot, tmp_path):
+    """Change the form after a float32 sweep: the plots still say float32 and its shape."""
+    panel = cpu_panel(qtbot, "64", "128", ("naive", "sdpa"))
+    panel.run()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    assert panel.status.text().startswith("done"), panel.status.text()
+    panel.dtype.setCurrentText("bfloat16")
+    panel.heads.setValue(4)
+    panel.d_head.setValue(32)
+    panel.causal.setChecked(True)
+    panel.backward.setChecked(True)
+
+    written = panel.export_plots_to(tmp_path)
+    assert sorted(p.name for p in written) == sorted(
+        f"attention-{key}.{ext}" for key in ("time", "memory", "tflops") for ext in ("svg", "png")
+    )
+    what = "float32, batch 1, 2 heads of 16"
+    for key, name in (("time", "Time"), ("memory", "Peak memory above inputs"),
+                      ("tflops", "Throughput")):  # fmt: skip
+        svg = tmp_path / f"attention-{key}.svg"
+        assert svg_title(svg) == f"{name} ({what})", key
+        text = all_text(svg)
+        assert "bfloat16" not in text and "causal" not in text and "fwd+bwd" not in text, key
+    # the plots in the dock too, redrawn after the change
+    panel.resize(900, 700)
+    panel._draw()
+    assert [v.chart.title for v in panel.plots.values()] == [
+        "Time", "Peak memory above inputs", "Throughput",
+    ]  # fmt: skip
+    # and the report remembers its config, not the form's
+    from attnviz.bench.config import Config
+
+    assert panel.report.sweep_config() == Config(
+        device="cpu", dtype="float32", heads=2, d_head=16, min_n=64, max_n=128,
+        impls=("naive", "sdpa"), repeats=1,
+    )  # fmt: skip
+
+
+def test_the_child_gets_every_setting_of_the_config():
+    """The sweep's command line, read by ``attnviz bench``'s own parser: threads and warm-up
+    included (they used to be dropped)."""
+    from attnviz.bench.cli import build_parser
+    from attnviz.bench.config import Config, config_from_namespace
+    from attnviz.ui.panels.bench import Sweep
+
+    config = Config(device="cpu", dtype="float16", batch=2, heads=3, d_head=24, causal=True,
+                    backward=True, min_n=32, max_n=512, impls=("math", "naive"), repeats=4,
+                    warmup=3, threads=2)  # fmt: skip
+    args = Sweep(config).arguments()
+    assert args[:3] == ["-m", "attnviz", "bench"]
+    parsed = build_parser().parse_args(args[3:])
+    assert (parsed.format, parsed.low_priority, parsed.out) == ("jsonl", True, None)
+    assert config_from_namespace(parsed) == config

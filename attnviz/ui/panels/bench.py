@@ -1,7 +1,10 @@
 """GPU timing dock: dense against fused attention over growing n, on CUDA or the CPU.
 
-The sweep (attnviz.bench.sweep) runs in a child process; records arrive one by one and
-the plots and table grow as they do. Cancel stops it at once.
+The sweep runs as ``attnviz bench`` in a child process, its flags written by
+attnviz.bench.config; records arrive one by one and the plots and table grow as they do.
+Cancel stops it at once. The table's cells, the CSV and the plots come from
+attnviz.bench (as the command writes them); the plots are titled from the report of the
+sweep shown, whatever the form says now.
 """
 
 from __future__ import annotations
@@ -29,15 +32,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.bench.config import DTYPES, IMPLEMENTATIONS, Config
-from attnviz.bench.plots import charts
-from attnviz.bench.report import Record, Report
+from attnviz.bench.config import DTYPES, IMPLEMENTATIONS, Config, config_to_argv
+from attnviz.bench.plots import report_charts
+from attnviz.bench.report import TABLE_HEADINGS, Record, Report, as_csv, table_cells
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
 from attnviz.ui.export import save_svg
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
-COLUMNS = ("impl", "n", "time ms", "peak", "predicted", "TFLOP/s", "of GEMM", "error", "status")
 
 
 class ChartView(QWidget):
@@ -77,17 +79,21 @@ class Sweep(QObject):
     A process, not a thread: torch's profiler (the CPU memory measure) holds the
     interpreter lock for a long time, running out of memory cannot take the window
     down with it, and Cancel stops the sweep at once.
+
+    ``report`` is the sweep's report from the start: its config is the one given here,
+    records join it as they arrive, and the child's closing summary (device, ceiling,
+    notes) fills in the rest. A cancelled sweep keeps what had arrived.
     """
 
     progress = Signal(int, int, str)
-    record = Signal(object)
+    record = Signal(object)  # Record, already in report.records
     finished = Signal(object)  # Report
     failed = Signal(str)
 
     def __init__(self, config: Config):
         super().__init__()
         self.config = config
-        self.records: list[Record] = []
+        self.report = Report(device={}, config=config.to_dict(), gemm_tflops=0.0)
         self.cancelled = False
         self._buffer = b""
         self.process = QProcess(self)
@@ -95,21 +101,8 @@ class Sweep(QObject):
         self.process.finished.connect(self._done)
 
     def arguments(self) -> list[str]:
-        c = self.config
-        args = [
-            "-m",
-            "attnviz",
-            "bench",
-            "--format",
-            "jsonl",
-            "--low-priority",
-            "--device",
-            c.device,
-        ]
-        args += ["--dtype", c.dtype, "--batch", str(c.batch), "--heads", str(c.heads)]
-        args += ["--d-head", str(c.d_head), "--min-n", str(c.min_n), "--max-n", str(c.max_n)]
-        args += ["--impl", ",".join(c.impls), "--repeats", str(c.repeats)]
-        return args + (["--causal"] if c.causal else []) + (["--backward"] if c.backward else [])
+        flags = ["--format", "jsonl", "--low-priority"]
+        return ["-m", "attnviz", "bench", *config_to_argv(self.config), *flags]
 
     def start(self) -> None:
         self.process.start(sys.executable, self.arguments())
@@ -129,20 +122,22 @@ class Sweep(QObject):
                 self.progress.emit(*message["progress"])
             elif "record" in message:
                 record = Record(**message["record"])
-                self.records.append(record)
-                self.record.emit(record)
+                self._add(record)
             elif "report" in message:
-                r = message["report"]
-                self.report = Report(
-                    r["device"], r["config"], r["gemm_tflops"], self.records, r["cancelled"]
-                )
+                self.report = Report.from_dict(message["report"], records=self.report.records)
+
+    def _add(self, record: Record) -> None:
+        self.report.records.append(record)
+        if not self.report.gemm_tflops and record.tflops and record.share_of_gemm:
+            # the ceiling comes with the summary at the end; records carry it from the start
+            self.report.gemm_tflops = record.tflops / record.share_of_gemm
+        self.record.emit(record)
 
     def _done(self, code: int, _status: object) -> None:
         self._read()
         if self.cancelled or code == 0:
-            report = getattr(self, "report", None) or Report({}, {}, 0.0, self.records, True)
-            report.cancelled = report.cancelled or self.cancelled
-            self.finished.emit(report)
+            self.report.cancelled = self.report.cancelled or self.cancelled
+            self.finished.emit(self.report)
         else:
             error = bytes(self.process.readAllStandardError().data()).decode(errors="replace")
             last = [line for line in error.splitlines() if line.strip()][-1:] or [
@@ -157,9 +152,7 @@ class BenchPanel(QWidget):
         import torch
 
         self.sweep: Sweep | None = None
-        self.records: list[Record] = []
-        self.report: Report | None = None
-        self.gemm = 0.0
+        self.report: Report | None = None  # the sweep shown: running, finished or cancelled
         cuda = torch.cuda.is_available()
 
         self.device = QComboBox()
@@ -177,9 +170,9 @@ class BenchPanel(QWidget):
             spin.setRange(low, high)
             spin.setValue(value)
         self.min_n, self.max_n = QComboBox(), QComboBox()
-        for box, value in ((self.min_n, 256), (self.max_n, 32768 if cuda else 4096)):
-            box.addItems([str(n) for n in POWERS])
-            box.setCurrentText(str(value))
+        for combo, value in ((self.min_n, 256), (self.max_n, 32768 if cuda else 4096)):
+            combo.addItems([str(n) for n in POWERS])
+            combo.setCurrentText(str(value))
         self.causal, self.backward = QCheckBox("causal"), QCheckBox("forward + backward")
         self.impls = {name: QCheckBox(name) for name in IMPLEMENTATIONS}
         for name, box in self.impls.items():
@@ -224,8 +217,8 @@ class BenchPanel(QWidget):
         self._redraw.setSingleShot(True)
         self._redraw.setInterval(250)
         self._redraw.timeout.connect(self._draw)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table = QTableWidget(0, len(TABLE_HEADINGS))
+        self.table.setHorizontalHeaderLabels(TABLE_HEADINGS)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
 
         layout = QVBoxLayout(self)
@@ -238,9 +231,15 @@ class BenchPanel(QWidget):
         layout.addWidget(self.table, 1)
         self._show_device()
 
+    @property
+    def records(self) -> list[Record]:
+        """The records of the sweep shown, so far."""
+        return self.report.records if self.report is not None else []
+
     # Running --------------------------------------------------------------------------
 
     def config(self) -> Config:
+        """The form's settings (what the next Run will time)."""
         return Config(
             device=self.device.currentText(),
             dtype=self.dtype.currentText(),
@@ -262,10 +261,10 @@ class BenchPanel(QWidget):
         except ValueError as e:
             self.status.setText(f"<span style='color:#b00'>{e}</span>")
             return
-        self.records, self.report, self.gemm = [], None, 0.0
+        self.sweep = Sweep(config)
+        self.report = self.sweep.report
         self.table.setRowCount(0)
         self._draw()
-        self.sweep = Sweep(config)
         self.sweep.progress.connect(self._progress)
         self.sweep.record.connect(self._record)
         self.sweep.finished.connect(self._finished)
@@ -285,17 +284,12 @@ class BenchPanel(QWidget):
         self.status.setText(message)
 
     def _record(self, record: Record) -> None:
-        self.records.append(record)
-        if not self.gemm and record.tflops and record.share_of_gemm:
-            # the ceiling comes with the report at the end; records carry it from the start
-            self.gemm = record.tflops / record.share_of_gemm
         self._add_row(record)
         if not self._redraw.isActive():
             self._redraw.start()  # at most a few redraws a second, however fast records come
 
     def _finished(self, report: Report) -> None:
-        self.report, self.gemm = report, report.gemm_tflops or self.gemm  # kept on Cancel
-        self.records = list(report.records)
+        self.report = report
         self.table.setRowCount(0)
         for record in self.records:
             self._add_row(record)
@@ -327,44 +321,31 @@ class BenchPanel(QWidget):
     def _add_row(self, r: Record) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
-        share = "" if r.share_of_gemm is None else f"{100 * r.share_of_gemm:.0f}%"
-        values = (
-            r.impl,
-            str(r.n),
-            "" if r.time_ms is None else f"{r.time_ms:.4g}",
-            "" if r.peak_bytes is None else human_bytes(r.peak_bytes),
-            human_bytes(r.predicted_bytes),
-            "" if r.tflops is None else f"{r.tflops:.3g}",
-            share,
-            "" if r.error is None else f"{r.error:.2g}",
-            r.status,
-        )
-        for col, text in enumerate(values):
+        for col, text in enumerate(table_cells(r)):  # as ``attnviz bench`` prints them
             self.table.setItem(row, col, QTableWidgetItem(text))
 
     def _draw(self) -> None:
-        for key, chart in charts(self.records, self.gemm, self.config()).items():
-            self.plots[key].set_chart(chart)
+        if self.report is not None:
+            for key, chart in report_charts(self.report).items():
+                self.plots[key].set_chart(chart)
 
     # Export -----------------------------------------------------------------------------
 
     def export_csv(self) -> None:
-        from attnviz.bench.report import as_csv
         from attnviz.core.io.files import atomic_write
 
-        if not self.records:
+        if self.report is None or not self.report.records:
             self.status.setText("Run a sweep first.")
             return
         path, _ = QFileDialog.getSaveFileName(
             self, "Export records", "attention-timing.csv", "CSV (*.csv)"
         )
         if path:
-            report = self.report or Report({}, {}, self.gemm, self.records)
-            atomic_write(path, as_csv(report).encode("utf-8"))
+            atomic_write(path, as_csv(self.report).encode("utf-8"))
             self.status.setText(f"Wrote {Path(path).name}")
 
     def export_plots(self) -> None:
-        if not self.records:
+        if self.report is None or not self.report.records:
             self.status.setText("Run a sweep first.")
             return
         folder = QFileDialog.getExistingDirectory(self, "Export the three plots (PNG and SVG) to")
@@ -373,8 +354,11 @@ class BenchPanel(QWidget):
             self.status.setText(f"Wrote {len(written)} files to {folder}")
 
     def export_plots_to(self, folder: Path) -> list[Path]:
-        written = []
-        for key, chart in charts(self.records, self.gemm, self.config(), detailed=True).items():
+        """The three plots of the sweep shown, as SVG and PNG, titled from its own config."""
+        written: list[Path] = []
+        if self.report is None:
+            return written
+        for key, chart in report_charts(self.report, detailed=True).items():
             svg = to_svg(chart)
             for suffix in (".svg", ".png"):
                 path = folder / f"attention-{key}{suffix}"
