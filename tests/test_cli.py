@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference as ref
 
 from attnviz.cli import main
 
@@ -51,12 +52,6 @@ W_O = np.array(
 )
 W = ["--head", "1", "--matrix", "weights"]  # explain a head-1 weight cell
 HEAD_KEYS = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
-
-
-def sinusoidal_4(n: int) -> np.ndarray:
-    """PE for d_model = 4 written out: [sin p, cos p, sin(p/100), cos(p/100)] (10000^(2/4))."""
-    p = np.arange(n, dtype=float)
-    return np.stack([np.sin(p), np.cos(p), np.sin(p / 100), np.cos(p / 100)], axis=1)
 
 
 def reference(
@@ -225,10 +220,14 @@ def test_json_scenario_is_exactly_what_a_save_writes(capsys, tmp_path):
         ),
         (["--no-scale"], dict(scale=False), dict(scale=False)),
         (["--no-projections"], dict(projections=False), dict(projections=False)),
-        (["--positional", "sinusoidal"], dict(pe=sinusoidal_4(4)), dict(positional="sinusoidal")),
+        (
+            ["--positional", "sinusoidal"],
+            dict(pe=ref.sinusoidal(4, 4)),
+            dict(positional="sinusoidal"),
+        ),
         (
             ["--no-projections", "--no-scale", "--mask", "none", "--positional", "sinusoidal"],
-            dict(projections=False, scale=False, mask="none", pe=sinusoidal_4(4)),
+            dict(projections=False, scale=False, mask="none", pe=ref.sinusoidal(4, 4)),
             dict(projections=False, scale=False, mask="none", positional="sinusoidal"),
         ),
     ],

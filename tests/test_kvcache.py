@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import reference as ref
 
 from attnviz.core.maths.kvcache import EndOfSequence, KVCache
 from attnviz.core.maths.scenario import Scenario
@@ -13,21 +14,11 @@ from attnviz.core.presets import random_scenario, worked_example
 TOL = 1e-12
 
 
-def positions(n: int, d: int) -> np.ndarray:
-    """Sinusoidal encoding: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same)."""
-    pe = np.zeros((n, d))
-    for p in range(n):
-        for c in range(d):
-            angle = p / 10000 ** (2 * (c // 2) / d)
-            pe[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
-    return pe
-
-
 def full_causal(s: Scenario) -> dict[str, np.ndarray]:
     """Every head's Q, K, V, weights and output (head on axis 0), and final, causal mask."""
     X = np.array(s.X)
     if s.settings.positional == "sinusoidal":
-        X = X + positions(s.n, s.d_model)
+        X = X + ref.sinusoidal(s.n, s.d_model)
     heads = range(s.n_heads) if s.settings.projections else [None]
     parts: dict[str, list[np.ndarray]] = {name: [] for name in ("Q", "K", "V", "weights", "output")}
     for h in heads:

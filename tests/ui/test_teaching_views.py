@@ -48,16 +48,6 @@ def final_of(X=ref.X, mask="causal", ablated=(), Wq=ref.W_Q, Wk=ref.W_K, Wv=ref.
     return concat, final
 
 
-def sinusoidal(n: int, d: int) -> np.ndarray:
-    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(the same angle), by hand."""
-    pe = np.zeros((n, d))
-    for p in range(n):
-        for c in range(d):
-            angle = p / 10000 ** (2 * (c // 2) / d)
-            pe[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
-    return pe
-
-
 def with_cell(X: np.ndarray, row: int, col: int, value: float) -> np.ndarray:
     X = X.copy()
     X[row, col] = value
@@ -796,7 +786,7 @@ def test_experiments_position_permutation(window):
 
     # With sinusoidal positions, reversing the tokens changes the outputs for real.
     window.change_setting(positional="sinusoidal")
-    pe = sinusoidal(4, 4)
+    pe = ref.sinusoidal(4, 4)
     with_pe = final_of(ref.X + pe, "none")[1]
     np.testing.assert_allclose(doc.result.final, with_pe, atol=EXACT)
     reverse.click()
@@ -871,7 +861,7 @@ def test_export_as_code_runs_and_prints_the_output(window, monkeypatch, tmp_path
         window.change_setting(positional="sinusoidal")
         window.change_setting(mask="causal-zero")
         window.change_setting(ablated=(1,))
-        X, mask, ablated = X + sinusoidal(4, 4), "causal-zero", (1,)
+        X, mask, ablated = X + ref.sinusoidal(4, 4), "causal-zero", (1,)
     window.export_code(flavor)
     assert target.exists()
     run = subprocess.run(

@@ -450,11 +450,7 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
     # The loaded scenario is what was typed, recomputed: causal-zero, unscaled, sinusoidal.
     s = second.doc.scenario
     assert s.X[1, 2] == 1.0 / 3.0 and s.W_Q[1, 3, 1] == -0.0625 and s.W_V[0, 0, 0] == 123456.5
-    n, d = 4, 4
-    pos, i = np.arange(n)[:, None], np.arange(d)[None, :]
-    angle = pos / 10000 ** (2 * (i // 2) / d)
-    pe = np.where(i % 2 == 0, np.sin(angle), np.cos(angle))
-    X = np.array(s.X) + pe
+    X = np.array(s.X) + reference.sinusoidal(4, 4)
     _, weights, _ = reference.head(X, s.W_Q[0], s.W_K[0], s.W_V[0], mask="causal-zero", scale=False)
     np.testing.assert_allclose(second.doc.result.matrix("weights", 0), weights, atol=1e-12)
 
