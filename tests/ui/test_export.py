@@ -1,21 +1,24 @@
-"""Heatmap export: PNG size, SVG structure and labels, export of the whole pipeline.
+"""Heatmap export: PNG size and pixels, SVG structure and labels, the whole pipeline.
 
-Sizes are read from the files themselves (the PNG header, the SVG's width and height);
-values are checked against the brief's matrices (``reference``).
+Sizes are read from the files themselves (the decoded PNG, the SVG's width and height);
+values are checked against the brief's matrices (``reference``): in the SVG by each
+cell's title, in the PNG by each cell's colour (``heatmap_pixels``).
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
 import reference
+from heatmap_pixels import assert_cells_show, image_array
+from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
+from attnviz.core.figures.figure import HeatmapSpec
 from attnviz.core.maths.engine import HEAD_MATRICES
 from attnviz.ui.export import write_image
 
@@ -25,15 +28,6 @@ SVG = "{http://www.w3.org/2000/svg}"
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 
 TOKENS = ("she", "saw", "the", "cat")
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height from the PNG's IHDR chunk."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name} is not a PNG"
-    assert data[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", data[16:24])
-    return width, height
 
 
 def svg_root(path: Path) -> ET.Element:
@@ -46,12 +40,18 @@ def svg_size(root: ET.Element) -> tuple[float, float]:
     return float(root.get("width")), float(root.get("height"))
 
 
-def assert_png_matches_svg(png: Path, svg: Path, scale: float) -> None:
+def assert_png_matches_svg(
+    png: Path, svg: Path, scale: float, spec: HeatmapSpec, values: np.ndarray
+) -> None:
+    """The PNG is the SVG's size times the scale, and every cell shows the colour of the
+    value the test expects there (so a blank or stale image fails)."""
     width, height = svg_size(svg_root(svg))
-    got = png_size(png)
+    pixels = image_array(png)
+    got = pixels.shape[1], pixels.shape[0]
     # The image is the SVG's size times the scale, rounded to whole pixels.
     assert abs(got[0] - width * scale) <= 0.5 + 1e-9, (got, width, scale)
     assert abs(got[1] - height * scale) <= 0.5 + 1e-9, (got, height, scale)
+    assert_cells_show(pixels, spec, scale, values)
 
 
 def cells(root: ET.Element) -> list[tuple[ET.Element, str]]:
@@ -129,7 +129,26 @@ def test_png_is_the_svg_size_times_the_scale(window, tmp_path, scale):
     spec = window.pipeline.views["weights"].spec
     write_image(spec, tmp_path / "w.svg")
     write_image(spec, tmp_path / "w.png", scale)
-    assert_png_matches_svg(tmp_path / "w.png", tmp_path / "w.svg", scale)
+    weights = head_reference(0)["weights"]
+    assert_png_matches_svg(tmp_path / "w.png", tmp_path / "w.svg", scale, spec, weights)
+
+
+@pytest.mark.parametrize("fill", ["white", "black"])
+def test_a_blank_or_other_head_png_of_the_right_size_fails(window, tmp_path, fill):
+    spec = window.pipeline.views["weights"].spec
+    write_image(spec, tmp_path / "w.svg")
+    write_image(spec, tmp_path / "w.png", 2.0)
+    weights = head_reference(0)["weights"]
+    assert_png_matches_svg(tmp_path / "w.png", tmp_path / "w.svg", 2.0, spec, weights)
+    blank = QImage(QImage(str(tmp_path / "w.png")).size(), QImage.Format.Format_RGB888)
+    blank.fill(QColor(fill))
+    assert blank.save(str(tmp_path / "blank.png"))
+    with pytest.raises(AssertionError):
+        assert_png_matches_svg(tmp_path / "blank.png", tmp_path / "w.svg", 2.0, spec, weights)
+    # Head 2's weights are not head 1's: the right size and a real heatmap are not enough.
+    with pytest.raises(AssertionError):
+        other = head_reference(1)["weights"]
+        assert_png_matches_svg(tmp_path / "w.png", tmp_path / "w.svg", 2.0, spec, other)
 
 
 def test_svg_holds_a_labelled_rectangle_for_every_cell(window, tmp_path):
@@ -181,7 +200,8 @@ def test_export_all_writes_every_view_of_the_head_as_png_and_svg(window, tmp_pat
         for view in HEAD_MATRICES:
             svg = folder / f"head{head + 1}-{view}.svg"
             png = folder / f"head{head + 1}-{view}.png"
-            assert_png_matches_svg(png, svg, 2.0)
+            spec = window.pipeline.views[view].spec
+            assert_png_matches_svg(png, svg, 2.0, spec, expected[view])
             square = view in ("scores", "scaled", "masked", "weights")
             cols = TOKENS if square else ("1", "2")
             check_cells(svg_root(svg), TOKENS, cols, expected[view])
@@ -196,7 +216,9 @@ def test_export_heatmap_through_its_dialogs(window, tmp_path, monkeypatch):
     window.export_heatmap()
     window.image_export.wait()
     write_image(window.pipeline.views["scaled"].spec, tmp_path / "same.svg")
-    assert_png_matches_svg(tmp_path / "fig.png", tmp_path / "same.svg", 1.5)
+    scaled = window.pipeline.views["scaled"].spec
+    expected = head_reference(0)["scaled"]
+    assert_png_matches_svg(tmp_path / "fig.png", tmp_path / "same.svg", 1.5, scaled, expected)
 
     monkeypatch.setattr(
         QFileDialog,

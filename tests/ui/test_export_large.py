@@ -12,27 +12,23 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from heatmap_pixels import assert_cells_show, image_array, shaded
 from PySide6.QtGui import QImage
 
 import attnviz.ui.export as export
 from attnviz.core.figures import colors
-from attnviz.core.figures.figure import HeatmapSpec, layout, make_spec, svg_size, to_svg
-from attnviz.core.maths.engine import HEAD_MATRICES, future_mask
+from attnviz.core.figures.figure import (
+    HeatmapSpec,
+    layout,
+    make_spec,
+    spec_for,
+    svg_size,
+    to_svg,
+)
+from attnviz.core.maths.engine import HEAD_MATRICES, compute, future_mask
 from attnviz.ui.export import ImageExport, write_image
 
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-def image_array(path) -> np.ndarray:
-    """A PNG file as an (h, w, 3) uint8 array, read by Qt."""
-    image = QImage(str(path))
-    assert not image.isNull(), path
-    return export.pixels(image.convertToFormat(QImage.Format.Format_RGB888))
-
-
-def shaded(rgb: np.ndarray) -> np.ndarray:
-    grey = np.array([int(colors.MASKED_HATCH[k : k + 2], 16) for k in (1, 3, 5)])
-    return np.rint(rgb * (1 - 110 / 255) + grey * (110 / 255)).astype(np.uint8)
 
 
 def big_spec(n: int) -> HeatmapSpec:
@@ -78,6 +74,7 @@ def test_window_exports_of_a_large_scenario_hold_one_image_each(qapp, tmp_path, 
     written = window.export_all_to(tmp_path)
     window.image_export.wait()
     assert len(written) == 2 * len(HEAD_MATRICES)
+    expected = compute(window.doc.scenario)
     for view in HEAD_MATRICES:
         svg = (tmp_path / f"head1-{view}.svg").read_text("utf-8")
         root = ET.fromstring(svg)
@@ -86,6 +83,8 @@ def test_window_exports_of_a_large_scenario_hold_one_image_each(qapp, tmp_path, 
         width, height = svg_size(svg)
         png = image_array(tmp_path / f"head1-{view}.png")
         assert png.shape[:2] == (round(height * 2), round(width * 2)), view
+        # Every cell in the colour of its value (here the float64 reference engine's).
+        assert_cells_show(png, spec_for(expected, view, 0), 2.0)
 
 
 # Every write is checked. -----------------------------------------------------------------
