@@ -20,10 +20,11 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import make_app
-from attnviz.ui.document import Document, Selection
 from attnviz.ui.main_window import MainWindow
+from attnviz.ui.view_state import Selection
 
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 
@@ -33,9 +34,9 @@ def settle(app: QApplication) -> None:
         app.processEvents()
 
 
-def window(app: QApplication, doc: Document | None = None) -> MainWindow:
+def window(app: QApplication, scenario: Scenario | None = None) -> MainWindow:
     folder = Path(tempfile.mkdtemp())
-    w = MainWindow(QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, doc)
+    w = MainWindow(QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, scenario)
     w.show()
     settle(app)
     return w
@@ -51,7 +52,7 @@ def main() -> None:
         print(f"wrote the window at {screen.width()}×{screen.height()} to {OUT}")
         return
     w = window(app)
-    w.doc.select(Selection("weights", 0, 3, 2))
+    w.view_state.select(Selection("weights", 0, 3, 2))
     settle(app)
     w.grab().save(str(OUT / "window.png"))
     for name in ("Masks", "Pipeline", "Heads", "Mix", "Experiments"):
@@ -82,7 +83,7 @@ def main() -> None:
     w.docks["Weights"].grab().save(str(OUT / "floating-weights.png"))
     w.doc.undo_stack.setClean()
     w.close()
-    big = window(app, Document(make_preset("gpt2-small", n=64)))
+    big = window(app, make_preset("gpt2-small", n=64))
     big.grab().save(str(OUT / "window-n64.png"))
     big.close()
     print(f"wrote screenshots to {OUT}")

@@ -18,9 +18,9 @@ def make_window(qtbot, tmp_path):
 
     from attnviz.ui.main_window import MainWindow
 
-    def make(doc=None, settings_name="settings.ini"):
+    def make(scenario=None, settings_name="settings.ini"):
         settings = QSettings(str(tmp_path / settings_name), QSettings.Format.IniFormat)
-        window = MainWindow(settings, tmp_path / "data", doc)
+        window = MainWindow(settings, tmp_path / "data", scenario)
         # No unsaved-changes prompt when pytest-qt closes the window at teardown.
         qtbot.addWidget(window, before_close_func=lambda w: w.doc.undo_stack.setClean())
         return window

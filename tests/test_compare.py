@@ -24,11 +24,17 @@ def test_causal_against_zero_shows_the_leak():
     assert c.output_shift[-1] == pytest.approx(0, abs=1e-15)  # the last row sees no future
 
 
-def test_comparison_reuses_a_matching_result():
+def test_comparison_computes_through_the_given_function():
     s = worked_example()
-    base = compute(s)
-    c = compare_masks(s, 1, "causal", "none", base=base)
-    assert c.result_a is base and c.result_b is not base
+    asked: list[str] = []
+
+    def results(scenario):
+        asked.append(scenario.settings.mask)
+        return compute(scenario)
+
+    c = compare_masks(s, 1, "causal", "none", results=results)
+    assert asked == ["causal", "none"]
+    np.testing.assert_array_equal(c.weights_a, compute(s).weights[1])
 
 
 def test_probe_shows_causality():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -17,6 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from attnviz.core.io import files
 from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.document import Document
+from attnviz.ui.workers import SerialQueue
 
 INTERVAL_MS = 5000
 MAX_ORIGIN_BYTES = 64 * 2**10
@@ -47,7 +47,7 @@ class Autosave(QObject):
         self._reported = False
         for path in (self.path, self.origin_path):
             files.remove_stale_temps(path)  # left by a write that was killed
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-autosave")
+        self._writer = SerialQueue()
         self.timer = QTimer(self)
         self.timer.setInterval(INTERVAL_MS)
         self.timer.timeout.connect(self.tick)
@@ -75,7 +75,7 @@ class Autosave(QObject):
             return
         self._saved = scenario
         origin = os.fsencode(self.doc.path) if self.doc.path else b""  # any name, exactly
-        self._writer.submit(self._write, scenario, origin)
+        self._writer.submit(lambda: self._write(scenario, origin))
 
     def _write(self, scenario: Scenario, origin: bytes) -> None:
         try:
@@ -94,7 +94,7 @@ class Autosave(QObject):
 
     def clear(self) -> None:
         """Remove the copy; anything that is not a file we wrote is set aside instead."""
-        self._writer.submit(lambda: None).result()  # let a pending write finish first
+        self._writer.wait()  # let a pending write finish first
         self._saved = None
         for path in (self.path, self.origin_path):
             try:
@@ -160,4 +160,4 @@ class Autosave(QObject):
     def close(self) -> None:
         self.timer.stop()
         self.clear()
-        self._writer.shutdown(wait=True)
+        self._writer.close(cancel=False)

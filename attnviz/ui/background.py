@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+
+from attnviz.ui.workers import SerialQueue
 
 
 class Background(QObject):
@@ -23,7 +24,7 @@ class Background(QObject):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._generation = 0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-panel")
+        self._queue = SerialQueue()
         self._finished.connect(self._deliver)
 
     def run(self, job: Callable[..., Any], *args: Any, now: bool = False) -> None:
@@ -32,7 +33,7 @@ class Background(QObject):
             self._deliver(self._generation, *self._call(job, args))
         else:
             gen = self._generation
-            self._pool.submit(lambda: self._finished.emit(gen, *self._call(job, args)))
+            self._queue.submit(lambda: self._finished.emit(gen, *self._call(job, args)))
 
     def discard(self) -> None:
         """Drop the answer of any job still running."""
@@ -55,10 +56,10 @@ class Background(QObject):
 
     def wait(self) -> None:
         """Block until the queued jobs have run (tests and scripts)."""
-        self._pool.submit(lambda: None).result()
+        self._queue.wait()
         from PySide6.QtCore import QCoreApplication
 
         QCoreApplication.processEvents()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._queue.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from attnviz.core.figures.figure import (
     to_svg,
 )
 from attnviz.core.io.files import atomic_write, printable
+from attnviz.ui.workers import SerialQueue
 
 MAX_PNG_PIXELS = 100_000_000
 
@@ -179,13 +179,13 @@ class ImageExport(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-export")
+        self._queue = SerialQueue()
         self._cancelled = False
 
     def start(self, jobs: Sequence[tuple[HeatmapSpec, Path, float]]) -> None:
         """Queue (spec, path, scale) writes; PNG or SVG by each path's suffix."""
         self._cancelled = False
-        self._pool.submit(self._run, list(jobs))
+        self._queue.submit(lambda: self._run(list(jobs)))
 
     def cancel(self) -> None:
         """Write no further images (the one being written is finished)."""
@@ -208,9 +208,9 @@ class ImageExport(QObject):
 
     def wait(self) -> None:
         """Block until the queued writes are done and their signals delivered (tests)."""
-        self._pool.submit(lambda: None).result()
+        self._queue.wait()
         QCoreApplication.processEvents()
 
     def close(self) -> None:
         self._cancelled = True
-        self._pool.shutdown(wait=True)
+        self._queue.close(cancel=False)

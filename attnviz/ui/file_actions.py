@@ -18,7 +18,6 @@ from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
-from attnviz.ui.commands import LoadScenario
 from attnviz.ui.grid import MatrixGrid
 
 SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
@@ -59,7 +58,7 @@ class FileActions:
 
     def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
         """Replace the document as one undoable step; the loaded state counts as saved."""
-        self.doc.undo_stack.push(LoadScenario(self.doc, scenario, path, text))
+        self.doc.load(scenario, path, text)
         self.doc.undo_stack.setClean()
 
     def open_dialog(self) -> None:
@@ -218,7 +217,7 @@ class FileActions:
             view = self.pipeline.views["weights"]
         spec = view.spec
         assert spec is not None
-        default = self._folder(f"head{self.doc.head + 1}-{view.name}.png")
+        default = self._folder(f"head{self.view_state.head + 1}-{view.name}.png")
         path, chosen = QFileDialog.getSaveFileName(
             self, f"Export {spec.title}", default, IMAGE_FILTER
         )
@@ -273,9 +272,13 @@ class FileActions:
 
         Returns the files it will write (the first failure stops it and is reported).
         """
-        head = self.doc.head
+        head = self.view_state.head
         jobs = [
-            (spec_for(self.doc.result, name, head), folder / f"head{head + 1}-{name}{suffix}", 2.0)
+            (
+                spec_for(self.compute.result, name, head),
+                folder / f"head{head + 1}-{name}{suffix}",
+                2.0,
+            )
             for name in self.pipeline.views
             for suffix in (".png", ".svg")
         ]

@@ -36,8 +36,6 @@ from attnviz.core.maths.scenario import MASKS, POSITIONALS, Scenario
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
-from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import Document
 from attnviz.ui.export import ImageExport
 from attnviz.ui.file_actions import FileActions
 from attnviz.ui.grid import MatrixGrid
@@ -54,13 +52,10 @@ from attnviz.ui.panels.masks import MasksPanel
 from attnviz.ui.panels.mix import MixPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.weights import WeightsPanel
+from attnviz.ui.view_state import ENGINES
+from attnviz.ui.workspace import Workspace
 
 DEFAULT_SIZE = QSize(1400, 860)
-ENGINE_LABELS = {
-    "numpy": "NumPy float64",
-    "torch-float64": "torch float64",
-    "torch-float32": "torch float32",
-}
 DOCK_ORDER = (
     "Inputs",
     "Weights",
@@ -76,13 +71,13 @@ DOCK_ORDER = (
 )
 
 
-def _bench_panel(_: Document) -> QWidget:
+def _bench_panel(_: Workspace) -> QWidget:
     from attnviz.ui.panels.bench import BenchPanel  # loads torch: only once it is opened
 
     return BenchPanel()
 
 
-LAZY_PANELS: dict[str, Callable[[Document], QWidget]] = {
+LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
     "Masks": MasksPanel,
     "Heads": HeadsPanel,
     "Mix": MixPanel,
@@ -95,20 +90,21 @@ LAZY_PANELS: dict[str, Callable[[Document], QWidget]] = {
 class MainWindow(FileActions, QMainWindow):
     """One document in one window."""
 
-    def __init__(self, settings: QSettings, data_dir: Path, doc: Document | None = None):
+    def __init__(self, settings: QSettings, data_dir: Path, scenario: Scenario | None = None):
         super().__init__()
         self.settings, self.data_dir = settings, data_dir
-        self.doc = doc or Document(parent=self)
+        self.ws = Workspace.create(scenario, self)
+        self.doc, self.view_state, self.compute = self.ws.doc, self.ws.view_state, self.ws.compute
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.last_grid: MatrixGrid | None = None
         self.last_heatmap: HeatmapView | None = None
 
-        self.inputs = InputsPanel(self.doc)
-        self.weights = WeightsPanel(self.doc)
-        self.pipeline = PipelinePanel(self.doc)
-        self.lesson = LessonPanel(self.doc)
-        self.inspector = InspectorPanel(self.doc)
+        self.inputs = InputsPanel(self.ws)
+        self.weights = WeightsPanel(self.ws)
+        self.pipeline = PipelinePanel(self.ws)
+        self.lesson = LessonPanel(self.ws)
+        self.inspector = InspectorPanel(self.ws)
         self._panels: dict[str, QWidget] = {
             "Inputs": self.inputs,
             "Weights": self.weights,
@@ -127,10 +123,10 @@ class MainWindow(FileActions, QMainWindow):
         self.pipeline.cellClicked.connect(self._cell_clicked)
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
-        self.badge = NumbersBadge(self.doc)
+        self.badge = NumbersBadge(self.ws)
         self.statusBar().addPermanentWidget(self.badge)
-        self.doc.computeFailed.connect(lambda text: self.error("Cannot compute", text))
-        self.doc.engineChanged.connect(lambda _: self._sync_toolbar())
+        self.compute.computeFailed.connect(lambda text: self.error("Cannot compute", text))
+        self.view_state.engineChanged.connect(lambda _: self._sync_toolbar())
 
         self._build_toolbar()
         self._build_menus()
@@ -139,8 +135,8 @@ class MainWindow(FileActions, QMainWindow):
         self.doc.undo_stack.cleanChanged.connect(self._update_title)
         self.doc.pathChanged.connect(self._update_title)
         self.doc.scenarioChanged.connect(self._sync_toolbar)
-        self.doc.headChanged.connect(self._sync_toolbar)
-        self.doc.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
+        self.view_state.headChanged.connect(self._sync_toolbar)
+        self.compute.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
         self._closed = False
         self.autosaver = Autosave(self.doc, data_dir, self)
         self.image_export = ImageExport(self)  # heatmap images are written off the UI thread
@@ -242,7 +238,7 @@ class MainWindow(FileActions, QMainWindow):
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""
         if title not in self._panels:
-            panel = LAZY_PANELS[title](self.doc)
+            panel = LAZY_PANELS[title](self.ws)
             self._panels[title] = panel
             scroll = self.docks[title].widget()
             assert isinstance(scroll, QScrollArea)
@@ -337,11 +333,11 @@ class MainWindow(FileActions, QMainWindow):
         bar.addWidget(QLabel(" Head "))
         self.head_spin = QSpinBox()
         self.head_spin.setToolTip("The head shown in the Pipeline")
-        self.head_spin.valueChanged.connect(lambda h: self.doc.set_head(h - 1))
+        self.head_spin.valueChanged.connect(lambda h: self.view_state.set_head(h - 1))
         bar.addWidget(self.head_spin)
         bar.addSeparator()
         self.engine_box = self._combo(
-            bar, "Engine", tuple(ENGINE_LABELS.values()), self._choose_engine
+            bar, "Engine", tuple(label for _, label in ENGINES.values()), self._choose_engine
         )
         self.engine_box.setToolTip(
             "Which engine the views show: NumPy float64 (the reference) or torch "
@@ -368,10 +364,10 @@ class MainWindow(FileActions, QMainWindow):
         return box
 
     def _choose_engine(self, label: str) -> None:
-        engine = next(k for k, v in ENGINE_LABELS.items() if v == label)
+        engine = next(k for k, (_, shown) in ENGINES.items() if shown == label)
         if engine != "numpy":
             self.show_message("Loading torch…")
-        self.doc.set_engine(engine)
+        self.view_state.set_engine(engine)
 
     def _sync_toolbar(self) -> None:
         st = self.doc.scenario.settings
@@ -381,22 +377,22 @@ class MainWindow(FileActions, QMainWindow):
                 control.setChecked(on)
                 control.blockSignals(False)
         self.mask_box.setCurrentText(st.mask)
-        self.engine_box.setCurrentText(ENGINE_LABELS[self.doc.engine])
+        self.engine_box.setCurrentText(ENGINES[self.view_state.engine][1])
         self.pos_box.setCurrentText(st.positional)
         self.head_spin.blockSignals(True)
         self.head_spin.setRange(1, self.doc.n_heads)
         self.head_spin.blockSignals(False)
-        set_quietly(self.head_spin, self.doc.head + 1)
+        set_quietly(self.head_spin, self.view_state.head + 1)
 
     def change_setting(self, **change: object) -> None:
         s = self.doc.scenario
         if all(getattr(s.settings, k) == v for k, v in change.items()):
             return
         (name, value), *_ = change.items()
-        self.replace(s.with_settings(**change), f"Set {name} to {value}")
+        self.doc.replace(s.with_settings(**change), f"Set {name} to {value}")
 
-    def replace(self, new: Scenario, text: str) -> None:
-        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, text))
+    def step_head(self, step: int) -> None:
+        self.view_state.set_head(self.view_state.head + step)
 
     def load_preset(self, name: str) -> None:
         preset, n = PRESETS[name], None
@@ -405,7 +401,7 @@ class MainWindow(FileActions, QMainWindow):
             if not ok:
                 self.preset_box.setCurrentIndex(0)
                 return
-        self.replace(make_preset(name, n=n), f"Preset {preset.title}")
+        self.doc.replace(make_preset(name, n=n), f"Preset {preset.title}")
         self.preset_box.setCurrentIndex(0)
         self.show_message(f"Loaded {preset.title}: {preset.summary}")
 
@@ -456,8 +452,8 @@ class MainWindow(FileActions, QMainWindow):
         for dock in self.docks.values():
             m.addAction(dock.toggleViewAction())
         m.addSeparator()
-        self._action(m, "Previous Head", lambda: self.doc.set_head(self.doc.head - 1), "Ctrl+[")
-        self._action(m, "Next Head", lambda: self.doc.set_head(self.doc.head + 1), "Ctrl+]")
+        self._action(m, "Previous Head", lambda: self.step_head(-1), "Ctrl+[")
+        self._action(m, "Next Head", lambda: self.step_head(+1), "Ctrl+]")
         m.addSeparator()
         self._action(m, "&Reset Layout", self.reset_layout)
 
@@ -560,7 +556,7 @@ class MainWindow(FileActions, QMainWindow):
             self.doc.reset(make_preset("worked-example"), None)
         else:
             self.doc.reset(saved, origin)
-        self.replace(scenario, "Restore unsaved work")
+        self.doc.replace(scenario, "Restore unsaved work")
         return True
 
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -573,7 +569,7 @@ class MainWindow(FileActions, QMainWindow):
         self.save_layout()
         self.autosaver.close()
         self.image_export.close()
-        self.doc.close()
+        self.ws.close()
         for worker in self.findChildren(Background):
             worker.close()
         self._closed = True

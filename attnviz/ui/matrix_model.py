@@ -13,7 +13,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 
 from attnviz.core.io.text import parse_number
 from attnviz.core.maths.scenario import ScenarioError, matrix_label
-from attnviz.ui.commands import SetCells, matrix_title
+from attnviz.core.session import SetCells, matrix_title
 from attnviz.ui.document import Document
 
 Index = QModelIndex | QPersistentModelIndex
@@ -102,11 +102,11 @@ class MatrixModel(QAbstractTableModel):
     def set_block(self, row: int, col: int, values: np.ndarray, text: str = "") -> bool:
         """Push one undoable edit of a rectangle; refuse (with a message) if it does not fit."""
         try:
-            command = SetCells(self.doc, self.name, self.head, row, col, values, text)
+            command = SetCells(self.doc.session, self.name, self.head, row, col, values, text)
         except ScenarioError as e:
             self.refused.emit(f"{str(e).replace(self.label, self.title)}; nothing was changed")
             return False
-        self.doc.undo_stack.push(command)
+        self.doc.push(command)
         self.edited.emit()
         return True
 

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QToolButton, QWidget
 from attnviz.core.maths.engine import Result
 from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.background import Background
-from attnviz.ui.document import Document
+from attnviz.ui.workspace import Workspace
 
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
 ABOUT = (
@@ -21,9 +21,9 @@ ABOUT = (
 class NumbersBadge(QToolButton):
     """Click once to start checking (this loads torch); then it follows every result."""
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc = ws.doc
         self.active = False
         self.worker = Background(self)
         self.worker.done.connect(self._show)
@@ -31,7 +31,7 @@ class NumbersBadge(QToolButton):
         self.clicked.connect(self.start)
         self.setToolTip(ABOUT)
         self._paint("Numbers check: click to run (loads torch)", GREY)
-        doc.resultChanged.connect(self._on_result)
+        ws.compute.resultChanged.connect(self._on_result)
 
     def start(self) -> None:
         self.active = True

@@ -34,26 +34,24 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import make_app
-from attnviz.ui.document import Document
 from attnviz.ui.main_window import MainWindow
 
 
 def run_case(app: QApplication, scenario: Scenario, target: str, edits: int) -> list[float]:
     folder = Path(tempfile.mkdtemp())
     window = MainWindow(
-        QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, Document(scenario)
+        QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, scenario
     )
     window.resize(1400, 860)
     window.show()
     for _ in range(10):
         app.processEvents()
-    doc = window.doc
     if target == "X":
         model = window.inputs.model
     else:
-        model = window.weights.grids[("W_K", doc.head)].matrix_model()
+        model = window.weights.grids[("W_K", window.view_state.head)].matrix_model()
     published: list[object] = []
-    doc.resultChanged.connect(published.append)
+    window.compute.resultChanged.connect(published.append)
     painted: set[int] = set()
     for view in window.pipeline.views.values():
         original = view.overlay.paint
@@ -78,7 +76,7 @@ def run_case(app: QApplication, scenario: Scenario, target: str, edits: int) -> 
         while len(painted) < len(window.pipeline.views):
             app.processEvents()
         times.append(time.perf_counter() - t0)
-        while doc.busy:  # a typist's next keystroke comes later; do not queue behind it
+        while window.compute.busy:  # a typist's next keystroke comes later; do not queue behind it
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
     window.doc.undo_stack.setClean()
     window.close()

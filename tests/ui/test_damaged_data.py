@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from attnviz.core.io import files
 from attnviz.core.presets import worked_example
-from attnviz.ui.commands import SetCells
+from attnviz.core.session import SetCells
 
 pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="named pipes and signals: POSIX"),
@@ -58,7 +58,7 @@ def good_snapshot(data: Path) -> None:
 
 
 def edit(doc, value: float) -> None:
-    doc.undo_stack.push(SetCells(doc, "X", None, 0, 0, np.array([[value]])))
+    doc.push(SetCells(doc.session, "X", None, 0, 0, np.array([[value]])))
 
 
 def start(make_window, settings_name: str = "settings.ini"):

@@ -102,7 +102,7 @@ def window(shared_window):
     from attnviz.core.presets import worked_example
 
     shared_window.doc.reset(worked_example(), None)
-    shared_window.doc.set_head(0)
+    shared_window.view_state.set_head(0)
     yield shared_window
     shared_window.doc.undo_stack.setClean()
 
@@ -186,7 +186,7 @@ def test_svg_values_follow_an_edit(window, tmp_path):
 
 def test_export_all_writes_every_view_of_the_head_as_png_and_svg(window, tmp_path):
     for head in (0, 1):
-        window.doc.set_head(head)
+        window.view_state.set_head(head)
         folder = tmp_path / f"head{head + 1}"
         folder.mkdir()
         written = window.export_all_to(folder)

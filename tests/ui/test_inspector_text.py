@@ -11,8 +11,9 @@ from PySide6.QtWidgets import QApplication
 
 from attnviz.core.maths.explain import explain
 from attnviz.core.presets import make_preset
-from attnviz.ui.document import Document, Selection
 from attnviz.ui.panels.inspector import InspectorPanel, number
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 # One cell of every kind the Inspector explains, most with negative numbers in them.
 CELLS = [
@@ -47,8 +48,9 @@ def shown(text: str) -> str:
 def inspector(qtbot):
     def make(width: int = 600, tokens: list[str] | None = None) -> InspectorPanel:
         scenario = make_preset("worked-example")
-        doc = Document(scenario.with_tokens(tokens) if tokens else scenario)
-        panel = InspectorPanel(doc)
+        panel = InspectorPanel(
+            Workspace.create(scenario.with_tokens(tokens) if tokens else scenario)
+        )
         qtbot.addWidget(panel)
         panel.resize(width, 900)
         panel.show()
@@ -60,13 +62,14 @@ def inspector(qtbot):
 
 def select(panel: InspectorPanel, cell: Selection):
     """Select a cell; its explanation, laid out at the view's width."""
-    doc = panel.doc
-    doc.select(cell)
-    doc.wait()
+    panel.view_state.select(cell)
+    panel.compute.wait()
     settle()
     panel.view.document().setTextWidth(panel.view.viewport().width())
     head = cell.head if cell.view not in ("X", "concat", "final") else None
-    return explain(doc.result_scenario, doc.result, cell.view, head, cell.row, cell.col)
+    return explain(
+        panel.compute.result_scenario, panel.compute.result, cell.view, head, cell.row, cell.col
+    )
 
 
 def tables(panel: InspectorPanel) -> list[QTextTable]:
@@ -91,7 +94,7 @@ def text_box(panel: InspectorPanel, table: QTextTable, row: int, col: int) -> tu
 
 def test_heading_names_the_query_and_the_key(inspector):
     panel = inspector()
-    tokens = panel.doc.result.tokens
+    tokens = panel.compute.result.tokens
     for cell in CELLS:
         select(panel, cell)
         heading = shown(panel.view.toPlainText()).splitlines()[1]

@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.engine import softmax_rows
 from attnviz.core.maths.experiments import scaling_variance
-from attnviz.ui.commands import SetCells
-from attnviz.ui.document import Selection
+from attnviz.core.session import SetCells
+from attnviz.ui.view_state import Selection
 
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 EXACT = 1e-12
@@ -26,7 +26,9 @@ def softmax(S: np.ndarray) -> np.ndarray:
 
 
 def settle(qtbot, window) -> None:
-    qtbot.waitUntil(lambda: window.doc.result.complete and not window.doc.busy, timeout=10000)
+    qtbot.waitUntil(
+        lambda: window.compute.result.complete and not window.compute.busy, timeout=10000
+    )
     for _ in range(5):
         QApplication.processEvents()
 
@@ -47,7 +49,7 @@ def stage(shown_window, qtbot):
 
 def set_rows(window, name: str, head, row: int, values: np.ndarray) -> None:
     doc = window.doc
-    doc.undo_stack.push(SetCells(doc, name, head, row, 0, np.atleast_2d(values)))
+    doc.push(SetCells(doc.session, name, head, row, 0, np.atleast_2d(values)))
 
 
 def shown(window, view: str) -> np.ndarray:
@@ -57,7 +59,7 @@ def shown(window, view: str) -> np.ndarray:
 def test_stage_1_scores_are_dot_products_and_equal_rows_score_alike(stage, qtbot):
     window = stage(1)
     np.testing.assert_allclose(shown(window, "scores"), ref.X @ ref.X.T, atol=EXACT)
-    window.doc.select(Selection("scores", 0, 1, 2))
+    window.view_state.select(Selection("scores", 0, 1, 2))
     settle(qtbot, window)
     text = window.inspector.view.toPlainText()
     for a, b in zip(ref.X[1], ref.X[2], strict=True):  # each product x_1k · x_2k is listed

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import QAbstractItemView, QApplication
 
 from attnviz.core.maths.scenario import resized
 from attnviz.core.presets import worked_example
-from attnviz.ui.commands import ReplaceScenario
 from attnviz.ui.document import Document
 from attnviz.ui.matrix_model import MatrixModel
 
@@ -63,7 +62,7 @@ def select_block(grid, row: int, col: int, rows: int, cols: int) -> None:
 def window(shared_window, qtbot):
     """The shared window, active, back on the worked example with an empty undo history."""
     shared_window.doc.reset(worked_example(), None)
-    shared_window.doc.set_head(0)
+    shared_window.view_state.set_head(0)
     QGuiApplication.clipboard().clear()
     if QApplication.activeWindow() is not shared_window:
         qtbot.waitExposed(shared_window)
@@ -104,8 +103,8 @@ def test_models_pass_qtmodeltester_through_edits_and_resizes(qtmodeltester):
         # The testers stay attached: edits, resets and header changes must keep the contract.
         assert models[0].setData(models[0].index(1, 2), "0.75")
         assert models[4].set_block(0, 0, np.ones((2, 3)))
-        doc.undo_stack.push(ReplaceScenario(doc, resized(doc.scenario, n=6, d_model=5), "grow"))
-        doc.undo_stack.push(ReplaceScenario(doc, resized(doc.scenario, d_k=3), "wider heads"))
+        doc.replace(resized(doc.scenario, n=6, d_model=5), "grow")
+        doc.replace(resized(doc.scenario, d_k=3), "wider heads")
         assert (models[0].rowCount(), models[0].columnCount()) == (6, 5)
         assert (models[1].rowCount(), models[1].columnCount()) == (5, 3)
         assert (models[4].rowCount(), models[4].columnCount()) == (6, 5)
@@ -115,7 +114,7 @@ def test_models_pass_qtmodeltester_through_edits_and_resizes(qtmodeltester):
             qtmodeltester.check(model)
         assert doc.scenario.X[1, 2] == 0.75
     finally:
-        doc.close()
+        doc.deleteLater()
 
 
 def test_model_data_and_headers():
@@ -138,7 +137,7 @@ def test_model_data_and_headers():
         flags = x.flags(x.index(0, 0))
         assert flags & Qt.ItemFlag.ItemIsEditable and flags & Qt.ItemFlag.ItemIsSelectable
     finally:
-        doc.close()
+        doc.deleteLater()
 
 
 # Typing into the grid -------------------------------------------------------------------
@@ -199,7 +198,7 @@ def test_typed_bad_text_is_refused_and_the_cell_keeps_its_value(window, qtbot, t
 def test_undo_and_redo_restore_exact_values(window, qtbot):
     doc = window.doc
     grid = grid_for(window, "W_Q", 1)
-    result_before = np.array(doc.result.final)
+    result_before = np.array(window.compute.result.final)
     type_into(qtbot, grid, 1, 0, "0.30000000000000004")  # 0.1 + 0.2, not 0.3
     type_into(qtbot, window.inputs.grid, 3, 3, "-0.1234567890123456789")
     assert doc.scenario.W_Q[1, 1, 0] == 0.1 + 0.2
@@ -212,14 +211,14 @@ def test_undo_and_redo_restore_exact_values(window, qtbot):
     assert doc.scenario.W_Q[1, 1, 0] == -0.2
     np.testing.assert_array_equal(doc.scenario.W_Q, reference.W_Q)
     np.testing.assert_array_equal(doc.scenario.X, reference.X)
-    np.testing.assert_array_equal(doc.result.final, result_before)
+    np.testing.assert_array_equal(window.compute.result.final, result_before)
 
     doc.undo_stack.redo()
     doc.undo_stack.redo()
     assert doc.scenario.W_Q[1, 1, 0] == 0.1 + 0.2
     assert doc.scenario.X[3, 3] == -0.1234567890123456789
     # The pipeline follows: head 2's Q row "saw" uses the redone weight.
-    doc.set_head(1)
+    window.view_state.set_head(1)
     X = reference.X.copy()
     X[3, 3] = -0.1234567890123456789
     W = reference.W_Q[1].copy()
@@ -299,7 +298,7 @@ def test_copy_writes_tab_separated_text_that_pastes_back_exactly(window, qtbot):
     rows = [line.split("\t") for line in copied.rstrip("\n").split("\n")]
     assert [[float(c) for c in row] for row in rows] == tricky.tolist()
 
-    window.doc.set_head(1)  # shows head 2's tab of the Weights dock
+    window.view_state.set_head(1)  # shows head 2's tab of the Weights dock
     target = window.weights.grids[("W_V", 1)]
     qtbot.waitUntil(target.isVisible)
     target.setFocus()

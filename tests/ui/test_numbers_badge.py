@@ -13,8 +13,8 @@ pytest.importorskip("torch")
 from test_entropy_stability import equal_tokens  # noqa: E402
 
 from attnviz.core.maths.engine import Result  # noqa: E402
-from attnviz.ui.document import Document  # noqa: E402
 from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
+from attnviz.ui.workspace import Workspace  # noqa: E402
 
 
 def with_entropy_off(r: Result, by: float) -> Result:
@@ -25,8 +25,7 @@ def with_entropy_off(r: Result, by: float) -> Result:
 
 
 def checked(qtbot, value: float) -> NumbersBadge:
-    doc = Document(equal_tokens(value))
-    badge = NumbersBadge(doc)
+    badge = NumbersBadge(Workspace.create(equal_tokens(value)))
     qtbot.addWidget(badge)
     badge.start()
     badge.worker.wait()

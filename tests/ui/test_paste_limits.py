@@ -32,15 +32,13 @@ def select_block(grid: MatrixGrid, row: int, col: int, rows: int, cols: int) -> 
 @pytest.fixture
 def doc():
     document = Document()  # the worked example: X is 4 × 4, W_V per head 4 × 2
-    yield document
-    document.close()
+    return document
 
 
 @pytest.fixture
 def big_doc():
     document = Document(random_scenario(n=400, d_model=256, heads=2, d_k=8, seed=1))
-    yield document
-    document.close()
+    return document
 
 
 def make_grid(qtbot, doc: Document, name: str, head: int | None = None) -> MatrixGrid:

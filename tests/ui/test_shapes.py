@@ -27,7 +27,9 @@ def expected_shape(view: HeatmapView, s, heads: int) -> tuple[int, int] | None:
 
 def assert_whole_matrices_shown(window, qtbot) -> None:
     s, heads = window.doc.scenario, window.doc.n_heads
-    qtbot.waitUntil(lambda: window.doc.result.complete and not window.doc.busy, timeout=10000)
+    qtbot.waitUntil(
+        lambda: window.compute.result.complete and not window.compute.busy, timeout=10000
+    )
     for title in DOCKS:
         window.docks[title].raise_()
         panel = window.panel(title)
@@ -77,7 +79,7 @@ def change_shape(window, qtbot, answers, how: str, tmp_path) -> None:
     elif how == "d_k":
         window.weights._resize("d_k", 3)
     elif how == "preset":
-        window.replace(make_preset("gpt2-small", n=40), "Preset gpt2-small")
+        window.doc.replace(make_preset("gpt2-small", n=40), "Preset gpt2-small")
     elif how == "lesson stage 1":
         window.lesson.go(0)
     elif how == "open":
@@ -85,7 +87,7 @@ def change_shape(window, qtbot, answers, how: str, tmp_path) -> None:
         files.save_scenario(path, make_preset("gpt2-small", n=7))
         assert window.open_path(path, ask=False)
     elif how == "new":
-        window.replace(make_preset("gpt2-small", n=12), "Preset gpt2-small")
+        window.doc.replace(make_preset("gpt2-small", n=12), "Preset gpt2-small")
         assert_whole_matrices_shown(window, qtbot)
         answers.queue(QMessageBox.StandardButton.Discard)
         window.new_document()
@@ -127,7 +129,7 @@ def test_every_heatmap_shows_the_whole_matrix_after_a_change_of_shape(
 def test_a_restored_autosave_of_another_shape_is_shown_whole(make_window, qtbot, monkeypatch):
     first = make_window()
     first.show()
-    first.replace(make_preset("gpt2-small", n=24), "Preset gpt2-small")
+    first.doc.replace(make_preset("gpt2-small", n=24), "Preset gpt2-small")
     first.autosave()
     qtbot.waitUntil(first.autosave_path.exists)
 

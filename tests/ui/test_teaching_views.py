@@ -21,7 +21,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFormLayout, QMessageBox, QPushButton
 
-from attnviz.ui.document import Selection
+from attnviz.ui.view_state import Selection
 
 TOKENS = ("she", "saw", "the", "cat")
 D_K = 2
@@ -123,7 +123,7 @@ def edit_x(window, row: int, col: int, text: str) -> None:
     """Type a value into the X grid, as the spreadsheet does."""
     model = window.inputs.model
     assert model.setData(model.index(row, col), text)
-    window.doc.wait()
+    window.compute.wait()
     settle()
 
 
@@ -194,7 +194,7 @@ def test_masks_compares_two_strategies_per_head(window):
     assert f"{w_zero[0, 1:].sum():.3g}" in masks.verdict.text()  # row 1 leaks the most
     assert np.all(masks.views["diff"].spec.values[-1] == 0)  # the last row never changes
 
-    window.doc.set_head(1)
+    window.view_state.set_head(1)
     settle()
     check_masks(masks, ref.X, 1, "causal", "causal-zero")
 
@@ -249,17 +249,17 @@ def test_masks_causality_probe(window):
     assert f"under B moved: {moved_b}" in verdict and "the future leaked" in verdict
 
     # A new result (here: another head) clears the stale probe columns.
-    window.doc.set_head(1)
+    window.view_state.set_head(1)
     settle()
     assert masks.probes is None and masks.table.item(0, 5).text() == ""
 
 
 def test_masks_click_selects_the_cell_under_its_mask(window):
     masks = bring(window, "Masks")
-    window.doc.set_head(1)
+    window.view_state.set_head(1)
     settle()
     click_cell(masks.views["B"], 1, 3)
-    assert window.doc.selection == Selection("weights", 1, 1, 3, mask="causal-zero")
+    assert window.view_state.selection == Selection("weights", 1, 1, 3, mask="causal-zero")
     # The Inspector explains the weight under causal-zero: a future key with score 0.
     S, w, _ = ref.head(ref.X, ref.W_Q[1], ref.W_K[1], ref.W_V[1], "causal-zero")
     row = S[1].copy()
@@ -276,16 +276,16 @@ def test_masks_click_selects_the_cell_under_its_mask(window):
     )
     assert shown_value(inspector_text(window)) == pytest.approx(w[1, 3], rel=1e-5)
     masks.views["A"].cellClicked.emit("weights", 1, 3)
-    assert window.doc.selection == Selection("weights", 1, 1, 3, mask="causal")
+    assert window.view_state.selection == Selection("weights", 1, 1, 3, mask="causal")
     assert shown_value(inspector_text(window)) == 0
 
 
 def test_pipeline_outline_follows_head_changes(window):
     pipeline = bring(window, "Pipeline")
     click_cell(pipeline.views["weights"], 2, 1)
-    assert window.doc.selection == Selection("weights", 0, 2, 1)
+    assert window.view_state.selection == Selection("weights", 0, 2, 1)
     assert pipeline.views["weights"].selected == (2, 1)
-    window.doc.set_head(1)  # the Inspector still explains head 1's weight
+    window.view_state.set_head(1)  # the Inspector still explains head 1's weight
     settle()
     assert "head 1 · row 3" in inspector_text(window)
     assert pipeline.views["weights"].selected is None  # so head 2's cell is not outlined
@@ -295,11 +295,11 @@ def test_heads_and_masks_outline_only_the_selected_cell(window):
     heads = bring(window, "Heads")
     click_cell(heads.views[0], 1, 0)
     click_cell(heads.views[1], 3, 2)
-    assert window.doc.selection == Selection("weights", 1, 3, 2)
+    assert window.view_state.selection == Selection("weights", 1, 3, 2)
     masks = bring(window, "Masks")
     click_cell(masks.views["A"], 1, 0)
     click_cell(masks.views["B"], 2, 3)
-    assert window.doc.selection == Selection("weights", 1, 2, 3, mask="causal-zero")
+    assert window.view_state.selection == Selection("weights", 1, 2, 3, mask="causal-zero")
     stale = [v.selected for v in (heads.views[0], masks.views["A"])]
     assert stale == [None, None]  # one selection, one outline
 
@@ -316,9 +316,8 @@ def test_heads_small_multiples_and_click_selects_head(window):
         assert view.spec.levels == heads.views[0].spec.levels  # one shared 0–1 scale
 
     click_cell(heads.views[1], 2, 1)
-    doc = window.doc
-    assert doc.head == 1
-    assert doc.selection == Selection("weights", 1, 2, 1)
+    assert window.view_state.head == 1
+    assert window.view_state.selection == Selection("weights", 1, 2, 1)
     assert window.head_spin.value() == 2
     assert window.weights.tabs.currentIndex() == 1
     assert "#ff7f00" in heads.views[1].styleSheet()
@@ -359,7 +358,7 @@ def test_heads_ablation_is_undoable_and_changes_the_final_output(window):
     assert doc.scenario.settings.ablated == (0,)
     assert doc.undo_stack.count() == count + 1
     assert doc.undo_stack.undoText() == "Switch off head 1"
-    np.testing.assert_allclose(doc.result.final, without_first, atol=EXACT)
+    np.testing.assert_allclose(window.compute.result.final, without_first, atol=EXACT)
     assert "switched off" in heads.views[0].spec.caption
     mix = bring(window, "Mix")
     np.testing.assert_allclose(mix.final.spec.values, without_first, atol=EXACT)
@@ -374,7 +373,7 @@ def test_heads_ablation_is_undoable_and_changes_the_final_output(window):
     doc.undo_stack.redo()
     settle()
     assert not heads.switches[0].isChecked()
-    np.testing.assert_allclose(doc.result.final, without_first, atol=EXACT)
+    np.testing.assert_allclose(window.compute.result.final, without_first, atol=EXACT)
 
 
 # Mix ------------------------------------------------------------------------------------
@@ -423,12 +422,11 @@ def test_mix_concat_blocks_w_o_output_and_contributions(window):
 
 
 def test_inspector_follows_pipeline_heads_mix_and_edits(window):
-    doc = window.doc
     pipeline = bring(window, "Pipeline")
 
     # A weight: the exponentials (row max subtracted), their sum and the quotient.
     pipeline.views["weights"].cellClicked.emit("weights", 2, 1)
-    assert doc.selection == Selection("weights", 0, 2, 1)
+    assert window.view_state.selection == Selection("weights", 0, 2, 1)
     S, w, _ = ref.head(ref.X, ref.W_Q[0], ref.W_K[0], ref.W_V[0])
     visible = S[2, :3]
     e = np.exp(visible - visible.max())
@@ -467,7 +465,7 @@ def test_inspector_follows_pipeline_heads_mix_and_edits(window):
     mix = bring(window, "Mix")
     concat, final = final_of()
     click_cell(mix.concat, 1, 3)
-    assert doc.selection == Selection("concat", None, 1, 3)
+    assert window.view_state.selection == Selection("concat", None, 1, 3)
     assert shown_value(inspector_text(window)) == pytest.approx(concat[1, 3], rel=1e-5)
     mix.final.cellClicked.emit("final", 2, 0)
     per_head = [concat[2, 2 * h : 2 * h + 2] @ ref.W_O[2 * h : 2 * h + 2, 0] for h in range(2)]
@@ -548,18 +546,17 @@ def check_views(window, X: np.ndarray) -> None:
 
 def test_engine_selector_torch_float64_shows_the_same_numbers(window):
     pytest.importorskip("torch")
-    doc = window.doc
     window.engine_box.textActivated.emit("torch float64")
-    doc.wait()
+    window.compute.wait()
     settle()
-    assert doc.engine == "torch-float64"
+    assert window.view_state.engine == "torch-float64"
     assert window.engine_box.currentText() == "torch float64"
     check_views(window, ref.X)
     edit_x(window, 0, 1, "0.35")
     check_views(window, with_cell(ref.X, 0, 1, 0.35))
     window.engine_box.textActivated.emit("NumPy float64")
-    doc.wait()
-    assert doc.engine == "numpy"
+    window.compute.wait()
+    assert window.view_state.engine == "numpy"
     check_views(window, with_cell(ref.X, 0, 1, 0.35))
 
 
@@ -570,11 +567,10 @@ def test_engine_failure_falls_back_to_numpy(window, monkeypatch, warnings_seen):
         raise RuntimeError("no device today")
 
     monkeypatch.setattr(torch_engine, "compute_torch", broken)
-    doc = window.doc
-    doc.set_engine("torch-float64")
-    doc.wait()
+    window.view_state.set_engine("torch-float64")
+    window.compute.wait()
     settle()
-    assert doc.engine == "numpy"
+    assert window.view_state.engine == "numpy"
     assert window.engine_box.currentText() == "NumPy float64"
     assert len(warnings_seen) == 1
     title, text = warnings_seen[0]
@@ -777,8 +773,10 @@ def test_experiments_position_permutation(window):
     reverse.click()
     assert doc.scenario.tokens == TOKENS[::-1]
     assert doc.undo_stack.count() == count + 1
-    np.testing.assert_allclose(doc.result.final, before[::-1], atol=EXACT)
-    np.testing.assert_allclose(doc.result.final, final_of(ref.X[::-1], "none")[1], atol=EXACT)
+    np.testing.assert_allclose(window.compute.result.final, before[::-1], atol=EXACT)
+    np.testing.assert_allclose(
+        window.compute.result.final, final_of(ref.X[::-1], "none")[1], atol=EXACT
+    )
     assert "no mask and no position encoding: the outputs were only permuted" in tab.note.text()
     doc.undo_stack.undo()
     assert doc.scenario.tokens == TOKENS
@@ -788,10 +786,10 @@ def test_experiments_position_permutation(window):
     window.change_setting(positional="sinusoidal")
     pe = ref.sinusoidal(4, 4)
     with_pe = final_of(ref.X + pe, "none")[1]
-    np.testing.assert_allclose(doc.result.final, with_pe, atol=EXACT)
+    np.testing.assert_allclose(window.compute.result.final, with_pe, atol=EXACT)
     reverse.click()
     reversed_pe = final_of(ref.X[::-1] + pe, "none")[1]
-    np.testing.assert_allclose(doc.result.final, reversed_pe, atol=EXACT)
+    np.testing.assert_allclose(window.compute.result.final, reversed_pe, atol=EXACT)
     assert np.abs(reversed_pe - with_pe[::-1]).max() > 1e-3
     assert "position sinusoidal: the outputs changed" in tab.note.text()
 
@@ -902,12 +900,11 @@ def test_cost_numbers_fit_a_narrow_dock(qtbot, width):
     from PySide6.QtWidgets import QScrollArea
 
     from attnviz.core.presets import make_preset
-    from attnviz.ui.document import Document
     from attnviz.ui.panels.cost import MAX_WHAT_IF, CostPanel
+    from attnviz.ui.workspace import Workspace
 
     # GPT-2 small's 12 heads of 64: long numbers, e.g. 206,158,430,208 scores at n = 128k.
-    doc = Document(make_preset("gpt2-small", n=8))
-    panel = CostPanel(doc)
+    panel = CostPanel(Workspace.create(make_preset("gpt2-small", n=8)))
     scroll = QScrollArea()  # as in the window's docks
     scroll.setWidgetResizable(True)
     scroll.setWidget(panel)
@@ -928,13 +925,12 @@ CELL_REFERENCE = re.compile(r"\w+\[[^\[\]]*\]")  # V[ she,1], in the text as the
 @pytest.mark.parametrize("width", [300, 220])
 def test_inspector_never_breaks_a_cell_reference(qtbot, width):
     from attnviz.core.presets import make_preset
-    from attnviz.ui.document import Document
     from attnviz.ui.panels.inspector import InspectorPanel
+    from attnviz.ui.workspace import Workspace
 
     # Tokens as a tokenizer writes them: a leading space, a hyphen, ideographs.
     tokens = [" she", " saw", "well-known", "天气很好"]
-    doc = Document(make_preset("worked-example").with_tokens(tokens))
-    panel = InspectorPanel(doc)
+    panel = InspectorPanel(Workspace.create(make_preset("worked-example").with_tokens(tokens)))
     qtbot.addWidget(panel)
     panel.resize(width, 900)
     panel.show()
@@ -947,8 +943,8 @@ def test_inspector_never_breaks_a_cell_reference(qtbot, width):
         Selection("Q", 1, 2, 0),
     ]
     for cell in cells:
-        doc.select(cell)
-        doc.wait()
+        panel.view_state.select(cell)
+        panel.compute.wait()
         settle()
         document = panel.view.document()
         document.setTextWidth(panel.view.viewport().width())
@@ -966,8 +962,8 @@ def test_inspector_never_breaks_a_cell_reference(qtbot, width):
         assert len(found) >= 4, (cell, found)
         assert any(any(t in ref for t in tokens) for ref in found), found
     # the head output's terms name the value rows as typed: V[ she,1]
-    doc.select(cells[0])
-    doc.wait()
+    panel.view_state.select(cells[0])
+    panel.compute.wait()
     settle()
     assert "V[ she,1]" in panel.view.toPlainText().replace("\u2060", "")
 

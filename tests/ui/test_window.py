@@ -19,10 +19,10 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
-import attnviz.ui.document as document_module
+import attnviz.ui.compute as compute_module
 from attnviz.core.maths.engine import HEAD_MATRICES, compute
-from attnviz.ui.commands import ReplaceScenario, SetCells
-from attnviz.ui.document import SYNC_SCORE_CELLS
+from attnviz.core.session import SetCells
+from attnviz.ui.compute import SYNC_SCORE_CELLS
 
 # Never let a message box block the run: warnings are recorded (tests that expect one ask
 # for the list) and any other box nobody answers is rejected and fails the test.
@@ -56,7 +56,7 @@ def action(menu_, text: str):
 
 
 def edit(doc, name: str, head, row: int, col: int, value: float) -> None:
-    doc.undo_stack.push(SetCells(doc, name, head, row, col, np.array([[value]])))
+    doc.push(SetCells(doc.session, name, head, row, col, np.array([[value]])))
 
 
 def cell_center(view, row: int, col: int) -> QPoint:
@@ -85,7 +85,7 @@ def test_new_window_shows_the_worked_example_for_both_heads(shown_window, qtbot)
     for head in (0, 1):
         if head == 1:
             qtbot.keyClick(window, Qt.Key.Key_BracketRight, CTRL)  # View > Next Head
-            assert window.doc.head == 1
+            assert window.view_state.head == 1
         Wq, Wk, Wv = reference.W_Q[head], reference.W_K[head], reference.W_V[head]
         Q, K = reference.X @ Wq, reference.X @ Wk
         scaled, weights, output = reference.head(reference.X, Wq, Wk, Wv)
@@ -243,14 +243,14 @@ def test_every_change_is_one_undoable_command(shown_window, monkeypatch, tmp_pat
     }
     for what, change in changes.items():
         before, count = snapshot(doc), doc.undo_stack.count()
-        result_before = np.array(doc.result.final)
+        result_before = np.array(window.compute.result.final)
         change()
         after = snapshot(doc)
         assert after != before, what
         assert doc.undo_stack.count() == count + 1, what
         doc.undo_stack.undo()
         assert snapshot(doc) == before, what
-        np.testing.assert_array_equal(doc.result.final, result_before, err_msg=what)
+        np.testing.assert_array_equal(window.compute.result.final, result_before, err_msg=what)
         doc.undo_stack.redo()
         assert snapshot(doc) == after, what
     assert doc.undo_stack.count() == len(changes)
@@ -426,7 +426,7 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
     changed = doc.scenario.with_tokens(("she", "saw", "a", "dog")).with_settings(
         mask="causal-zero", scale=False, positional="sinusoidal"
     )
-    doc.undo_stack.push(ReplaceScenario(doc, changed, "tokens and settings"))
+    doc.replace(changed, "tokens and settings")
     save_to(monkeypatch, tmp_path / "round")
     assert first.save()
     path = tmp_path / "round.attn.json"
@@ -445,14 +445,14 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
     for name in HEAD_MATRICES:
         for head in (0, 1):
             np.testing.assert_array_equal(
-                second.doc.result.matrix(name, head), doc.result.matrix(name, head)
+                second.compute.result.matrix(name, head), first.compute.result.matrix(name, head)
             )
     # The loaded scenario is what was typed, recomputed: causal-zero, unscaled, sinusoidal.
     s = second.doc.scenario
     assert s.X[1, 2] == 1.0 / 3.0 and s.W_Q[1, 3, 1] == -0.0625 and s.W_V[0, 0, 0] == 123456.5
     X = np.array(s.X) + reference.sinusoidal(4, 4)
     _, weights, _ = reference.head(X, s.W_Q[0], s.W_K[0], s.W_V[0], mask="causal-zero", scale=False)
-    np.testing.assert_allclose(second.doc.result.matrix("weights", 0), weights, atol=1e-12)
+    np.testing.assert_allclose(second.compute.result.matrix("weights", 0), weights, atol=1e-12)
 
 
 BAD_FILES = {
@@ -493,14 +493,14 @@ def test_a_bad_file_leaves_the_document_as_it_was(
     (tmp_path / "folder").mkdir()
 
     before = snapshot(doc)
-    scenario, result = doc.scenario, doc.result
+    scenario, result = doc.scenario, window.compute.result
     state = (doc.undo_stack.count(), doc.undo_stack.index(), doc.path, window.windowTitle())
     for name in bad:
         warnings_shown.clear()
         assert not window.open_path(tmp_path / name, ask=False), name
         assert len(warnings_shown) == 1, name
         assert name in warnings_shown[0][1], warnings_shown[0][1]
-        assert doc.scenario is scenario and doc.result is result, name
+        assert doc.scenario is scenario and window.compute.result is result, name
         assert snapshot(doc) == before, name
         assert (
             doc.undo_stack.count(),
@@ -747,13 +747,13 @@ def compute_threads(monkeypatch):
     """Names of the threads the document's compute/update ran on."""
     names: list[str] = []
     for fname in ("compute", "update"):
-        original = getattr(document_module, fname)
+        original = getattr(compute_module, fname)
 
         def spy(*args, _original=original, **kwargs):
             names.append(threading.current_thread().name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(document_module, fname, spy)
+        monkeypatch.setattr(compute_module, fname, spy)
     return names
 
 
@@ -764,20 +764,22 @@ def test_a_large_scenario_computes_on_the_worker_thread(
     doc = window.doc
     monkeypatch.setattr(QInputDialog, "getInt", lambda *a, **k: (128, True))
     busy: list[bool] = []
-    doc.busyChanged.connect(busy.append)
+    window.compute.busyChanged.connect(busy.append)
     compute_threads.clear()  # the window computed the worked example when it was built
     window.load_preset("gpt2-small")
     s = doc.scenario
     assert s.n == 128 and s.n_heads * s.n * s.n > SYNC_SCORE_CELLS
-    assert doc.busy and window.busy.text()  # "computing…" in the status bar
-    doc.wait()
+    assert window.compute.busy and window.busy.text()  # "computing…" in the status bar
+    window.compute.wait()
     assert busy == [True, False] and not window.busy.text()
-    assert compute_threads and all(n.startswith("attnviz-compute") for n in compute_threads)
+    assert compute_threads and all(n.startswith("attnviz-worker") for n in compute_threads)
     assert threading.main_thread().name not in compute_threads
-    compare_results(doc.result, compute(s), exact=True)
+    compare_results(window.compute.result, compute(s), exact=True)
     # An independent check of one head against the plain loop reference.
     _, weights, _ = reference.head(np.array(s.X), s.W_Q[3], s.W_K[3], s.W_V[3])
-    np.testing.assert_allclose(doc.result.matrix("weights", 3), weights, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        window.compute.result.matrix("weights", 3), weights, rtol=0, atol=1e-12
+    )
     np.testing.assert_allclose(
         window.pipeline.views["Q"].spec.values, np.array(s.X) @ s.W_Q[0], rtol=0, atol=1e-12
     )
@@ -788,9 +790,9 @@ def test_quick_edits_while_busy_end_with_the_latest_scenario(shown_window, qtbot
     doc = window.doc
     monkeypatch.setattr(QInputDialog, "getInt", lambda *a, **k: (128, True))
     published = []
-    doc.resultChanged.connect(published.append)
+    window.compute.resultChanged.connect(published.append)
     window.load_preset("gpt2-small")
-    assert doc.busy
+    assert window.compute.busy
     x = window.inputs.grid
     for k in range(5):  # typed faster than the worker computes
         assert x.model().setData(x.model().index(k, 0), str(k + 0.5))
@@ -798,32 +800,36 @@ def test_quick_edits_while_busy_end_with_the_latest_scenario(shown_window, qtbot
         window.weights.grids[("W_Q", 0)].model().index(0, 0), "2"
     )
     window.weights.grids[("W_O", None)].matrix_model().set_block(0, 0, np.full((2, 2), 0.25))
-    doc.wait()
+    window.compute.wait()
     s = doc.scenario
     assert [s.X[k, 0] for k in range(5)] == [0.5, 1.5, 2.5, 3.5, 4.5]
-    assert published[-1] is doc.result
-    np.testing.assert_array_equal(doc.result.X[:5, 0], [0.5, 1.5, 2.5, 3.5, 4.5])
-    compare_results(doc.result, compute(s), exact=False)
+    assert published[-1] is window.compute.result
+    np.testing.assert_array_equal(window.compute.result.X[:5, 0], [0.5, 1.5, 2.5, 3.5, 4.5])
+    compare_results(window.compute.result, compute(s), exact=False)
     X = np.array(s.X)
     W = np.array(s.W_Q[0])
     assert W[0, 0] == 2.0
     np.testing.assert_allclose(window.pipeline.views["Q"].spec.values, X @ W, atol=1e-12)
-    np.testing.assert_allclose(doc.result.final, doc.result.concat @ np.array(s.W_O), atol=1e-12)
+    np.testing.assert_allclose(
+        window.compute.result.final, window.compute.result.concat @ np.array(s.W_O), atol=1e-12
+    )
 
     # Undo back to the small example while the large one is still computing.
     window.weights.grids[("W_O", None)].matrix_model().set_block(0, 0, np.full((2, 2), 0.5))
-    assert doc.busy
+    assert window.compute.busy
     while doc.undo_stack.canUndo():
         doc.undo_stack.undo()
-    doc.wait()
-    assert doc.result.tokens == TOKENS
+    window.compute.wait()
+    assert window.compute.result.tokens == TOKENS
     _, weights, _ = reference.head(
         reference.X, reference.W_Q[1], reference.W_K[1], reference.W_V[1]
     )
-    np.testing.assert_allclose(doc.result.matrix("weights", 1), weights, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        window.compute.result.matrix("weights", 1), weights, rtol=0, atol=1e-12
+    )
     assert window.pipeline.views["weights"].spec.values.shape == (4, 4)
     qtbot.wait(50)  # nothing stale arrives later
-    assert doc.result.tokens == TOKENS and not doc.busy
+    assert window.compute.result.tokens == TOKENS and not window.compute.busy
 
 
 def test_opening_a_file_is_undoable(make_window, tmp_path, answers, warnings_shown):

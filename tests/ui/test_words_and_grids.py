@@ -19,6 +19,7 @@ from attnviz.ui.document import Document
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
 from attnviz.ui.panels.weights import WeightsPanel
+from attnviz.ui.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 
@@ -41,8 +42,7 @@ def settle(qtbot) -> None:
 @pytest.fixture
 def doc():
     document = Document()
-    yield document
-    document.close()
+    return document
 
 
 # Undo texts and messages name a head as the window does ------------------------------------
@@ -121,7 +121,7 @@ def close_to_shown(text: str, value: float) -> bool:
 def test_numbers_fit_their_cells_at_gpt2_sizes(shown_window, qtbot):
     from attnviz.ui.grid import NumberDelegate
 
-    window = shown_window(doc=Document(make_preset("gpt2-small", n=64)))
+    window = shown_window(scenario=make_preset("gpt2-small", n=64))
     window.resize(1440, 900)
     window.docks["Weights"].raise_()
     settle(qtbot)
@@ -171,9 +171,8 @@ def content_width(grid: MatrixGrid) -> int:
 
 
 @pytest.mark.parametrize("preset", ["worked-example", "gpt2-small"])
-def test_a_heads_three_grids_have_one_size_and_the_same_scrollbars(doc, qtbot, preset):
-    doc.reset(make_preset(preset), None)
-    panel = WeightsPanel(doc)
+def test_a_heads_three_grids_have_one_size_and_the_same_scrollbars(qtbot, preset):
+    panel = WeightsPanel(Workspace.create(make_preset(preset)))
     qtbot.addWidget(panel)
     panel.show()
     qtbot.waitExposed(panel)
@@ -196,7 +195,7 @@ def test_a_heads_three_grids_have_one_size_and_the_same_scrollbars(doc, qtbot, p
 def test_columns_narrow_before_a_grid_scrolls(doc, qtbot):
     from attnviz.ui.grid import MIN_COLUMN
 
-    panel = WeightsPanel(doc)  # the worked example: three 4 × 2 grids side by side
+    panel = WeightsPanel(Workspace.create())  # the worked example: three 4 × 2 grids side by side
     qtbot.addWidget(panel)
     panel.show()
     qtbot.waitExposed(panel)

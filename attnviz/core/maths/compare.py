@@ -5,6 +5,7 @@ All functions take a scenario (or a result) and return frozen records of NumPy a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,17 +37,16 @@ def compare_masks(
     head: int,
     mask_a: str = "causal",
     mask_b: str = "causal-zero",
-    base: Result | None = None,
+    results: Callable[[Scenario], Result] = compute,
 ) -> MaskComparison:
-    """The selected head under two strategies; base may be a result already computed for s."""
+    """The selected head under two strategies; ``results`` computes a scenario (the
+    window passes its compute service's cached ``result_for``)."""
     for mask in (mask_a, mask_b):
         if mask not in MASKS:
             raise ScenarioError(f"mask {mask!r}: expected one of {', '.join(MASKS)}")
 
     def under(mask: str) -> Result:
-        if base is not None and base.settings == s.settings.replace(mask=mask):
-            return base
-        return compute(s.with_settings(mask=mask))
+        return results(s if s.settings.mask == mask else s.with_settings(mask=mask))
 
     a, b = under(mask_a), under(mask_b)
     if not 0 <= head < a.n_heads:

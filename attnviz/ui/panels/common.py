@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
-from attnviz.core.maths.scenario import Scenario, ScenarioError
-from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import Document
+from attnviz.ui.workspace import Workspace
 
 
 def size_spin(low: int, high: int, tip: str, parent: QWidget | None = None) -> QSpinBox:
@@ -30,16 +26,6 @@ def set_quietly(spin: QSpinBox, value: int) -> None:
     spin.blockSignals(False)
 
 
-def push_change(doc: Document, make: Callable[[Scenario], Scenario], text: str) -> str:
-    """Apply make to the scenario as one undoable step; '' or why it was refused."""
-    try:
-        new = make(doc.scenario)
-    except ScenarioError as e:
-        return f"{e}; nothing was changed"
-    doc.undo_stack.push(ReplaceScenario(doc, new, text))
-    return ""
-
-
 class ResultPanel(QWidget):
     """A panel drawn from complete results only, and only while it is on screen.
 
@@ -47,11 +33,11 @@ class ResultPanel(QWidget):
     (a closed dock, a tab behind another) is drawn when the panel is shown again.
     """
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self._stale = True
-        doc.resultChanged.connect(self._on_result)
+        ws.compute.resultChanged.connect(self._on_result)
 
     def show_result(self, result: Result) -> None:
         raise NotImplementedError
@@ -59,9 +45,9 @@ class ResultPanel(QWidget):
     def redraw(self) -> None:
         """Draw the document's latest result now (if on screen) or when shown."""
         self._stale = True
-        if self.isVisible() and self.doc.result.complete:
+        if self.isVisible() and self.compute.result.complete:
             self._stale = False
-            self.show_result(self.doc.result)
+            self.show_result(self.compute.result)
 
     def _on_result(self, result: Result) -> None:
         if result.complete:

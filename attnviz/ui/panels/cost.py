@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.maths.cost import Cost, human_bytes, human_count
-from attnviz.ui.document import Document
+from attnviz.ui.workspace import Workspace
 
 MAX_WHAT_IF = 10_000_000
 
@@ -41,9 +41,9 @@ def describe(c: Cost) -> list[tuple[str, str]]:
 
 
 class CostPanel(QWidget):
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.now_box, self.now_form = self._group("This scenario")
         self.what_box, self.what_form = self._group("What if")
         self.length = QSpinBox()
@@ -69,7 +69,7 @@ class CostPanel(QWidget):
         layout.addWidget(self.what_box)
         layout.addWidget(note)
         layout.addStretch(1)
-        doc.scenarioChanged.connect(self.refresh)
+        ws.doc.scenarioChanged.connect(self.refresh)
         self.refresh()
 
     @staticmethod

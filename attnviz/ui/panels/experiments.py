@@ -36,8 +36,9 @@ from attnviz.core.maths.experiments import (
 from attnviz.core.maths.kvcache import KVCache, Step
 from attnviz.core.maths.scenario import permute_tokens
 from attnviz.ui.background import Background
-from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import Document, computes_at_once
+from attnviz.ui.compute import computes_at_once
+from attnviz.ui.document import Document
+from attnviz.ui.workspace import Workspace
 
 D_KS = (2, 64, 512)
 # Okabe–Ito (colour-blind safe), as the timing plots: blue, vermillion.
@@ -276,7 +277,7 @@ class PositionTab(QWidget):
     def permute(self, order: list[int], verb: str) -> None:
         s = self.doc.scenario
         new = permute_tokens(s, [int(i) for i in order])
-        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, f"{verb} tokens"))
+        self.doc.replace(new, f"{verb} tokens")
         # Judged with the float64 reference, whatever engine the views show.
         self.note.setText(permutation(s, order).text)
 
@@ -374,11 +375,11 @@ class KVCacheTab(QWidget):
 
 
 class ExperimentsPanel(QTabWidget):
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.scaling = ScalingTab()
-        self.position = PositionTab(doc)
-        self.kv_cache = KVCacheTab(doc)
+        self.position = PositionTab(ws.doc)
+        self.kv_cache = KVCacheTab(ws.doc)
         self.addTab(self.scaling, "Scaling")
         self.addTab(self.position, "Position")
         self.addTab(self.kv_cache, "KV cache")

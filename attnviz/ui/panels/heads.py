@@ -9,17 +9,17 @@ from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidg
 
 from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths.engine import Result
-from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 
 class HeadsPanel(ResultPanel):
     """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(doc, parent)
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+        super().__init__(ws, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
         self.grid = QGridLayout()  # the dock scrolls when there are many heads
@@ -32,8 +32,8 @@ class HeadsPanel(ResultPanel):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(hint)
         layout.addLayout(self.grid)
-        doc.headChanged.connect(lambda _: self._mark_selected())
-        doc.selectionChanged.connect(lambda _: self._mark_selected())
+        ws.view_state.headChanged.connect(lambda _: self._mark_selected())
+        ws.view_state.selectionChanged.connect(lambda _: self._mark_selected())
 
     def _build(self, count: int) -> None:
         for widget in self.views + self.switches:
@@ -73,18 +73,18 @@ class HeadsPanel(ResultPanel):
 
     def _mark_selected(self) -> None:
         """Frame the shown head; outline the selected cell in its view only."""
-        sel = self.doc.selection
+        sel = self.view_state.selection
         for h, view in enumerate(self.views):
             mine = sel is not None and sel.view == "weights" and sel.head == h and sel.mask is None
             view.select((sel.row, sel.col) if mine and sel is not None else None)
-            selected = h == self.doc.head
+            selected = h == self.view_state.head
             view.setStyleSheet(
                 "border: 3px solid #ff7f00;" if selected else "border: 3px solid transparent;"
             )
 
     def _clicked(self, head: int, row: int, col: int) -> None:
-        self.doc.set_head(head)
-        self.doc.select(Selection("weights", head, row, col))
+        self.view_state.set_head(head)
+        self.view_state.select(Selection("weights", head, row, col))
 
     def _toggle(self, head: int, on: bool) -> None:
         s = self.doc.scenario
@@ -92,4 +92,4 @@ class HeadsPanel(ResultPanel):
         ablated.discard(head) if on else ablated.add(head)
         new = s.with_settings(ablated=tuple(sorted(ablated)))
         text = f"{'Switch on' if on else 'Switch off'} head {head + 1}"
-        self.doc.undo_stack.push(ReplaceScenario(self.doc, new, text))
+        self.doc.replace(new, text)

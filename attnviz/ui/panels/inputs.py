@@ -22,19 +22,19 @@ from attnviz.core.maths.scenario import (
     remove_token,
     resized,
 )
-from attnviz.ui.document import Document
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
-from attnviz.ui.panels.common import push_change, set_quietly, size_spin
+from attnviz.ui.panels.common import set_quietly, size_spin
+from attnviz.ui.workspace import Workspace
 
 
 class InputsPanel(QWidget):
     message = Signal(str)
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
-        self.model = MatrixModel(doc, "X")
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
+        self.model = MatrixModel(ws.doc, "X")
         self.grid = MatrixGrid(self.model)
         self.grid.message.connect(self.message)
         self.grid.verticalHeader().sectionDoubleClicked.connect(self.rename)
@@ -63,7 +63,7 @@ class InputsPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
         layout.addWidget(self.grid)
-        doc.scenarioChanged.connect(self.sync)
+        ws.doc.scenarioChanged.connect(self.sync)
         self.sync()
 
     def sync(self) -> None:
@@ -74,7 +74,7 @@ class InputsPanel(QWidget):
         return index.row() if index.isValid() else self.doc.scenario.n - 1
 
     def _replace(self, make: Callable[[Scenario], Scenario], text: str) -> None:
-        self.message.emit(push_change(self.doc, make, text))  # '' clears an earlier refusal
+        self.message.emit(self.doc.change(make, text))  # '' clears an earlier refusal
 
     def add(self) -> None:
         at = self._current() + 1

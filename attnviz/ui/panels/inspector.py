@@ -11,11 +11,13 @@ from PySide6.QtCore import QTextBoundaryFinder
 from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
-from attnviz.core.maths.engine import HEAD_MATRICES, Result, compute
+from attnviz.core.maths.engine import HEAD_MATRICES, Result
 from attnviz.core.maths.explain import Explanation, explain
 from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.background import Background
-from attnviz.ui.document import Document, Selection, computes_at_once
+from attnviz.ui.compute import computes_at_once
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 EMPTY = (
     "<p style='color:#666'>Click any cell of a heatmap to see the "
@@ -131,9 +133,9 @@ def to_html(e: Explanation, where: list[str]) -> str:
 class InspectorPanel(QWidget):
     """Follows the document's selection and result."""
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.view = QTextBrowser()
         self.view.setOpenLinks(False)
         # Lines break between words only, never inside one: a number or a cell reference
@@ -147,8 +149,8 @@ class InspectorPanel(QWidget):
         self._other: tuple[Result, str, Scenario, Result] | None = None
         self.worker = Background(self)
         self.worker.done.connect(self._other_ready)
-        doc.selectionChanged.connect(lambda _: self.refresh())
-        doc.resultChanged.connect(lambda r: r.complete and self.refresh())
+        ws.view_state.selectionChanged.connect(lambda _: self.refresh())
+        ws.compute.resultChanged.connect(lambda r: r.complete and self.refresh())
         self.refresh()
 
     def _other_ready(self, other: tuple[Result, str, Scenario, Result]) -> None:
@@ -157,21 +159,21 @@ class InspectorPanel(QWidget):
 
     def _result_for(self, sel: Selection) -> tuple[Scenario, Result] | None:
         """The scenario and result the selected cell belongs to; None while computing."""
-        s, r = self.doc.result_scenario, self.doc.result
+        s, r = self.compute.result_scenario, self.compute.result
         if sel.mask is None or sel.mask == s.settings.mask:
             return s, r
         if self._other is not None and self._other[0] is r and self._other[1] == sel.mask:
             return self._other[2], self._other[3]
         other, mask = s.with_settings(mask=sel.mask), sel.mask
         if computes_at_once(other):
-            self._other = (r, mask, other, compute(other))
+            self._other = (r, mask, other, self.compute.result_for(other))
             return other, self._other[3]
-        self.worker.run(lambda: (r, mask, other, compute(other)))
+        self.worker.run(lambda: (r, mask, other, self.compute.result_for(other)))
         return None
 
     def refresh(self) -> None:
-        sel = self.doc.selection
-        if sel is None or not self.doc.result.complete:
+        sel = self.view_state.selection
+        if sel is None or not self.compute.result.complete:
             if sel is None:
                 self.view.setHtml(EMPTY)
             return

@@ -14,8 +14,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.lessons import STAGES, Stage
 from attnviz.core.presets import make_preset
-from attnviz.ui.commands import ReplaceScenario
-from attnviz.ui.document import Document
+from attnviz.ui.workspace import Workspace
 
 
 class LessonPanel(QWidget):
@@ -24,9 +23,9 @@ class LessonPanel(QWidget):
     showDocks = Signal(tuple)  # dock titles to bring forward, most important first
     showTab = Signal(str, str)  # dock title, tab: a tab to open in a dock that has tabs
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.index = -1
         self.stages = QComboBox()
         self.stages.addItem("Choose a stage…")
@@ -75,10 +74,8 @@ class LessonPanel(QWidget):
         self.index = index
         stage = STAGES[index]
         scenario = make_preset(stage.preset)
-        self.doc.undo_stack.push(
-            ReplaceScenario(self.doc, scenario, f"Lesson stage {stage.number}")
-        )
-        self.doc.set_head(0)
+        self.doc.replace(scenario, f"Lesson stage {stage.number}")
+        self.view_state.set_head(0)
         self.text.setHtml(self.page(stage))
         self._sync_buttons()
         self.showDocks.emit(stage.docks)

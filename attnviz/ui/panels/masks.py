@@ -27,9 +27,11 @@ from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, pro
 from attnviz.core.maths.engine import Result
 from attnviz.core.maths.scenario import MASKS
 from attnviz.ui.background import Background
-from attnviz.ui.document import Document, Selection, computes_at_once
+from attnviz.ui.compute import computes_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars
 from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 LEAK_COLOUR = QColor("#fdd0c7")
 COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe B")
@@ -52,8 +54,8 @@ class MasksPanel(ResultPanel):
     leaked weight outlined, with each row's leak as a bar; then B − A and the probe.
     """
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(doc, parent)
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+        super().__init__(ws, parent)
         self.comparison: MaskComparison | None = None
         self.probes: tuple[Probe, Probe] | None = None
         self.worker = Background(self)
@@ -149,13 +151,13 @@ class MasksPanel(ResultPanel):
         layout.addWidget(legend)
         layout.addLayout(grid, 5)
         layout.addWidget(self.table, 1)
-        doc.headChanged.connect(lambda _: self.redraw())
-        doc.selectionChanged.connect(lambda _: self._mark())
+        ws.view_state.headChanged.connect(lambda _: self.redraw())
+        ws.view_state.selectionChanged.connect(lambda _: self._mark())
 
     def show_result(self, r: Result) -> None:
         """Recompute the comparison for the current scenario and head."""
         self.probes = None
-        s, head = self.doc.result_scenario, self.doc.head
+        s, head = self.compute.result_scenario, self.view_state.head
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         tokens = list(s.tokens)
         if [self.token.itemText(i) for i in range(self.token.count())] != tokens:
@@ -166,17 +168,18 @@ class MasksPanel(ResultPanel):
                 min(max(current, 1 if len(tokens) > 1 else 0), len(tokens) - 1)
             )
         self.worker.run(
-            lambda: (compare_masks(s, head, a, b, base=r), None),
+            lambda: (compare_masks(s, head, a, b, self.compute.result_for), None),
             now=computes_at_once(self.doc.scenario),
         )
 
     def run_probe(self) -> None:
-        s, token, amount = self.doc.result_scenario, self.token.currentIndex(), self.amount.value()
+        s = self.compute.result_scenario
+        token, amount = self.token.currentIndex(), self.amount.value()
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
-        head, r = self.doc.head, self.doc.result
+        head = self.view_state.head
 
         def job() -> tuple[MaskComparison, tuple[Probe, Probe]]:
-            return compare_masks(s, head, a, b, base=r), (
+            return compare_masks(s, head, a, b, self.compute.result_for), (
                 probe(s.with_settings(mask=a), token, amount),
                 probe(s.with_settings(mask=b), token, amount),
             )
@@ -284,7 +287,7 @@ class MasksPanel(ResultPanel):
 
     def _mark(self) -> None:
         """Outline the selected cell in the view it came from, and nowhere else."""
-        sel, c = self.doc.selection, self.comparison
+        sel, c = self.view_state.selection, self.comparison
         for key, view in self.views.items():
             if key == "diff" or c is None:
                 view.select(None)
@@ -302,7 +305,7 @@ class MasksPanel(ResultPanel):
         if self.comparison is None:
             return
         mask = self.comparison.mask_a if key.startswith("A") else self.comparison.mask_b
-        self.doc.select(Selection(view, self.comparison.head, row, col, mask=mask))
+        self.view_state.select(Selection(view, self.comparison.head, row, col, mask=mask))
 
 
 def _texts(values: np.ndarray) -> tuple[str, ...]:

@@ -12,9 +12,10 @@ from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, spec_for
 from attnviz.core.maths.compare import head_contributions
 from attnviz.core.maths.engine import Result
-from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 BOX = "border:1px solid #888; background:#f4f4f4; padding:4px 8px"
 
@@ -46,16 +47,20 @@ def flow_diagram(n: int, d_model: int, heads: int, d_k: int, projections: bool) 
 
 
 class MixPanel(ResultPanel):
-    def __init__(self, doc: Document, parent: QWidget | None = None):
-        super().__init__(doc, parent)
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+        super().__init__(ws, parent)
         self.diagram = QLabel()
         self.concat, self.w_o, self.final = (
             HeatmapView("concat"),
             HeatmapView("W_O"),
             HeatmapView("final"),
         )
-        self.concat.cellClicked.connect(lambda _, i, j: doc.select(Selection("concat", None, i, j)))
-        self.final.cellClicked.connect(lambda _, i, j: doc.select(Selection("final", None, i, j)))
+        self.concat.cellClicked.connect(
+            lambda _, i, j: ws.view_state.select(Selection("concat", None, i, j))
+        )
+        self.final.cellClicked.connect(
+            lambda _, i, j: ws.view_state.select(Selection("final", None, i, j))
+        )
         self.top = QGridLayout()
         for view in (self.concat, self.w_o, self.final):
             view.setMinimumSize(150, 150)
@@ -90,7 +95,7 @@ class MixPanel(ResultPanel):
         super().resizeEvent(event)
 
     def show_result(self, r: Result) -> None:
-        s = self.doc.result_scenario
+        s = self.compute.result_scenario
         st = r.settings
         self.diagram.setText(
             flow_diagram(len(r.tokens), s.d_model, r.n_heads, r.d_k, st.projections)
@@ -123,9 +128,9 @@ class MixPanel(ResultPanel):
         if not len(parts):
             return
         shared = colors.levels(np.asarray(parts), "diverging")
-        tokens = self.doc.result.tokens
+        tokens = self.compute.result.tokens
         for h, (view, part) in enumerate(zip(self.parts, parts, strict=True)):
-            off = h in self.doc.result.settings.ablated
+            off = h in self.compute.result.settings.ablated
             title = f"head {h + 1} contribution" + (" (switched off)" if off else "")
             spec = make_spec(title, part, tokens, col_title="output feature")
             view.set_spec(dataclasses.replace(spec, levels=shared))

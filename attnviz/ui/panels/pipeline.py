@@ -8,8 +8,9 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWi
 
 from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths.engine import HEAD_MATRICES, Result
-from attnviz.ui.document import Document, Selection
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.view_state import Selection
+from attnviz.ui.workspace import Workspace
 
 
 def legend(result: Result, head: int) -> tuple[str, str]:
@@ -61,9 +62,9 @@ class PipelinePanel(QWidget):
 
     cellClicked = Signal(str, int, int, int)  # view, head, row, col
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
         self._awaiting: set[str] = set()
@@ -87,11 +88,11 @@ class PipelinePanel(QWidget):
         outer.addLayout(self.grid)
         self.columns = 0
         self._arrange(3)
-        doc.selectionChanged.connect(self._mark)
-        doc.resultChanged.connect(self.show_result)
-        doc.headChanged.connect(lambda _: self.show_result(doc.result))
-        doc.headChanged.connect(lambda _: self._mark(doc.selection))
-        self.show_result(doc.result)
+        ws.view_state.selectionChanged.connect(self._mark)
+        ws.compute.resultChanged.connect(self.show_result)
+        ws.view_state.headChanged.connect(lambda _: self.show_result(ws.compute.result))
+        ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
+        self.show_result(ws.compute.result)
 
     def _arrange(self, columns: int) -> None:
         """Lay the views out in reading order, columns wide."""
@@ -111,7 +112,7 @@ class PipelinePanel(QWidget):
         super().resizeEvent(event)
 
     def show_result(self, result: Result) -> None:
-        head = min(self.doc.head, result.n_heads - 1)
+        head = min(self.view_state.head, result.n_heads - 1)
         if not result.complete and result.fresh != head:
             return  # a preview of another head: wait for the complete result
         key = (result.heads[head], result.tokens)
@@ -127,13 +128,13 @@ class PipelinePanel(QWidget):
             # Tell the document once this preview is on screen (it waits to go on).
             self._awaiting = {n for n, v in self.views.items() if v.isVisible()}
             if self._awaiting:
-                self.doc.hold_preview()
+                self.compute.hold_preview()
 
     def _painted(self, name: str) -> None:
         if name in self._awaiting:
             self._awaiting.discard(name)
             if not self._awaiting:
-                self.doc.preview_drawn()
+                self.compute.preview_drawn()
 
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
@@ -142,7 +143,7 @@ class PipelinePanel(QWidget):
                 sel is not None
                 and sel.view == name
                 and sel.mask is None
-                and sel.head == self.doc.head
+                and sel.head == self.view_state.head
             )
             view.select((sel.row, sel.col) if mine and sel is not None else None)
 
@@ -150,5 +151,5 @@ class PipelinePanel(QWidget):
         for other, view in self.views.items():
             if other != name:
                 view.select(None)
-        self.cellClicked.emit(name, self.doc.head, row, col)
-        self.doc.select(Selection(name, self.doc.head, row, col))
+        self.cellClicked.emit(name, self.view_state.head, row, col)
+        self.view_state.select(Selection(name, self.view_state.head, row, col))

@@ -18,10 +18,10 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, resized
-from attnviz.ui.document import Document
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
-from attnviz.ui.panels.common import push_change, set_quietly, size_spin
+from attnviz.ui.panels.common import set_quietly, size_spin
+from attnviz.ui.workspace import Workspace
 
 
 def titled(title: str, widget: QWidget) -> QGroupBox:
@@ -87,9 +87,9 @@ class EvenRow(QLayout):
 class WeightsPanel(QWidget):
     message = Signal(str)
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.grids: dict[tuple[str, int | None], MatrixGrid] = {}
 
         bar = QHBoxLayout()
@@ -105,7 +105,7 @@ class WeightsPanel(QWidget):
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.currentChanged.connect(lambda i: i >= 0 and doc.set_head(i))
+        self.tabs.currentChanged.connect(lambda i: i >= 0 and ws.view_state.set_head(i))
         self.w_o = self._grid("W_O", None)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tabs)
@@ -116,8 +116,8 @@ class WeightsPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
         layout.addWidget(split)
-        doc.scenarioChanged.connect(self.sync)
-        doc.headChanged.connect(self.tabs.setCurrentIndex)
+        ws.doc.scenarioChanged.connect(self.sync)
+        ws.view_state.headChanged.connect(self.tabs.setCurrentIndex)
         self.sync()
 
     def _grid(self, name: str, head: int | None) -> MatrixGrid:
@@ -154,7 +154,7 @@ class WeightsPanel(QWidget):
                 self.tabs.removeTab(gone)
             for head in range(self.tabs.count(), s.n_heads):
                 self.tabs.addTab(self._head_tab(head), f"head {head + 1}")
-            self.tabs.setCurrentIndex(min(self.doc.head, s.n_heads - 1))
+            self.tabs.setCurrentIndex(min(self.view_state.head, s.n_heads - 1))
             self.tabs.blockSignals(False)
         self.tabs.setEnabled(s.settings.projections)
         self.w_o.setEnabled(s.settings.projections)
@@ -163,9 +163,7 @@ class WeightsPanel(QWidget):
         s = self.doc.scenario
         if value == (s.n_heads if what == "heads" else s.d_k):
             return
-        refusal = push_change(
-            self.doc, lambda s: resized(s, **{what: value}), f"Set {what} to {value}"
-        )
+        refusal = self.doc.change(lambda s: resized(s, **{what: value}), f"Set {what} to {value}")
         self.message.emit(refusal)  # '' clears an earlier refusal
         if refusal:
             self.sync()

@@ -1,0 +1,247 @@
+"""The compute service: the latest Result of the document, and results under other settings.
+
+It follows the document's changes and the view state's engine. Small scenarios are
+computed at once, on the UI thread; large ones on a worker, the shown head first (a
+preview the views draw at once), then the rest. A result older than the latest edit is
+dropped (a generation counter). ``result_for`` gives any panel the result of a variant
+(another mask, say), computed once and cached, so panels share it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Signal
+
+from attnviz.core.maths.engine import Result, compute, update
+from attnviz.core.maths.scenario import WEIGHT_NAMES, Scenario
+from attnviz.core.session import Change
+from attnviz.ui.document import Document
+from attnviz.ui.view_state import ENGINES, ViewState
+from attnviz.ui.workers import SerialQueue
+
+# Scenarios with at most this many score cells (heads × n²) are computed on the UI thread.
+SYNC_SCORE_CELLS = 1 << 16
+CACHED_RESULTS = 8
+
+
+def computes_at_once(s: Scenario) -> bool:
+    """Small enough to compute on the UI thread before the next frame."""
+    return s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS
+
+
+@dataclass
+class Dirty:
+    """What changed since the last computed result, for an incremental update."""
+
+    x_rows: set[int] = field(default_factory=set)
+    heads: set[int] = field(default_factory=set)
+    w_o: bool = False
+    full: bool = False
+
+
+def _key(s: Scenario) -> tuple[object, ...]:
+    """Scenarios are immutable and share unchanged arrays: identity of the arrays and the
+    settings name a result."""
+    return (id(s.X), id(s.W_Q), id(s.W_K), id(s.W_V), id(s.W_O), s.tokens, s.settings)
+
+
+class ComputeService(QObject):
+    """The latest Result for the document, published once per change."""
+
+    resultChanged = Signal(object)  # Result (a preview of the shown head first, when large)
+    busyChanged = Signal(bool)
+    computeFailed = Signal(str)
+    _computed = Signal(int, object, str, object)  # generation, Scenario, engine, Result
+    _failed = Signal(int, str)  # generation, message
+
+    def __init__(self, doc: Document, view: ViewState, parent: QObject | None = None):
+        super().__init__(parent)
+        self.doc, self.view = doc, view
+        self.result: Result = compute(doc.scenario)
+        self.result_scenario = doc.scenario  # what self.result was computed from
+        self._base = self.result  # the newest reference result, base for incremental updates
+        self._dirty = Dirty()
+        self._generation = 0
+        self._busy = False
+        self._preview_shown = threading.Event()
+        self._preview_held = False
+        self._pending = False  # changes not yet handed to the worker
+        self._closed = False
+        self._queue = SerialQueue()
+        self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._computed.connect(self._on_computed)
+        self._failed.connect(self._on_failed)
+        doc.session.subscribe(self._on_change)
+        view.engineChanged.connect(self._on_engine)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    # Results of variants ------------------------------------------------------------
+
+    def result_for(self, s: Scenario) -> Result:
+        """compute(s), cached: the document's own result when s is what it was computed
+        from, else one computed once for every panel that asks. Safe on any thread."""
+        key = _key(s)
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key][1]
+        result = compute(s)
+        self._remember(s, result)
+        return result
+
+    def _remember(self, s: Scenario, result: Result) -> None:
+        with self._cache_lock:
+            self._cache[_key(s)] = (s, result)  # s keeps the arrays (and so their ids) alive
+            while len(self._cache) > CACHED_RESULTS:
+                self._cache.popitem(last=False)
+
+    # Following the document --------------------------------------------------------
+
+    def _on_change(self, change: Change) -> None:
+        if change.kind == "cells":
+            rows = range(change.row, change.row + change.rows)
+            if change.name == "X":
+                self._dirty.x_rows.update(rows)
+            elif change.name in WEIGHT_NAMES and change.head is not None:
+                self._dirty.heads.add(change.head)
+            else:
+                self._dirty.w_o = True
+        elif change.kind == "scenario":
+            self._dirty.full = True
+        else:
+            return
+        self._recompute()
+
+    def _on_engine(self, _engine: str) -> None:
+        self._dirty.full = True
+        self._recompute()
+
+    def _recompute(self) -> None:
+        self._generation += 1
+        s = self.doc.scenario
+        if self.view.engine == "numpy" and computes_at_once(s):
+            self._dirty = Dirty()
+            self._pending = False
+            self._publish(compute(s), s)
+            return
+        self._pending = True
+        if not self._busy:
+            self._start()
+
+    def _start(self) -> None:
+        self._set_busy(True)
+        self._pending = False
+        gen, s, base, dirty = self._generation, self.doc.scenario, self._base, self._dirty
+        head, engine = self.view.head, self.view.engine
+        self._dirty = Dirty()
+        self._queue.submit(lambda: self._work(gen, s, base, dirty, head, engine))
+
+    def _work(
+        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+    ) -> None:
+        try:
+            self._compute(gen, s, base, dirty, head, engine)
+        except Exception as e:  # e.g. torch missing or out of memory: say so, keep going
+            self._failed.emit(gen, f"{type(e).__name__}: {e}")
+
+    def _compute(
+        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+    ) -> None:
+        """On the worker thread: the shown head first (a preview), then the rest."""
+        if engine != "numpy":
+            from attnviz.core.maths.torch_engine import compute_torch
+
+            self._computed.emit(gen, s, engine, compute_torch(s, "auto", ENGINES[engine][0]))
+            return
+        if dirty.full:
+            self._computed.emit(gen, s, engine, compute(s))
+            return
+        args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
+        done: list[int] = []
+        if dirty.x_rows or head in dirty.heads:
+            self._preview_shown.clear()
+            preview = update(base, *args, only=head)
+            self._computed.emit(gen, s, engine, preview)
+            if preview.complete:
+                return
+            # The rest would compete with the UI for the two cores: let it draw first.
+            self._preview_shown.wait(timeout=1.0)
+            base, done = preview, [head]
+        self._computed.emit(gen, s, engine, update(base, *args, fresh=done))
+
+    def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
+        if self._closed:
+            return
+        self._preview_held = False  # a view still drawing the last preview will not be waited for
+        if result.complete and engine == "numpy":
+            self._base = result  # incremental updates build on reference results only
+        if gen != self._generation:  # superseded
+            if result.complete:
+                self._set_busy(False)
+                if self._pending:
+                    self._start()
+            else:
+                self._preview_shown.set()
+            return
+        if result.complete:
+            self._set_busy(False)
+        self._publish(result, s)
+        if not result.complete and not self._preview_held:
+            self._preview_shown.set()  # nobody is drawing it
+
+    def _on_failed(self, gen: int, message: str) -> None:
+        if self._closed:
+            return
+        self._set_busy(False)
+        self._dirty.full = True  # the failed job's changes were taken: recompute everything
+        if self.view.engine != "numpy":
+            self.view.set_engine("numpy")  # recomputes, through engineChanged
+            self.computeFailed.emit(message + "; showing the NumPy engine instead")
+            return
+        if gen != self._generation or self._pending:
+            self._start()
+        self.computeFailed.emit(message)
+
+    # The preview handshake ------------------------------------------------------------
+
+    def hold_preview(self) -> None:
+        """The preview just published will be drawn; call preview_drawn() once it is.
+
+        The worker waits (up to a second) for that before computing the other heads, so
+        that the preview is on screen before the cores are busy again."""
+        self._preview_held = True
+
+    def preview_drawn(self) -> None:
+        self._preview_held = False
+        self._preview_shown.set()
+
+    def _publish(self, result: Result, scenario: Scenario) -> None:
+        if result.complete and self.view.engine == "numpy":
+            self._base = result
+            self._remember(scenario, result)
+        self.result, self.result_scenario = result, scenario
+        self.resultChanged.emit(result)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.busyChanged.emit(busy)
+
+    def wait(self) -> None:
+        """Block until pending computation has been published (for tests and scripts)."""
+        from PySide6.QtCore import QCoreApplication
+
+        while self._busy:
+            QCoreApplication.processEvents()
+
+    def close(self) -> None:
+        self._closed = True
+        self._preview_shown.set()
+        self._queue.close()
