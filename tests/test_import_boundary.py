@@ -31,6 +31,7 @@ CORE_MODULES = {
     "attnviz.core.maths.scenario",
     "attnviz.core.maths.torch_engine",
     "attnviz.core.figures.chart",
+    "attnviz.core.session",
     "attnviz.bench.cli",
     "attnviz.bench.plots",
     "attnviz.bench.sweep",

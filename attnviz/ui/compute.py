@@ -73,6 +73,7 @@ class ComputeService(QObject):
         self._queue = SerialQueue()
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._remember(doc.scenario, self.result)
         self._computed.connect(self._on_computed)
         self._failed.connect(self._on_failed)
         doc.session.subscribe(self._on_change)

@@ -1,0 +1,115 @@
+"""The compute service: preview first, the preview handshake, stale results dropped, the
+cache of variant results; and the serial queues on the shared pool."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from PySide6.QtCore import QCoreApplication
+
+import attnviz.ui.compute as compute_module
+from attnviz.core.maths.engine import compute
+from attnviz.core.presets import make_preset
+from attnviz.core.session import SetCells
+from attnviz.ui.compute import computes_at_once
+from attnviz.ui.workers import SerialQueue
+from attnviz.ui.workspace import Workspace
+
+
+def pump(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        QCoreApplication.processEvents()
+        time.sleep(0.005)
+
+
+def large_workspace(qtbot) -> Workspace:
+    s = make_preset("gpt2-small", n=128)  # 12 × 128² scores: computed on the worker
+    assert not computes_at_once(s)
+    ws = Workspace.create(s)
+    ws.view_state.set_head(3)
+    return ws
+
+
+def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(qtbot):
+    ws = large_workspace(qtbot)
+    published = []
+
+    def on_result(result):
+        published.append(result)
+        if not result.complete:
+            ws.compute.hold_preview()  # a view will draw it: the worker waits for that
+
+    ws.compute.resultChanged.connect(on_result)
+    ws.doc.push(SetCells(ws.doc.session, "X", None, 5, 7, np.array([[0.75]])))
+    qtbot.waitUntil(lambda: bool(published), timeout=10_000)
+    preview = published[0]
+    assert not preview.complete
+    full = compute(ws.doc.scenario)
+    np.testing.assert_allclose(preview.heads[3].weights, full.heads[3].weights, atol=1e-12)
+    pump(0.3)  # the worker waits (up to a second) while the preview is being drawn
+    assert len(published) == 1 and ws.compute.busy
+    ws.compute.preview_drawn()
+    qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
+    final = published[-1]
+    assert final.complete and len(published) == 2
+    for h in range(12):
+        np.testing.assert_allclose(final.heads[h].weights, full.heads[h].weights, atol=1e-12)
+    np.testing.assert_allclose(final.final, full.final, atol=1e-12)
+    ws.close()
+
+
+def test_a_result_older_than_the_latest_edit_is_never_published_last(qtbot):
+    ws = large_workspace(qtbot)
+    for value in (0.1, 0.2, 0.3, 0.4):
+        ws.doc.push(SetCells(ws.doc.session, "W_K", 3, 0, 0, np.array([[value]])))
+    ws.compute.wait()
+    pump(0.2)  # nothing stale arrives later
+    assert ws.compute.result_scenario is ws.doc.scenario
+    want = compute(ws.doc.scenario)
+    np.testing.assert_allclose(ws.compute.result.final, want.final, atol=1e-12)
+    ws.close()
+
+
+def test_variant_results_are_computed_once_and_shared(qtbot, monkeypatch):
+    ws = Workspace.create()
+    calls = []
+
+    def counting(s):
+        calls.append(s.settings.mask)
+        return compute(s)
+
+    monkeypatch.setattr(compute_module, "compute", counting)
+    s = ws.doc.scenario
+    assert ws.compute.result_for(s) is ws.compute.result  # the document's own: no compute
+    first = ws.compute.result_for(s.with_settings(mask="causal-zero"))
+    again = ws.compute.result_for(s.with_settings(mask="causal-zero"))  # another object
+    assert first is again and calls == ["causal-zero"]
+    assert ws.compute.result_for(s.with_settings(mask="none")) is not first
+    assert calls == ["causal-zero", "none"]
+    # An edit makes new arrays: the variant of the new scenario is computed afresh.
+    ws.doc.push(SetCells(ws.doc.session, "X", None, 0, 0, np.array([[0.5]])))
+    ws.compute.result_for(ws.doc.scenario.with_settings(mask="causal-zero"))
+    assert calls[-1] == "causal-zero" and len(calls) == 4  # the edit's own result, then it
+    ws.close()
+
+
+def test_serial_queues_keep_order_and_close_cleanly():
+    queue = SerialQueue()
+    order: list[int] = []
+    gate = threading.Event()
+    queue.submit(gate.wait)
+    futures = [queue.submit(lambda i=i: order.append(i)) for i in range(20)]
+    assert order == []  # the first job still holds the queue
+    gate.set()
+    queue.wait()
+    assert order == list(range(20)) and all(f.done() for f in futures)
+
+    slow = threading.Event()
+    queue.submit(lambda: slow.wait(0.2))
+    dropped = queue.submit(lambda: order.append(99))
+    queue.close()  # waits for the running job, drops the queued one
+    assert dropped.cancelled() and 99 not in order
+    assert queue.submit(lambda: order.append(100)).cancelled()
