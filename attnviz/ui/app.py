@@ -47,5 +47,5 @@ def run(path: str | None = None) -> int:
     # asks before dropping the restored work, where it would otherwise be overwritten.
     restored = window.offer_restore()
     if path is not None:
-        window.open_path(Path(path), ask=restored)
+        window.files.open_path(Path(path), ask=restored)
     return app.exec()

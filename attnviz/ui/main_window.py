@@ -9,9 +9,10 @@ from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
     QGuiApplication,
     QKeySequence,
-    QShortcut,
     QShowEvent,
 )
 from PySide6.QtWidgets import (
@@ -29,15 +30,16 @@ from PySide6.QtWidgets import (
     QTabWidget,
     QWidget,
 )
+from shiboken6 import isValid
 
+from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.scenario import MASKS, POSITIONALS, Scenario
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
-from attnviz.ui.export import ImageExport
-from attnviz.ui.file_actions import FileActions
+from attnviz.ui.file_controller import FileController, Targets
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.numbers_badge import NumbersBadge
@@ -87,7 +89,7 @@ LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
 }
 
 
-class MainWindow(FileActions, QMainWindow):
+class MainWindow(QMainWindow):
     """One document in one window."""
 
     def __init__(self, settings: QSettings, data_dir: Path, scenario: Scenario | None = None):
@@ -125,7 +127,15 @@ class MainWindow(FileActions, QMainWindow):
         self.statusBar().addPermanentWidget(self.busy)
         self.badge = NumbersBadge(self.ws)
         self.statusBar().addPermanentWidget(self.badge)
-        self.compute.computeFailed.connect(lambda text: self.error("Cannot compute", text))
+        self.files = FileController(
+            self.ws,
+            settings,
+            self,
+            self.show_message,
+            saved=self.clear_autosave,
+            targets=Targets(self._target_grid, self._target_figure),
+        )
+        self.compute.computeFailed.connect(lambda text: self.files.error("Cannot compute", text))
         self.view_state.engineChanged.connect(lambda _: self._sync_toolbar())
 
         self._build_toolbar()
@@ -139,14 +149,6 @@ class MainWindow(FileActions, QMainWindow):
         self.compute.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
         self._closed = False
         self.autosaver = Autosave(self.doc, data_dir, self)
-        self.image_export = ImageExport(self)  # heatmap images are written off the UI thread
-        self._exporting = False
-        self.image_export.progress.connect(self._export_progress)
-        self.image_export.finished.connect(self._export_finished)
-        # Esc stops an export; only while one runs, so that Esc still cancels a cell edit.
-        self.stop_export = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
-        self.stop_export.activated.connect(self.image_export.cancel)
-        self.stop_export.setEnabled(False)
         self.autosaver.failed.connect(self.show_message)
 
         self.resize(DEFAULT_SIZE)
@@ -418,19 +420,20 @@ class MainWindow(FileActions, QMainWindow):
     def _build_menus(self) -> None:
         keys = QKeySequence.StandardKey
         m = self.menuBar().addMenu("&File")
-        self._action(m, "&New", self.new_document, keys.New)
-        self._action(m, "&Open…", self.open_dialog, keys.Open)
+        f = self.files
+        self._action(m, "&New", f.new_document, keys.New)
+        self._action(m, "&Open…", f.open_dialog, keys.Open)
         self.recent_menu = m.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        self._action(m, "&Save", self.save, keys.Save)
-        self._action(m, "Save &As…", self.save_as, keys.SaveAs)
+        self.recent_menu.aboutToShow.connect(lambda: f.fill_recent(self.recent_menu))
+        self._action(m, "&Save", f.save, keys.Save)
+        self._action(m, "Save &As…", f.save_as, keys.SaveAs)
         m.addSeparator()
-        self._action(m, "&Import Matrix…", self.import_matrix, "Ctrl+I")
-        self._action(m, "&Export Matrix…", self.export_matrix, "Ctrl+E")
-        self._action(m, "Export &Heatmap…", self.export_heatmap, "Ctrl+Shift+E")
-        self._action(m, "Export All &Pipeline Heatmaps…", self.export_all)
-        self._action(m, "Export as NumPy Script…", lambda: self.export_code("numpy"))
-        self._action(m, "Export as PyTorch Script…", lambda: self.export_code("torch"))
+        self._action(m, "&Import Matrix…", f.import_matrix, "Ctrl+I")
+        self._action(m, "&Export Matrix…", f.export_matrix, "Ctrl+E")
+        self._action(m, "Export &Heatmap…", f.export_heatmap, "Ctrl+Shift+E")
+        self._action(m, "Export All &Pipeline Heatmaps…", f.export_all)
+        self._action(m, "Export as NumPy Script…", lambda: f.export_code("numpy"))
+        self._action(m, "Export as PyTorch Script…", lambda: f.export_code("torch"))
         m.addSeparator()
         self._action(m, "&Quit", self.close, keys.Quit)
 
@@ -507,6 +510,37 @@ class MainWindow(FileActions, QMainWindow):
         elif isinstance(new, HeatmapView):
             self.last_heatmap = new
 
+    def _target_grid(self) -> MatrixGrid:
+        """The grid that last had focus, unless it has gone (its head was removed)."""
+        grid = self.last_grid
+        if grid is None or not isValid(grid):
+            return self.inputs.grid
+        model = grid.matrix_model()
+        if model.head is not None and model.head >= self.doc.scenario.n_heads:
+            return self.inputs.grid
+        return grid
+
+    def _target_figure(self) -> tuple[str, HeatmapSpec]:
+        """The heatmap last looked at (the Pipeline's weights at first): a Pipeline view is
+        drawn afresh from the latest result; another view's figure is what it shows."""
+        view = self.last_heatmap
+        if view is None or not isValid(view) or view.spec is None:
+            view = self.pipeline.views["weights"]
+        if view in self.pipeline.views.values():
+            return view.name, spec_for(self.compute.result, view.name, self.view_state.head)
+        assert view.spec is not None
+        return view.name, view.spec
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            event.acceptProposedAction()
+            self.files.open_path(Path(urls[0].toLocalFile()))
+
     def _cell_clicked(self, view: str, head: int, row: int, col: int) -> None:
         self.last_heatmap = self.pipeline.views[view]
         self.show_message(self.pipeline.views[view].describe(row, col).replace("\n", " · "))
@@ -535,7 +569,7 @@ class MainWindow(FileActions, QMainWindow):
         try:
             scenario, origin, note = self.autosaver.read()
         except files.FileFormatError as e:
-            self.error("Cannot restore", f"The unsaved work could not be restored: {e}")
+            self.files.error("Cannot restore", f"The unsaved work could not be restored: {e}")
             return False
         text = "attnviz was not closed properly last time. Restore the unsaved scenario?"
         answer = QMessageBox.question(
@@ -563,12 +597,12 @@ class MainWindow(FileActions, QMainWindow):
         if self._closed:
             event.accept()
             return
-        if not self.maybe_save():
+        if not self.files.maybe_save():
             event.ignore()
             return
         self.save_layout()
         self.autosaver.close()
-        self.image_export.close()
+        self.files.close()
         self.ws.close()
         for worker in self.findChildren(Background):
             worker.close()

@@ -227,10 +227,10 @@ def test_a_file_named_in_bytes_that_are_not_utf8_works_everywhere(
     files.save_scenario(path, worked_example())
     first = make_window()
     first.show()
-    assert first.open_path(path)
+    assert first.files.open_path(path)
     assert first.windowTitle() == f"{SHOWN}[*] — attnviz"
     assert first.statusBar().currentMessage() == f"Opened {SHOWN}"
-    assert first.recent_files()[0] == str(path)
+    assert first.files.recent_files()[0] == str(path)
     first.recent_menu.aboutToShow.emit()
     assert first.recent_menu.actions()[0].text() == str(path.parent / SHOWN)
 
@@ -243,7 +243,7 @@ def test_a_file_named_in_bytes_that_are_not_utf8_works_everywhere(
     second.show()
     assert second.offer_restore()
     assert second.doc.path == path and second.doc.scenario.X[0, 0] == 0.5
-    assert second.recent_files()[0] == str(path)
+    assert second.files.recent_files()[0] == str(path)
     second.recent_menu.aboutToShow.emit()
     second.doc.undo_stack.setClean()
     second.recent_menu.actions()[0].trigger()
@@ -253,13 +253,13 @@ def test_a_file_named_in_bytes_that_are_not_utf8_works_everywhere(
 
 def test_recent_files_keep_valid_names_as_text(make_window, tmp_path):
     window = make_window()
-    window._add_recent(tmp_path / "plain.attn.json")
-    window._add_recent(tmp_path / UNDECODABLE)
+    window.files._add_recent(tmp_path / "plain.attn.json")
+    window.files._add_recent(tmp_path / UNDECODABLE)
     raw = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window.settings.sync()
     value = raw.value("recent")
     assert value[1] == str(tmp_path / "plain.attn.json")
-    assert window.recent_files() == [str(tmp_path / UNDECODABLE), str(tmp_path / "plain.attn.json")]
+    assert window.files.recent_files() == [str(tmp_path / UNDECODABLE), str(tmp_path / "plain.attn.json")]
 
 
 # Autosave failures: reported once, never swallowed ------------------------------------------
@@ -283,7 +283,7 @@ def test_an_autosave_failure_is_reported_once_then_again_after_a_success(make_wi
 
     edit(window.doc, 0.125)
     window.autosave()
-    qtbot.waitUntil(lambda: (data / "autosave.npz").is_file())
+    qtbot.waitUntil(lambda: (data / "autosave.origin").is_file())  # written after the .npz
     (data / "autosave.origin").unlink()
     (data / "autosave.origin").mkdir()
     edit(window.doc, 0.0625)
@@ -296,7 +296,7 @@ def test_an_origin_that_cannot_be_encoded_is_no_longer_skipped(make_window, data
     window = make_window()
     path = tmp_path / UNDECODABLE
     files.save_scenario(path, worked_example())
-    assert window.open_path(path)
+    assert window.files.open_path(path)
     reports: list[str] = []
     window.autosaver.failed.connect(reports.append)
     edit(window.doc, 0.5)
@@ -383,13 +383,13 @@ def test_open_import_and_save_refuse_a_named_pipe_at_once(
     for name in ("p.attn.json", "p.csv"):
         os.mkfifo(tmp_path / name)
     with within(10):
-        assert not window.open_path(tmp_path / "p.attn.json")
-        assert not window.import_matrix_from(window.inputs.grid, tmp_path / "p.csv")
+        assert not window.files.open_path(tmp_path / "p.attn.json")
+        assert not window.files.import_matrix_from(window.inputs.grid, tmp_path / "p.csv")
         monkeypatch.setattr(
             "PySide6.QtWidgets.QFileDialog.getSaveFileName",
             lambda *a, **k: (str(tmp_path / "p.attn.json"), ""),
         )
-        assert not window.save_as()
+        assert not window.files.save_as()
     pipe = "a named pipe, not a regular file"
     assert warnings_shown == [
         ("Cannot open the file", f"{tmp_path / 'p.attn.json'}: cannot read: {pipe}"),

@@ -189,8 +189,8 @@ def test_export_all_writes_every_view_of_the_head_as_png_and_svg(window, tmp_pat
         window.view_state.set_head(head)
         folder = tmp_path / f"head{head + 1}"
         folder.mkdir()
-        written = window.export_all_to(folder)
-        window.image_export.wait()
+        written = window.files.export_all_to(folder)
+        window.files.image_export.wait()
         names = {p.name for p in written}
         assert names == {
             f"head{head + 1}-{view}.{suffix}" for view in HEAD_MATRICES for suffix in ("png", "svg")
@@ -213,8 +213,8 @@ def test_export_heatmap_through_its_dialogs(window, tmp_path, monkeypatch):
         QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "fig"), "PNG image (*.png)")
     )
     monkeypatch.setattr(QInputDialog, "getDouble", lambda *a, **k: (1.5, True))
-    window.export_heatmap()
-    window.image_export.wait()
+    window.files.export_heatmap()
+    window.files.image_export.wait()
     write_image(window.pipeline.views["scaled"].spec, tmp_path / "same.svg")
     scaled = window.pipeline.views["scaled"].spec
     expected = head_reference(0)["scaled"]
@@ -225,8 +225,8 @@ def test_export_heatmap_through_its_dialogs(window, tmp_path, monkeypatch):
         "getSaveFileName",
         lambda *a, **k: (str(tmp_path / "vector"), "SVG vector image (*.svg)"),
     )
-    window.export_heatmap()
-    window.image_export.wait()
+    window.files.export_heatmap()
+    window.files.image_export.wait()
     check_cells(svg_root(tmp_path / "vector.svg"), TOKENS, TOKENS, head_reference(0)["scaled"])
 
 
@@ -238,8 +238,8 @@ def test_refused_exports_say_why_and_write_nothing(window, tmp_path, warnings_sh
         write_image(spec, tmp_path / "huge.png", 1000.0)
     assert not list(tmp_path.iterdir())
     # Into a folder that does not exist: a message, no traceback, nothing written.
-    window.export_all_to(tmp_path / "missing")
-    window.image_export.wait()
+    window.files.export_all_to(tmp_path / "missing")
+    window.files.image_export.wait()
     assert len(warnings_shown) == 1
     assert warnings_shown[0][0] == "Cannot export the image"
     assert "missing" in warnings_shown[0][1]
@@ -247,8 +247,8 @@ def test_refused_exports_say_why_and_write_nothing(window, tmp_path, warnings_sh
 
 
 def test_a_failed_export_names_the_image(window, tmp_path, warnings_shown):
-    window.export_all_to(tmp_path / "missing")
-    window.image_export.wait()
+    window.files.export_all_to(tmp_path / "missing")
+    window.files.image_export.wait()
     message = warnings_shown[0][1]
     assert "head1-Q.png" in message and ".tmp" not in message, message
 
@@ -267,13 +267,13 @@ def test_window_exports_run_off_the_ui_thread_with_progress(window, tmp_path, mo
 
     monkeypatch.setattr(export, "write_image", spy)
     window.statusBar().messageChanged.connect(messages.append)
-    written = window.export_all_to(tmp_path)
-    window.image_export.wait()
+    written = window.files.export_all_to(tmp_path)
+    window.files.image_export.wait()
     assert all(p.exists() for p in written) and len(written) == 2 * len(HEAD_MATRICES)
     assert threads and threading.main_thread().name not in threads
     assert any(m == f"Exporting images: 3 of {len(written)}…" for m in messages)
     assert messages[-1] == f"Exported {len(written)} images to {tmp_path}"
-    assert not window.stop_export.isEnabled()  # Esc is a cell editor's again
+    assert not window.files.stop_export.isEnabled()  # Esc is a cell editor's again
 
 
 def test_escape_stops_an_export(window, tmp_path, monkeypatch):
@@ -282,12 +282,12 @@ def test_escape_stops_an_export(window, tmp_path, monkeypatch):
     original = export.write_image
 
     def slow_first(*args, **kwargs):
-        window.image_export.cancel()  # as Esc does, while the first image is written
+        window.files.image_export.cancel()  # as Esc does, while the first image is written
         return original(*args, **kwargs)
 
     monkeypatch.setattr(export, "write_image", slow_first)
-    window.export_all_to(tmp_path)
-    assert window.stop_export.isEnabled()
-    window.image_export.wait()
+    window.files.export_all_to(tmp_path)
+    assert window.files.stop_export.isEnabled()
+    window.files.image_export.wait()
     assert len(list(tmp_path.iterdir())) == 1  # the image being written is finished
     assert window.statusBar().currentMessage() == "Export stopped after 1 of the images"

@@ -71,8 +71,8 @@ def test_window_exports_of_a_large_scenario_hold_one_image_each(qapp, tmp_path, 
     window = make_window()
     window.doc.reset(make_preset("gpt2-small", 128, 0), None)  # 128² scores: images
     window.compute.wait()
-    written = window.export_all_to(tmp_path)
-    window.image_export.wait()
+    written = window.files.export_all_to(tmp_path)
+    window.files.image_export.wait()
     assert len(written) == 2 * len(HEAD_MATRICES)
     expected = compute(window.doc.scenario)
     for view in HEAD_MATRICES:

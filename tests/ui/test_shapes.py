@@ -85,12 +85,12 @@ def change_shape(window, qtbot, answers, how: str, tmp_path) -> None:
     elif how == "open":
         path = tmp_path / "five.attn.json"
         files.save_scenario(path, make_preset("gpt2-small", n=7))
-        assert window.open_path(path, ask=False)
+        assert window.files.open_path(path, ask=False)
     elif how == "new":
         window.doc.replace(make_preset("gpt2-small", n=12), "Preset gpt2-small")
         assert_whole_matrices_shown(window, qtbot)
         answers.queue(QMessageBox.StandardButton.Discard)
-        window.new_document()
+        window.files.new_document()
     else:
         raise AssertionError(how)
     assert doc.scenario is not None

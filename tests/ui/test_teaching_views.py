@@ -860,7 +860,7 @@ def test_export_as_code_runs_and_prints_the_output(window, monkeypatch, tmp_path
         window.change_setting(mask="causal-zero")
         window.change_setting(ablated=(1,))
         X, mask, ablated = X + ref.sinusoidal(4, 4), "causal-zero", (1,)
-    window.export_code(flavor)
+    window.files.export_code(flavor)
     assert target.exists()
     run = subprocess.run(
         [sys.executable, str(target)], capture_output=True, text=True, timeout=60, check=True

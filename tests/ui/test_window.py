@@ -210,7 +210,7 @@ def test_every_change_is_one_undoable_command(shown_window, monkeypatch, tmp_pat
         csv.write_text(
             "\n".join(",".join(str(i * cols + j) for j in range(cols)) for i in range(rows))
         )
-        return window.import_matrix_from(w_o, csv)
+        return window.files.import_matrix_from(w_o, csv)
 
     x, w_o = window.inputs.grid, window.weights.grids[("W_O", None)]
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("dog", True))
@@ -274,7 +274,7 @@ def test_title_shows_the_file_name_and_an_unsaved_mark(shown_window, tmp_path, m
     edit(doc, "X", None, 0, 0, 0.5)
     assert window.isWindowModified()
     save_to(monkeypatch, tmp_path / "lesson")
-    assert window.save()
+    assert window.files.save()
     assert (tmp_path / "lesson.attn.json").exists()
     assert "lesson.attn.json" in window.windowTitle()
     assert not window.isWindowModified()
@@ -375,8 +375,8 @@ def test_layout_and_recent_files_persist_between_windows(make_window, qtbot, tmp
     a, b = tmp_path / "a.attn.json", tmp_path / "b.attn.json"
     for path in (a, b):
         save_to(monkeypatch, path)
-        assert first.save_as()
-    assert first.open_path(a)
+        assert first.files.save_as()
+    assert first.files.open_path(a)
     assert first.close()
 
     second = make_window()
@@ -386,7 +386,7 @@ def test_layout_and_recent_files_persist_between_windows(make_window, qtbot, tmp
     assert second.docks["Inputs"].isVisible()
     for title in ("Weights", "Pipeline"):
         assert second.docks[title].isHidden(), title
-    assert second.recent_files()[:2] == [str(a.resolve()), str(b.resolve())]
+    assert second.files.recent_files()[:2] == [str(a.resolve()), str(b.resolve())]
     second.recent_menu.aboutToShow.emit()
     entries = [x.text() for x in second.recent_menu.actions()]
     assert entries[:2] == [str(a.resolve()), str(b.resolve())]
@@ -428,7 +428,7 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
     )
     doc.replace(changed, "tokens and settings")
     save_to(monkeypatch, tmp_path / "round")
-    assert first.save()
+    assert first.files.save()
     path = tmp_path / "round.attn.json"
     data = read_json(path)
     assert data["tokens"] == ["she", "saw", "a", "dog"]
@@ -437,7 +437,7 @@ def test_save_and_open_round_trip(make_window, qtbot, tmp_path, monkeypatch):
 
     second = make_window(settings_name="other.ini")
     second.show()
-    assert second.open_path(path)
+    assert second.files.open_path(path)
     assert snapshot(second.doc) == snapshot(doc)
     assert second.doc.path == path.resolve()
     assert "round.attn.json" in second.windowTitle() and not second.isWindowModified()
@@ -471,7 +471,7 @@ def test_a_bad_file_leaves_the_document_as_it_was(
     doc = window.doc
     good = tmp_path / "good.attn.json"
     save_to(monkeypatch, good)
-    assert window.save()
+    assert window.files.save()
     edit(doc, "X", None, 0, 0, 0.5)
     edit(doc, "W_K", 0, 1, 1, -0.5)
     text = good.read_text("utf-8")
@@ -497,7 +497,7 @@ def test_a_bad_file_leaves_the_document_as_it_was(
     state = (doc.undo_stack.count(), doc.undo_stack.index(), doc.path, window.windowTitle())
     for name in bad:
         warnings_shown.clear()
-        assert not window.open_path(tmp_path / name, ask=False), name
+        assert not window.files.open_path(tmp_path / name, ask=False), name
         assert len(warnings_shown) == 1, name
         assert name in warnings_shown[0][1], warnings_shown[0][1]
         assert doc.scenario is scenario and window.compute.result is result, name
@@ -519,14 +519,14 @@ def test_unsaved_prompt_cancel_keeps_everything(shown_window, answers, tmp_path)
     doc = window.doc
     edit(doc, "X", None, 2, 2, 0.5)
     answers.queue(Button.Cancel)
-    window.new_document()
+    window.files.new_document()
     assert "untitled" in answers.texts[0]
     assert doc.scenario.X[2, 2] == 0.5 and doc.undo_stack.count() == 1
     assert window.isWindowModified()
 
     (tmp_path / "other.attn.json").write_text(json.dumps({"format": "x"}))
     answers.queue(Button.Cancel)
-    assert not window.open_path(tmp_path / "other.attn.json")
+    assert not window.files.open_path(tmp_path / "other.attn.json")
     assert doc.scenario.X[2, 2] == 0.5
 
     answers.queue(Button.Cancel)
@@ -540,7 +540,7 @@ def test_unsaved_prompt_discard_drops_the_changes(shown_window, answers, tmp_pat
     doc = window.doc
     edit(doc, "X", None, 2, 2, 0.5)
     answers.queue(Button.Discard)
-    window.new_document()
+    window.files.new_document()
     np.testing.assert_array_equal(doc.scenario.X, reference.X)
     assert not window.isWindowModified() and doc.path is None
     doc.undo_stack.undo()  # New is one undoable step: the discarded edit comes back
@@ -553,10 +553,10 @@ def test_unsaved_prompt_save_writes_the_file_first(shown_window, answers, tmp_pa
     # With a path: Save writes there.
     path = tmp_path / "kept.attn.json"
     save_to(monkeypatch, path)
-    assert window.save()
+    assert window.files.save()
     edit(doc, "W_O", None, 0, 3, 0.75)
     answers.queue(Button.Save)
-    window.new_document()
+    window.files.new_document()
     assert "kept.attn.json" in answers.texts[0]
     assert read_json(path)["W_O"][0][3] == 0.75
     assert doc.path is None and doc.scenario.W_O[0, 3] == 0.2
@@ -565,7 +565,7 @@ def test_unsaved_prompt_save_writes_the_file_first(shown_window, answers, tmp_pa
     edit(doc, "W_O", None, 1, 3, -0.75)
     save_to(monkeypatch, tmp_path / "asked")
     answers.queue(Button.Save)
-    window.new_document()
+    window.files.new_document()
     assert read_json(tmp_path / "asked.attn.json")["W_O"][1][3] == -0.75
     assert doc.scenario.W_O[1, 3] == 0.4
 
@@ -573,7 +573,7 @@ def test_unsaved_prompt_save_writes_the_file_first(shown_window, answers, tmp_pa
     edit(doc, "W_O", None, 2, 3, 0.0625)
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: ("", ""))
     answers.queue(Button.Save)
-    window.new_document()
+    window.files.new_document()
     assert doc.scenario.W_O[2, 3] == 0.0625 and window.isWindowModified()
 
 
@@ -583,7 +583,7 @@ def test_drag_and_drop_of_a_file_opens_it(shown_window, tmp_path, monkeypatch, a
     edit(doc, "X", None, 3, 0, -0.125)
     path = tmp_path / "dropped.attn.json"
     save_to(monkeypatch, path)
-    assert window.save()
+    assert window.files.save()
     doc.reset(doc.scenario.with_cells("X", None, 3, 0, np.array([[9.0]])), None)
     edit(doc, "X", None, 0, 0, 7.0)  # unsaved: the drop asks first
 
@@ -678,7 +678,7 @@ def test_undoing_a_restore_does_not_claim_the_worked_example_is_the_saved_file(
     edit(first.doc, "X", None, 0, 0, 0.25)
     path = tmp_path / "mine.attn.json"
     save_to(monkeypatch, path)
-    assert first.save()
+    assert first.files.save()
     edit(first.doc, "X", None, 0, 0, 0.5)
     first.autosave()
     qtbot.waitUntil(first.autosave_path.exists)
@@ -700,7 +700,7 @@ def test_saving_and_closing_clear_the_autosave(make_window, qtbot, tmp_path, mon
     window.autosave()
     qtbot.waitUntil(window.autosave_path.exists)
     save_to(monkeypatch, tmp_path / "saved")
-    assert window.save()
+    assert window.files.save()
     assert not window.autosave_path.exists()
     edit(window.doc, "X", None, 0, 0, 0.25)
     window.autosave()
@@ -841,7 +841,7 @@ def test_opening_a_file_is_undoable(make_window, tmp_path, answers, warnings_sho
     save_scenario(path, worked_example(Settings(mask="none")))
     window = make_window()
     window.show()
-    assert window.open_path(path)
+    assert window.files.open_path(path)
     assert window.doc.scenario.settings.mask == "none" and window.doc.path == path.resolve()
     assert not window.isWindowModified()
     window.doc.undo_stack.undo()

@@ -1,24 +1,31 @@
-"""The window's file actions: new, open, recent, save, drop, import and export.
+"""New, Open, Recent, Save, Import and Export for one window.
 
-A mixin of MainWindow: it uses the window's document, settings, panels and messages.
-File names need not be UTF-8: they are kept exactly and shown with "�" for such bytes.
+A ``FileController`` is built from what it needs: the workspace (the document and the
+results it saves and exports), the settings (recent files), the window (parent of its
+dialogs), a message callback, what happens after a save (the autosave is cleared) and
+``Targets`` (the grid and the heatmap an Import or Export applies to). File names need
+not be UTF-8: they are kept exactly and shown with "�" for such bytes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
-from shiboken6 import isValid
+from PySide6.QtCore import QByteArray, QObject, QSettings, Qt
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
+from attnviz.core.maths.engine import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
+from attnviz.ui.export import ImageExport
 from attnviz.ui.grid import MatrixGrid
+from attnviz.ui.workspace import Workspace
 
 SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
@@ -26,16 +33,50 @@ IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
 MAX_RECENT = 8
 
 
-class FileActions:
-    """Files, matrices and images for MainWindow (which provides doc, settings, panels)."""
+@dataclass(frozen=True)
+class Targets:
+    """What Import/Export Matrix and Export Heatmap apply to, asked at the time."""
+
+    grid: Callable[[], MatrixGrid]  # the matrix grid last used
+    figure: Callable[[], tuple[str, HeatmapSpec]]  # (view name, figure) last looked at
+
+
+class FileController(QObject):
+    """The File menu's work; the window only builds the menu over it."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        settings: QSettings,
+        parent_widget: QWidget,
+        show_message: Callable[[str], None],
+        saved: Callable[[], None],
+        targets: Targets,
+    ):
+        super().__init__(parent_widget)
+        self.ws, self.settings, self.parent_widget = ws, settings, parent_widget
+        self.show_message, self.saved, self.targets = show_message, saved, targets
+        self.image_export = ImageExport(self)  # heatmap images are written off the UI thread
+        self.exporting = False
+        self.image_export.progress.connect(self._export_progress)
+        self.image_export.finished.connect(self._export_finished)
+        # Esc stops an export; only while one runs, so that Esc still cancels a cell edit.
+        self.stop_export = QShortcut(QKeySequence(Qt.Key.Key_Escape), parent_widget)
+        self.stop_export.activated.connect(self.image_export.cancel)
+        self.stop_export.setEnabled(False)
+
+    def close(self) -> None:
+        self.image_export.close()
 
     # Files ------------------------------------------------------------------------------------
 
     def maybe_save(self) -> bool:
         """True when it is fine to drop the current document (saved, discarded)."""
-        if self.doc.undo_stack.isClean():
+        if self.ws.doc.undo_stack.isClean():
             return True
-        name = files.printable(self.doc.path.name) if self.doc.path else "the untitled scenario"
+        name = (
+            files.printable(self.ws.doc.path.name) if self.ws.doc.path else "the untitled scenario"
+        )
         box = QMessageBox(
             QMessageBox.Icon.Warning,
             "Unsaved changes",
@@ -43,7 +84,7 @@ class FileActions:
             QMessageBox.StandardButton.Save
             | QMessageBox.StandardButton.Discard
             | QMessageBox.StandardButton.Cancel,
-            self,
+            self.parent_widget,
         )
         box.setDefaultButton(QMessageBox.StandardButton.Save)
         answer = box.exec()
@@ -54,18 +95,18 @@ class FileActions:
     def new_document(self) -> None:
         if self.maybe_save():
             self.load(make_preset("worked-example"), None, "New scenario")
-            self.clear_autosave()
+            self.saved()
 
     def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
         """Replace the document as one undoable step; the loaded state counts as saved."""
-        self.doc.load(scenario, path, text)
-        self.doc.undo_stack.setClean()
+        self.ws.doc.load(scenario, path, text)
+        self.ws.doc.undo_stack.setClean()
 
     def open_dialog(self) -> None:
         if not self.maybe_save():
             return
         path, _ = QFileDialog.getOpenFileName(
-            self, "Open scenario", self._folder(), SCENARIO_FILTER
+            self.parent_widget, "Open scenario", self._folder(), SCENARIO_FILTER
         )
         if path:
             self.open_path(Path(path), ask=False)
@@ -86,13 +127,13 @@ class FileActions:
         return True
 
     def save(self) -> bool:
-        if self.doc.path is None:
+        if self.ws.doc.path is None:
             return self.save_as()
-        return self._write(self.doc.path)
+        return self._write(self.ws.doc.path)
 
     def save_as(self) -> bool:
         path, _ = QFileDialog.getSaveFileName(
-            self, "Save scenario", self._folder("scenario.attn.json"), SCENARIO_FILTER
+            self.parent_widget, "Save scenario", self._folder("scenario.attn.json"), SCENARIO_FILTER
         )
         if not path:
             return False
@@ -102,22 +143,22 @@ class FileActions:
 
     def _write(self, path: Path) -> bool:
         try:
-            files.save_scenario(path, self.doc.scenario)
+            files.save_scenario(path, self.ws.doc.scenario)
         except OSError as e:
             self.error("Cannot save", f"{files.printable(path)}: {e.strerror or e}")
             return False
-        self.doc.set_path(path.resolve())
+        self.ws.doc.set_path(path.resolve())
         self._add_recent(path.resolve())
-        self.clear_autosave()
+        self.saved()
         self.show_message(f"Saved {files.printable(path.name)}")
         return True
 
     def error(self, title: str, text: str) -> None:
         self.show_message(text.split("\n")[0])
-        QMessageBox.warning(self, title, text)
+        QMessageBox.warning(self.parent_widget, title, text)
 
     def _folder(self, name: str = "") -> str:
-        base = self.doc.path.parent if self.doc.path else Path.home()
+        base = self.ws.doc.path.parent if self.ws.doc.path else Path.home()
         return str(base / name) if name else str(base)
 
     def recent_files(self) -> list[str]:
@@ -137,41 +178,22 @@ class FileActions:
         stored = [p if files.printable(p) == p else QByteArray(os.fsencode(p)) for p in recent]
         self.settings.setValue("recent", stored[:MAX_RECENT])
 
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
+    def fill_recent(self, menu: QMenu) -> None:
+        """Fill File → Open Recent (called as the menu opens)."""
+        menu.clear()
         for p in self.recent_files():
             text = files.printable(p).replace("&", "&&")  # not a keyboard mnemonic
-            self._action(self.recent_menu, text, lambda _=False, p=p: self.open_path(Path(p)))
-        if self.recent_menu.isEmpty():
-            self.recent_menu.addAction("(none)").setEnabled(False)
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.isLocalFile() for u in event.mimeData().urls()):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
-        if urls:
-            event.acceptProposedAction()
-            self.open_path(Path(urls[0].toLocalFile()))
+            menu.addAction(text).triggered.connect(lambda _=False, p=p: self.open_path(Path(p)))
+        if menu.isEmpty():
+            menu.addAction("(none)").setEnabled(False)
 
     # Matrices and images -------------------------------------------------------------------
 
-    def _target_grid(self) -> MatrixGrid:
-        """The grid that last had focus, unless it has gone (its head was removed)."""
-        grid = self.last_grid
-        if grid is None or not isValid(grid):
-            return self.inputs.grid
-        model = grid.matrix_model()
-        if model.head is not None and model.head >= self.doc.scenario.n_heads:
-            return self.inputs.grid
-        return grid
-
     def import_matrix(self) -> None:
-        grid = self._target_grid()
+        grid = self.targets.grid()
         model = grid.matrix_model()
         path, _ = QFileDialog.getOpenFileName(
-            self, f"Import into {model.title}", self._folder(), MATRIX_FILTER
+            self.parent_widget, f"Import into {model.title}", self._folder(), MATRIX_FILTER
         )
         if path:
             self.import_matrix_from(grid, Path(path))
@@ -195,10 +217,10 @@ class FileActions:
         return model.set_block(0, 0, values, f"Import {name} into {model.title}")
 
     def export_matrix(self) -> None:
-        model = self._target_grid().matrix_model()
+        model = self.targets.grid().matrix_model()
         name = model.label.replace("[", "").replace("]", "").replace(".", "-")
         path, _ = QFileDialog.getSaveFileName(
-            self, f"Export {model.title}", self._folder(f"{name}.csv"), MATRIX_FILTER
+            self.parent_widget, f"Export {model.title}", self._folder(f"{name}.csv"), MATRIX_FILTER
         )
         if path:
             try:
@@ -212,14 +234,10 @@ class FileActions:
             self.show_message(f"Exported {model.title} to {Path(path).name}")
 
     def export_heatmap(self) -> None:
-        view = self.last_heatmap
-        if view is None or not isValid(view) or view.spec is None:
-            view = self.pipeline.views["weights"]
-        spec = view.spec
-        assert spec is not None
-        default = self._folder(f"head{self.view_state.head + 1}-{view.name}.png")
+        name, spec = self.targets.figure()
+        default = self._folder(f"head{self.ws.view_state.head + 1}-{name}.png")
         path, chosen = QFileDialog.getSaveFileName(
-            self, f"Export {spec.title}", default, IMAGE_FILTER
+            self.parent_widget, f"Export {spec.title}", default, IMAGE_FILTER
         )
         if not path:
             return
@@ -228,7 +246,7 @@ class FileActions:
         scale = 2.0
         if path.lower().endswith(".png"):
             scale, ok = QInputDialog.getDouble(
-                self, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
+                self.parent_widget, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
             )
             if not ok:
                 return
@@ -236,10 +254,10 @@ class FileActions:
 
     def export_images(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
         """Write (spec, path, scale) images on the export thread, progress in the status bar."""
-        if self._exporting:
+        if self.exporting:
             self.show_message("An export is still running: wait for it, or press Esc to stop it")
             return
-        self._exporting = True
+        self.exporting = True
         self.stop_export.setEnabled(True)
         self.image_export.start(jobs)
         self.show_message(f"Exporting {len(jobs)} image{'s' * (len(jobs) > 1)}…")
@@ -248,7 +266,7 @@ class FileActions:
         self.show_message(f"Exporting images: {done} of {total}…")
 
     def _export_finished(self, written: list[Path], error: str) -> None:
-        self._exporting = False
+        self.exporting = False
         self.stop_export.setEnabled(False)
         if error == "cancelled":
             self.show_message(f"Export stopped after {len(written)} of the images")
@@ -262,7 +280,7 @@ class FileActions:
 
     def export_all(self) -> None:
         folder = QFileDialog.getExistingDirectory(
-            self, "Export all pipeline heatmaps to", self._folder()
+            self.parent_widget, "Export all pipeline heatmaps to", self._folder()
         )
         if folder:
             self.export_all_to(Path(folder))
@@ -272,14 +290,14 @@ class FileActions:
 
         Returns the files it will write (the first failure stops it and is reported).
         """
-        head = self.view_state.head
+        head = self.ws.view_state.head
         jobs = [
             (
-                spec_for(self.compute.result, name, head),
+                spec_for(self.ws.compute.result, name, head),
                 folder / f"head{head + 1}-{name}{suffix}",
                 2.0,
             )
-            for name in self.pipeline.views
+            for name in HEAD_MATRICES
             for suffix in (".png", ".svg")
         ]
         self.export_images(jobs)
@@ -290,13 +308,15 @@ class FileActions:
 
         name = "attention_torch.py" if flavor == "torch" else "attention_numpy.py"
         path, _ = QFileDialog.getSaveFileName(
-            self, "Export as code", self._folder(name), "Python (*.py)"
+            self.parent_widget, "Export as code", self._folder(name), "Python (*.py)"
         )
         if not path:
             return
-        source = files.printable(self.doc.path.name) if self.doc.path else "untitled"
+        source = files.printable(self.ws.doc.path.name) if self.ws.doc.path else "untitled"
         try:
-            files.atomic_write(path, to_script(self.doc.scenario, flavor, source=source).encode())
+            files.atomic_write(
+                path, to_script(self.ws.doc.scenario, flavor, source=source).encode()
+            )
         except OSError as e:
             self.error("Cannot export the script", f"{path}: {e.strerror or e}")
             return
