@@ -22,9 +22,9 @@ def make_app() -> QApplication:
         app = QApplication(sys.argv[:1])
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(APP_NAME)
+    assert isinstance(app, QApplication)
     app.setDesktopFileName(APP_ID)  # matches packaging/<APP_ID>.desktop
     app.setWindowIcon(QIcon(str(resources.path("attnviz.svg"))))
-    assert isinstance(app, QApplication)
     return app
 
 

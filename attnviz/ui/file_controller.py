@@ -167,7 +167,7 @@ class FileController(QObject):
         out = []
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, QByteArray):  # how _add_recent keeps such names
-                out.append(os.fsdecode(item.data()))
+                out.append(os.fsdecode(bytes(item.data())))
             elif isinstance(item, str) and item:
                 out.append(item)
         return out

@@ -147,7 +147,9 @@ class MatrixGrid(QTableView):
 
     def selected_rect(self) -> tuple[int, int, int, int]:
         """(row, col, rows, cols) of the selection's bounding box, or of the current cell."""
-        ranges = [r for r in self.selectionModel().selection() if r.isValid()]  # not per cell
+        selection = self.selectionModel().selection()
+        # one range per rectangle, not per cell (PySide6's stubs miss QList's iteration)
+        ranges = [r for r in selection if r.isValid()]  # type: ignore[attr-defined]
         if ranges:
             top, left = min(r.top() for r in ranges), min(r.left() for r in ranges)
             bottom, right = max(r.bottom() for r in ranges), max(r.right() for r in ranges)

@@ -347,10 +347,10 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self._bar_key: tuple[object, ...] = ()
         self._block_lines: list[QGraphicsLineItem] = []
         self._labels: tuple[object, ...] = ()
-        self._titles = (True, True)  # rows, columns
+        self._titles: tuple[bool, ...] = (True, True)  # rows, columns
         self._fill = (1.0, 1.0)  # how much of each axis the matrix fills
         self.square_cells = False  # set by panels that want them
-        self.plot.vb.sigResized.connect(lambda _: self._square() and self.fit())
+        self.plot.vb.sigResized.connect(self._resized)
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._click)
         self.setMinimumSize(150, 120)
@@ -397,6 +397,10 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
         vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
         self._show_axis_titles()
+
+    def _resized(self, _: object) -> None:
+        if self._square():
+            self.fit()
 
     def _square(self) -> bool:
         """Square cells, when asked for, for matrices small enough to read cell by cell."""
@@ -459,7 +463,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         hiding a title resizes the cells.)
         """
         roomy = self.height() >= 220 and self.width() >= 240
-        titles = tuple(
+        titles: tuple[bool, ...] = tuple(
             roomy and (fill > 0.8 or (shown and fill > 0.6))
             for fill, shown in zip(self._fill, self._titles, strict=True)
         )

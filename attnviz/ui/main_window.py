@@ -352,9 +352,7 @@ class MainWindow(QMainWindow):
         for k, preset in enumerate(PRESETS.values(), start=1):
             self.preset_box.addItem(preset.title, preset.name)
             self.preset_box.setItemData(k, preset.summary, Qt.ItemDataRole.ToolTipRole)
-        self.preset_box.activated.connect(
-            lambda i: i > 0 and self.load_preset(self.preset_box.itemData(i))
-        )
+        self.preset_box.activated.connect(self._preset_chosen)
         bar.addWidget(self.preset_box)
 
     def _combo(self, bar, label, items, slot) -> QComboBox:  # type: ignore[no-untyped-def]
@@ -395,6 +393,10 @@ class MainWindow(QMainWindow):
 
     def step_head(self, step: int) -> None:
         self.view_state.set_head(self.view_state.head + step)
+
+    def _preset_chosen(self, index: int) -> None:
+        if index > 0:  # item 0 is the prompt, not a preset
+            self.load_preset(self.preset_box.itemData(index))
 
     def load_preset(self, name: str) -> None:
         preset, n = PRESETS[name], None

@@ -259,7 +259,10 @@ def test_recent_files_keep_valid_names_as_text(make_window, tmp_path):
     window.settings.sync()
     value = raw.value("recent")
     assert value[1] == str(tmp_path / "plain.attn.json")
-    assert window.files.recent_files() == [str(tmp_path / UNDECODABLE), str(tmp_path / "plain.attn.json")]
+    assert window.files.recent_files() == [
+        str(tmp_path / UNDECODABLE),
+        str(tmp_path / "plain.attn.json"),
+    ]
 
 
 # Autosave failures: reported once, never swallowed ------------------------------------------

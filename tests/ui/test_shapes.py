@@ -71,7 +71,7 @@ def change_shape(window, qtbot, answers, how: str, tmp_path) -> None:
         window.inputs.remove()
     elif how == "move token":
         window.inputs.grid.setCurrentIndex(window.inputs.model.index(0, 0))
-        window.inputs.move(+1)
+        window.inputs.move_token(+1)
     elif how == "d_model":
         window.inputs.set_d_model(6)
     elif how == "heads":

@@ -232,7 +232,7 @@ def test_every_change_is_one_undoable_command(shown_window, monkeypatch, tmp_pat
         "d_k": lambda: window.weights.d_k.setValue(3),
         "add a token": lambda: (select(x, 1, 0), window.inputs.add()),
         "remove a token": lambda: (select(x, 0, 0), window.inputs.remove()),
-        "move a token": lambda: (select(x, 0, 0), window.inputs.move(1)),
+        "move a token": lambda: (select(x, 0, 0), window.inputs.move_token(1)),
         "rename a token": lambda: window.inputs.rename(0),
         "scale": lambda: window.act_scale.trigger(),
         "projections": lambda: window.act_projections.trigger(),

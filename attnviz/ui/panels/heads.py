@@ -61,8 +61,8 @@ class HeadsPanel(ResultPanel):
         for h, view in enumerate(self.views):
             spec = spec_for(result, "weights", h)
             off = h in result.settings.ablated and result.settings.projections
-            off = " (switched off)" if off else ""
-            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{off}"))
+            note = " (switched off)" if off else ""
+            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{note}"))
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

@@ -44,8 +44,8 @@ class InputsPanel(QWidget):
         for text, tip, slot in (
             ("+", "Add a token after the current one", self.add),
             ("−", "Remove the current token", self.remove),
-            ("↑", "Move the current token up", lambda: self.move(-1)),
-            ("↓", "Move the current token down", lambda: self.move(1)),
+            ("↑", "Move the current token up", lambda: self.move_token(-1)),
+            ("↓", "Move the current token down", lambda: self.move_token(1)),
             ("Rename…", "Rename the current token", lambda: self.rename(self._current())),
         ):
             button = QToolButton()
@@ -85,7 +85,7 @@ class InputsPanel(QWidget):
         at = self._current()
         self._replace(lambda s: remove_token(s, at), "Remove token")
 
-    def move(self, step: int) -> None:
+    def move_token(self, step: int) -> None:
         at = self._current()
         to = at + step
         if 0 <= to < self.doc.scenario.n:

@@ -150,8 +150,12 @@ class InspectorPanel(QWidget):
         self.worker = Background(self)
         self.worker.done.connect(self._other_ready)
         ws.view_state.selectionChanged.connect(lambda _: self.refresh())
-        ws.compute.resultChanged.connect(lambda r: r.complete and self.refresh())
+        ws.compute.resultChanged.connect(self._on_result)
         self.refresh()
+
+    def _on_result(self, result: Result) -> None:
+        if result.complete:
+            self.refresh()
 
     def _other_ready(self, other: tuple[Result, str, Scenario, Result]) -> None:
         self._other = other

@@ -34,7 +34,7 @@ class LessonPanel(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.stages.setMinimumContentsLength(8)
-        self.stages.activated.connect(lambda i: i > 0 and self.go(i - 1))
+        self.stages.activated.connect(self._stage_chosen)
         self.previous, self.next = QToolButton(), QToolButton()
         self.previous.setText("◀")
         self.next.setText("Next ▶")
@@ -67,6 +67,10 @@ class LessonPanel(QWidget):
         self.previous.setEnabled(self.index > 0)
         self.next.setEnabled(self.index < len(STAGES) - 1)
         self.stages.setCurrentIndex(self.index + 1)
+
+    def _stage_chosen(self, index: int) -> None:
+        if index > 0:  # item 0 is the prompt, not a stage
+            self.go(index - 1)
 
     def go(self, index: int) -> None:
         if not 0 <= index < len(STAGES):

@@ -105,7 +105,7 @@ class WeightsPanel(QWidget):
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.currentChanged.connect(lambda i: i >= 0 and ws.view_state.set_head(i))
+        self.tabs.currentChanged.connect(self._tab_chosen)
         self.w_o = self._grid("W_O", None)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tabs)
@@ -119,6 +119,10 @@ class WeightsPanel(QWidget):
         ws.doc.scenarioChanged.connect(self.sync)
         ws.view_state.headChanged.connect(self.tabs.setCurrentIndex)
         self.sync()
+
+    def _tab_chosen(self, index: int) -> None:
+        if index >= 0:  # -1 while the tabs are rebuilt
+            self.view_state.set_head(index)
 
     def _grid(self, name: str, head: int | None) -> MatrixGrid:
         grid = MatrixGrid(MatrixModel(self.doc, name, head))
@@ -150,7 +154,9 @@ class WeightsPanel(QWidget):
                 gone = self.tabs.count() - 1
                 for name in WEIGHT_NAMES:
                     self.grids.pop((name, gone)).model().deleteLater()
-                self.tabs.widget(gone).deleteLater()
+                tab = self.tabs.widget(gone)
+                if tab is not None:
+                    tab.deleteLater()
                 self.tabs.removeTab(gone)
             for head in range(self.tabs.count(), s.n_heads):
                 self.tabs.addTab(self._head_tab(head), f"head {head + 1}")
