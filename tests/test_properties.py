@@ -147,7 +147,7 @@ def test_incremental_update_matches_full_compute(s, data):
     full = compute(edited)
     # In one step, or as a preview of one head followed by the rest.
     first = data.draw(st.integers(0, s.n_heads - 1))
-    preview = update(prev, edited, rows, heads, w_o, only=first)
+    preview = update(prev, edited, rows, heads, w_o, preview_head=first)
     # (a preview falls back to a complete result where update cannot be incremental)
     assert preview.complete or preview.fresh == first
     shown = first if not preview.complete else 0
@@ -155,7 +155,9 @@ def test_incremental_update_matches_full_compute(s, data):
         np.testing.assert_allclose(
             preview.matrix(name, shown), full.matrix(name, shown), atol=1e-12
         )
-    rest = update(preview, edited, rows, heads, w_o, fresh=[] if preview.complete else [first])
+    rest = update(
+        preview, edited, rows, heads, w_o, current_heads=[] if preview.complete else [first]
+    )
     for fast in (update(prev, edited, rows, heads, w_o), rest):
         assert fast.complete
         for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):

@@ -168,14 +168,14 @@ class ComputeService(QObject):
         done: list[int] = []
         if dirty.x_rows or head in dirty.heads:
             self._preview_shown.clear()
-            preview = update(base, *args, only=head)
+            preview = update(base, *args, preview_head=head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=1.0)
             base, done = preview, [head]
-        self._computed.emit(gen, s, engine, update(base, *args, fresh=done))
+        self._computed.emit(gen, s, engine, update(base, *args, current_heads=done))
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:

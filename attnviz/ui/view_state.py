@@ -29,6 +29,15 @@ class Selection:
     col: int
     mask: str | None = None
 
+    def cell_in(
+        self, view: str, head: int | None, mask: str | None = None
+    ) -> tuple[int, int] | None:
+        """(row, col) when this is a cell of that view, head and mask strategy, else None:
+        the one rule for which heatmap outlines the selection."""
+        if (self.view, self.head, self.mask) == (view, head, mask):
+            return self.row, self.col
+        return None
+
 
 class ViewState(QObject):
     """The shown head (0-based), the selection and the engine, each with its signal.

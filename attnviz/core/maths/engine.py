@@ -415,8 +415,8 @@ def update(
     heads: Iterable[int] = (),
     w_o: bool = False,
     *,
-    only: int | None = None,
-    fresh: Iterable[int] = (),
+    preview_head: int | None = None,
+    current_heads: Iterable[int] = (),
 ) -> Result:
     """compute(s), reusing prev where only the named parts of the scenario changed.
 
@@ -425,8 +425,8 @@ def update(
     head's Q, K and V; a head's weights change that head only; W_O changes the final
     output only. Anything else (settings, sizes, no projections) is a full compute.
 
-    ``only``: recompute just that head and return a preview (``complete`` False).
-    ``fresh``: heads of prev that are already current (from such a preview).
+    ``preview_head``: recompute just that head and return a preview (``complete`` False).
+    ``current_heads``: heads of prev that are already current (from such a preview).
     """
     st = s.settings
     rows = sorted(set(x_rows))
@@ -435,9 +435,9 @@ def update(
         return compute(s)
     X = _input(s) if rows else prev.X
     affected = set(range(s.n_heads)) if rows else set(heads)
-    affected -= set(fresh)
-    if only is not None:
-        affected &= {only}
+    affected -= set(current_heads)
+    if preview_head is not None:
+        affected &= {preview_head}
     todo = sorted(affected)
     new = list(prev.heads)
     if todo:
@@ -457,7 +457,7 @@ def update(
         for h, head in zip(todo, _attend(Q, K, V, st, prev.future, keep), strict=True):
             new[h] = head
     _frozen(X)
-    if only is not None:
+    if preview_head is not None:
         return Result(
             s.tokens,
             st,
@@ -467,11 +467,11 @@ def update(
             prev.final,
             prev.future,
             complete=False,
-            fresh=only,
+            fresh=preview_head,
         )
     concat, final = (
         _mix(s, _outputs(new))
-        if todo or fresh or w_o or not prev.complete
+        if todo or current_heads or w_o or not prev.complete
         else (prev.concat, prev.final)
     )
     return Result(s.tokens, st, X, tuple(new), concat, final, prev.future)

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
-    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -38,6 +37,7 @@ from attnviz.bench.report import TABLE_HEADINGS, Record, Report, as_csv, table_c
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
 from attnviz.ui.export import save_svg
+from attnviz.ui.panels.common import int_spin
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
 
@@ -160,15 +160,10 @@ class BenchPanel(QWidget):
         self.dtype = QComboBox()
         self.dtype.addItems(DTYPES)
         self.dtype.setCurrentText("bfloat16" if cuda else "float32")
-        self.batch, self.heads, self.d_head, self.repeats = (QSpinBox() for _ in range(4))
-        for spin, low, high, value in (
-            (self.batch, 1, 64, 1),
-            (self.heads, 1, 128, 16 if cuda else 12),
-            (self.d_head, 8, 256, 128 if cuda else 64),
-            (self.repeats, 1, 50, 5 if cuda else 3),
-        ):
-            spin.setRange(low, high)
-            spin.setValue(value)
+        self.batch = int_spin(1, 64, value=1, commit_only=False)
+        self.heads = int_spin(1, 128, value=16 if cuda else 12, commit_only=False)
+        self.d_head = int_spin(8, 256, value=128 if cuda else 64, commit_only=False)
+        self.repeats = int_spin(1, 50, value=5 if cuda else 3, commit_only=False)
         self.min_n, self.max_n = QComboBox(), QComboBox()
         for combo, value in ((self.min_n, 256), (self.max_n, 32768 if cuda else 4096)):
             combo.addItems([str(n) for n in POWERS])

@@ -10,11 +10,23 @@ from attnviz.core.maths.engine import Result
 from attnviz.ui.workspace import Workspace
 
 
-def size_spin(low: int, high: int, tip: str, parent: QWidget | None = None) -> QSpinBox:
-    """A spin box that reports a value once it is committed (Enter, focus out, arrows)."""
-    spin = QSpinBox(parent)
+def int_spin(
+    low: int,
+    high: int,
+    tip: str = "",
+    value: int | None = None,
+    separators: bool = False,
+    commit_only: bool = True,
+) -> QSpinBox:
+    """The one way a panel asks for a whole number: a spin box limited to low..high (so
+    nothing else can be typed), with thousands separators if asked; ``commit_only``
+    reports a value once it is committed (Enter, focus out, arrows), not per keystroke."""
+    spin = QSpinBox()
     spin.setRange(low, high)
-    spin.setKeyboardTracking(False)
+    if value is not None:
+        spin.setValue(value)
+    spin.setGroupSeparatorShown(separators)
+    spin.setKeyboardTracking(not commit_only)
     spin.setToolTip(tip)
     return spin
 

@@ -8,12 +8,12 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from attnviz.core.maths.cost import Cost, human_bytes, human_count
+from attnviz.ui.panels.common import int_spin
 from attnviz.ui.workspace import Workspace
 
 MAX_WHAT_IF = 10_000_000
@@ -46,11 +46,14 @@ class CostPanel(QWidget):
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.now_box, self.now_form = self._group("This scenario")
         self.what_box, self.what_form = self._group("What if")
-        self.length = QSpinBox()
-        self.length.setRange(1, MAX_WHAT_IF)
-        self.length.setValue(131072)
-        self.length.setGroupSeparatorShown(True)
-        self.length.setToolTip("A sequence length to price, e.g. 131072 (128k tokens)")
+        self.length = int_spin(
+            1,
+            MAX_WHAT_IF,
+            "A sequence length to price, e.g. 131072 (128k tokens)",
+            value=131072,
+            separators=True,
+            commit_only=False,
+        )
         self.length.valueChanged.connect(lambda _: self.refresh())
         row = QHBoxLayout()
         row.addWidget(QLabel("sequence length n ="))

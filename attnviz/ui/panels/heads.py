@@ -75,8 +75,7 @@ class HeadsPanel(ResultPanel):
         """Frame the shown head; outline the selected cell in its view only."""
         sel = self.view_state.selection
         for h, view in enumerate(self.views):
-            mine = sel is not None and sel.view == "weights" and sel.head == h and sel.mask is None
-            view.select((sel.row, sel.col) if mine and sel is not None else None)
+            view.select(sel.cell_in("weights", h) if sel else None)
             selected = h == self.view_state.head
             view.setStyleSheet(
                 "border: 3px solid #ff7f00;" if selected else "border: 3px solid transparent;"
@@ -89,7 +88,10 @@ class HeadsPanel(ResultPanel):
     def _toggle(self, head: int, on: bool) -> None:
         s = self.doc.scenario
         ablated = set(s.settings.ablated)
-        ablated.discard(head) if on else ablated.add(head)
+        if on:
+            ablated.discard(head)
+        else:
+            ablated.add(head)
         new = s.with_settings(ablated=tuple(sorted(ablated)))
         text = f"{'Switch on' if on else 'Switch off'} head {head + 1}"
         self.doc.replace(new, text)

@@ -24,7 +24,7 @@ from attnviz.core.maths.scenario import (
 )
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
-from attnviz.ui.panels.common import set_quietly, size_spin
+from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.workspace import Workspace
 
 
@@ -55,7 +55,7 @@ class InputsPanel(QWidget):
             bar.addWidget(button)
         bar.addStretch(1)
         bar.addWidget(QLabel("d_model"))
-        self.d_model = size_spin(1, LIMITS.d_model, "Width of each token vector")
+        self.d_model = int_spin(1, LIMITS.d_model, "Width of each token vector")
         self.d_model.valueChanged.connect(self.set_d_model)
         bar.addWidget(self.d_model)
 

@@ -293,13 +293,7 @@ class MasksPanel(ResultPanel):
                 view.select(None)
                 continue
             mask = c.mask_a if key.startswith("A") else c.mask_b
-            mine = (
-                sel is not None
-                and sel.view == view.name
-                and sel.head == c.head
-                and sel.mask == mask
-            )
-            view.select((sel.row, sel.col) if mine and sel is not None else None)
+            view.select(sel.cell_in(view.name, c.head, mask) if sel else None)
 
     def _select(self, key: str, view: str, row: int, col: int) -> None:
         if self.comparison is None:

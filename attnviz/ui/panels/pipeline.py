@@ -139,13 +139,7 @@ class PipelinePanel(QWidget):
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
         for name, view in self.views.items():
-            mine = (
-                sel is not None
-                and sel.view == name
-                and sel.mask is None
-                and sel.head == self.view_state.head
-            )
-            view.select((sel.row, sel.col) if mine and sel is not None else None)
+            view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
         for other, view in self.views.items():

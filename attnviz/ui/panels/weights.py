@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, resized
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
-from attnviz.ui.panels.common import set_quietly, size_spin
+from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.workspace import Workspace
 
 
@@ -94,11 +94,11 @@ class WeightsPanel(QWidget):
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("heads"))
-        self.heads = size_spin(1, LIMITS.heads, "Number of attention heads")
+        self.heads = int_spin(1, LIMITS.heads, "Number of attention heads")
         self.heads.valueChanged.connect(lambda h: self._resize("heads", h))
         bar.addWidget(self.heads)
         bar.addWidget(QLabel("d_k"))
-        self.d_k = size_spin(1, LIMITS.d_k, "Width of each head's queries, keys and values")
+        self.d_k = int_spin(1, LIMITS.d_k, "Width of each head's queries, keys and values")
         self.d_k.valueChanged.connect(lambda d: self._resize("d_k", d))
         bar.addWidget(self.d_k)
         bar.addStretch(1)
