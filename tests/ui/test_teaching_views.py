@@ -794,6 +794,22 @@ def test_experiments_position_permutation(window):
     assert "position sinusoidal: the outputs changed" in tab.note.text()
 
 
+def test_the_permutation_verdict_reuses_the_documents_results(window, monkeypatch):
+    # Both results (before and after) are the compute service's: none is computed again.
+    import attnviz.core.maths.experiments as experiments_module
+
+    def no_compute(s):
+        raise AssertionError("the verdict computed a result of its own")
+
+    experiments = bring(window, "Experiments")
+    tab = experiments.position
+    window.change_setting(mask="none")
+    monkeypatch.setattr(experiments_module, "compute", no_compute)
+    next(b for b in tab.findChildren(QPushButton) if b.text() == "Reverse tokens").click()
+    tab.worker.wait()
+    assert "the outputs were only permuted" in tab.note.text()
+
+
 def test_experiments_kv_cache_steps_match_full_attention(window):
     experiments = bring(window, "Experiments")
     tab = experiments.kv_cache

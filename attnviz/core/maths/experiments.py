@@ -10,12 +10,12 @@ when there is no mask and no position encoding).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.engine import Result, compute
 from attnviz.core.maths.scenario import Scenario, permute_tokens
 
 MAX_PAIRS = 1_000_000
@@ -74,14 +74,24 @@ class Permutation:
         return f"With {self.conditions}: {self.verdict} (largest change {self.max_change:.3g})."
 
 
-def permutation(s: Scenario, order: Sequence[int]) -> Permutation:
+def permutation(
+    s: Scenario,
+    order: Sequence[int],
+    permuted: Scenario | None = None,
+    results: Callable[[Scenario], Result] | None = None,
+) -> Permutation:
     """Compare the float64 final output of s with that of its tokens put in `order`
     (row i of the permuted scenario is token order[i], as in ``permute_tokens``).
 
-    Computes both scenarios in full; a bad order raises ScenarioError.
+    ``permuted`` is that scenario if already made; ``results`` computes a scenario
+    (default ``compute``; the window passes its compute service's cached ``result_for``).
+    A bad order raises ScenarioError.
     """
     order = tuple(int(i) for i in order)
-    before, after = compute(s).final, compute(permute_tokens(s, order)).final
+    if permuted is None:
+        permuted = permute_tokens(s, order)
+    results = results or compute
+    before, after = results(s).final, results(permuted).final
     moved = float(np.abs(after - before[list(order)]).max())
     tolerance = 1e-12 * max(1.0, float(np.abs(before).max()))
     st = s.settings

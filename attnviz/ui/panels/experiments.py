@@ -244,10 +244,14 @@ class ScalingTab(QWidget):
 class PositionTab(QWidget):
     """Without position information, permuting the tokens just permutes the outputs."""
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.compute = ws.doc, ws.compute
         self.rng = np.random.default_rng()
+        self.note = QLabel()
+        self.worker = Background(self)  # the verdict needs both results: off-thread if large
+        self.worker.done.connect(lambda verdict: self.note.setText(verdict.text))
+        self.worker.failed.connect(self.note.setText)
         text = QLabel(
             "Attention itself has no idea of order: with no mask and no position encoding, "
             "reversing or shuffling the tokens reverses or shuffles the output rows, and "
@@ -262,7 +266,6 @@ class PositionTab(QWidget):
         shuffle.clicked.connect(
             lambda: self.permute(list(self.rng.permutation(self.doc.scenario.n)), "Shuffle")
         )
-        self.note = QLabel()
         self.note.setWordWrap(True)
         row = QHBoxLayout()
         row.addWidget(reverse)
@@ -278,8 +281,11 @@ class PositionTab(QWidget):
         s = self.doc.scenario
         new = permute_tokens(s, [int(i) for i in order])
         self.doc.replace(new, f"{verb} tokens")
-        # Judged with the float64 reference, whatever engine the views show.
-        self.note.setText(permutation(s, order).text)
+        # Judged with the float64 reference, whatever engine the views show; both results
+        # come from the compute service's cache (the document's own, before and after).
+        results = self.compute.result_for
+        self.note.setText("comparing…")
+        self.worker.run(permutation, s, order, new, results, now=computes_at_once(s))
 
 
 class KVCacheTab(QWidget):
@@ -378,7 +384,7 @@ class ExperimentsPanel(QTabWidget):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.scaling = ScalingTab()
-        self.position = PositionTab(ws.doc)
+        self.position = PositionTab(ws)
         self.kv_cache = KVCacheTab(ws.doc)
         self.addTab(self.scaling, "Scaling")
         self.addTab(self.position, "Position")
