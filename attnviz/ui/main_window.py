@@ -235,7 +235,11 @@ class MainWindow(QMainWindow):
         # Decided after the event, on the latest news: while the window first lays out its
         # docks, docks bound for a tab behind another are visible for a moment.
         self._dock_shown[title] = visible
-        QTimer.singleShot(0, lambda: self._dock_shown[title] and self.panel(title))
+        QTimer.singleShot(0, lambda: self._build_if_still_shown(title))
+
+    def _build_if_still_shown(self, title: str) -> None:
+        if self._dock_shown[title]:
+            self.panel(title)
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""

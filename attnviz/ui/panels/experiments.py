@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSlider,
-    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -38,6 +37,7 @@ from attnviz.core.maths.scenario import permute_tokens
 from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
 from attnviz.ui.document import Document
+from attnviz.ui.panels.common import int_spin
 from attnviz.ui.workspace import Workspace
 
 D_KS = (2, 64, 512)
@@ -120,12 +120,8 @@ class ScalingTab(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.pairs = QSpinBox()
-        self.pairs.setRange(1, 1_000_000)
-        self.pairs.setValue(20_000)
-        self.pairs.setGroupSeparatorShown(True)
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
+        self.pairs = int_spin(1, 1_000_000, value=20_000, separators=True, commit_only=False)
+        self.seed = int_spin(0, 2**31 - 1, commit_only=False)
         run = QPushButton("Run")
         run.clicked.connect(self.run)
         form = QHBoxLayout()
