@@ -1,0 +1,160 @@
+"""What current models add to attention, as small NumPy functions in float64.
+
+Rotary position embeddings (RoPE), ALiBi slopes and biases, which keys a query may see
+(causal with either alignment, sliding windows, custom masks), RMS normalisation of Q
+and K, soft-capped scores, and a softmax with a sink logit. Each works on arrays whose
+last two axes are (queries, keys) or (tokens, features), so it applies to one head or a
+stack of heads alike. The engine composes them in the order the brief gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ROPE_STYLES = ("half", "interleaved")
+ALIGNMENTS = ("top-left", "bottom-right")
+
+
+def rope_frequencies(dims: int, base: float = 10000.0) -> np.ndarray:
+    """The dims/2 rotation frequencies base^(−2i/dims), i = 0 … dims/2 − 1 (radians per
+    position)."""
+    if dims <= 0 or dims % 2:
+        raise ValueError(f"rope dims: {dims} is not a positive even number")
+    return base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+
+
+def rope_angles(positions: np.ndarray, dims: int, base: float = 10000.0) -> np.ndarray:
+    """(positions, dims/2): the angle by which each pair turns at each position."""
+    return np.asarray(positions, dtype=np.float64)[:, None] * rope_frequencies(dims, base)
+
+
+def _pairs(dims: int, style: str) -> tuple[slice, slice]:
+    """Which features make the pairs: i with i + dims/2 ("half": GPT-NeoX, Llama), or 2i
+    with 2i + 1 ("interleaved": GPT-J)."""
+    if style == "half":
+        return slice(0, dims // 2), slice(dims // 2, dims)
+    if style == "interleaved":
+        return slice(0, dims, 2), slice(1, dims, 2)
+    raise ValueError(f"rope style {style!r}: expected one of {', '.join(ROPE_STYLES)}")
+
+
+def rope(
+    x: np.ndarray,
+    positions: np.ndarray,
+    base: float = 10000.0,
+    style: str = "half",
+    dims: int | None = None,
+) -> np.ndarray:
+    """x (…, tokens, d) with each pair of its first ``dims`` features (all by default)
+    rotated by the angle of the token's position; the other features unchanged.
+
+    A pair (a, b) at angle θ becomes (a cos θ − b sin θ, a sin θ + b cos θ).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    dims = x.shape[-1] if dims is None else dims
+    if dims > x.shape[-1]:
+        raise ValueError(f"rope dims: {dims} is more than the {x.shape[-1]} features")
+    angle = rope_angles(positions, dims, base)
+    if angle.shape[0] != x.shape[-2]:
+        raise ValueError(f"rope: {angle.shape[0]} positions for {x.shape[-2]} tokens")
+    cos, sin = np.cos(angle), np.sin(angle)
+    first, second = _pairs(dims, style)
+    a, b = x[..., first], x[..., second]
+    out = x.copy()
+    out[..., first] = a * cos - b * sin
+    out[..., second] = a * sin + b * cos
+    return out
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """One slope per head, from the ALiBi paper: for a power of two h, the geometric
+    sequence 2^(−8/h), 2^(−16/h), …; otherwise (BLOOM's rule) those of the nearest lower
+    power of two p, then every other slope of 2p for the remaining h − p heads."""
+    if heads < 1:
+        raise ValueError(f"alibi: {heads} heads")
+
+    def geometric(count: int) -> np.ndarray:
+        start = 2.0 ** (-8.0 / count)
+        return start ** np.arange(1, count + 1, dtype=np.float64)
+
+    p = 1 << (heads.bit_length() - 1)  # the largest power of two ≤ heads
+    if p == heads:
+        return geometric(heads)
+    return np.concatenate([geometric(p), geometric(2 * p)[0::2][: heads - p]])
+
+
+def alibi_bias(slope: float, query_positions: np.ndarray, key_positions: np.ndarray) -> np.ndarray:
+    """(queries, keys): −slope · |i − j| for query position i and key position j."""
+    q = np.asarray(query_positions, dtype=np.float64)[:, None]
+    k = np.asarray(key_positions, dtype=np.float64)[None, :]
+    return -slope * np.abs(q - k)
+
+
+def query_offset(n: int, m: int, alignment: str) -> int:
+    """Where query 0 sits among the m keys: 0 (top-left), or m − n (bottom-right: the
+    last query is the last key, as in a decode step over a cache)."""
+    if alignment == "top-left":
+        return 0
+    if alignment == "bottom-right":
+        return m - n
+    raise ValueError(f"causal alignment {alignment!r}: expected one of {', '.join(ALIGNMENTS)}")
+
+
+def visible(
+    n: int,
+    m: int,
+    mask: str,
+    window: int | None = None,
+    alignment: str = "top-left",
+    custom: np.ndarray | None = None,
+) -> np.ndarray:
+    """(n, m) bool, True where query i may attend key j.
+
+    "none": every key. "causal" (and its variants that differ only in what they do
+    with the others): j ≤ i + offset. "sliding-window": i + offset − window < j ≤
+    i + offset. "custom": the given 0/1 matrix. offset is ``query_offset``.
+    """
+    if mask == "custom":
+        if custom is None or np.shape(custom) != (n, m):
+            raise ValueError(f"custom mask: expected an {n}×{m} matrix of 0 and 1")
+        return np.asarray(custom) != 0
+    if mask == "none":
+        return np.ones((n, m), dtype=bool)
+    i = np.arange(n)[:, None] + query_offset(n, m, alignment)
+    j = np.arange(m)[None, :]
+    if mask in ("causal", "causal-zero", "drop-after-softmax"):
+        return j <= i
+    if mask == "sliding-window":
+        if window is None or window < 1:
+            raise ValueError(f"sliding window: {window} is not a positive number of keys")
+        return (j <= i) & (j > i - window)
+    raise ValueError(f"mask {mask!r} is not known")
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray | None = None, eps: float = 1e-6) -> np.ndarray:
+    """x / √(mean of x² over the last axis + eps), times weight (per feature) if given."""
+    x = np.asarray(x, dtype=np.float64)
+    out = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return out if weight is None else out * weight
+
+
+def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
+    """cap · tanh(scores / cap): scores squashed smoothly into (−cap, cap)."""
+    if not cap > 0:
+        raise ValueError(f"soft-cap: {cap} is not a positive number")
+    return cap * np.tanh(np.asarray(scores, dtype=np.float64) / cap)
+
+
+def softmax_with_sink(scores: np.ndarray, sink: float) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax along keys with exp(sink) added to each row's denominator only.
+
+    Returns (weights, sink share): each row's weights sum to 1 − its sink share. Scores
+    may hold −∞ (masked keys); a row with every key masked gives all its weight to the
+    sink. Shifted by the larger of the row maximum and the sink, so nothing overflows.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    m = np.maximum(s.max(axis=-1), sink)
+    e = np.exp(s - m[..., None])
+    sink_e = np.exp(sink - m)
+    z = e.sum(axis=-1) + sink_e
+    return e / z[..., None], sink_e / z

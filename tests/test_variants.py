@@ -1,0 +1,163 @@
+"""The building blocks of current attention variants against independent references:
+complex numbers for RoPE, the ALiBi paper's slopes by hand, masks by hand and against
+torch's lower-right causal bias, a softmax with the sink as an extra column."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnviz.core.maths import variants as V
+
+RNG = np.random.default_rng(7)
+
+
+def rope_by_complex(x: np.ndarray, positions, base: float, style: str, dims: int) -> np.ndarray:
+    """Pairs as complex numbers a + ib, turned by multiplying with e^(iθ)."""
+    out = x.copy()
+    if style == "half":
+        a, b = x[:, : dims // 2], x[:, dims // 2 : dims]
+    else:
+        a, b = x[:, 0:dims:2], x[:, 1:dims:2]
+    theta = np.outer(positions, [base ** (-2 * k / dims) for k in range(dims // 2)])
+    z = (a + 1j * b) * np.exp(1j * theta)
+    if style == "half":
+        out[:, : dims // 2], out[:, dims // 2 : dims] = z.real, z.imag
+    else:
+        out[:, 0:dims:2], out[:, 1:dims:2] = z.real, z.imag
+    return out
+
+
+@pytest.mark.parametrize("style", V.ROPE_STYLES)
+@pytest.mark.parametrize("dims", [2, 4, 8])
+def test_rope_turns_each_pair_as_a_complex_number(style, dims):
+    x = RNG.normal(size=(5, 8))
+    positions = np.arange(5) + 3
+    got = V.rope(x, positions, base=100.0, style=style, dims=dims)
+    np.testing.assert_allclose(got, rope_by_complex(x, positions, 100.0, style, dims), atol=1e-14)
+    np.testing.assert_array_equal(got[:, dims:], x[:, dims:])  # the rest untouched
+    # a rotation keeps each pair's length
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(x, axis=1), rtol=1e-13)
+
+
+def test_rope_by_hand_for_one_pair():
+    # One pair (1, 0) at position 2 with frequency 1 (dims 2): turned by 2 radians.
+    got = V.rope(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]), np.arange(3))
+    np.testing.assert_allclose(got[2], [math.cos(2), math.sin(2)], atol=1e-15)
+    np.testing.assert_allclose(got[1], [-math.sin(1), math.cos(1)], atol=1e-15)
+    np.testing.assert_array_equal(got[0], [1.0, 0.0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shift=st.integers(-50, 50),
+    n=st.integers(1, 6),
+    half_dims=st.integers(1, 4),
+    style=st.sampled_from(V.ROPE_STYLES),
+)
+def test_rope_scores_depend_only_on_the_offset(shift, n, half_dims, style):
+    d = 2 * half_dims
+    rng = np.random.default_rng(n * 100 + d)
+    q, k = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    pos = np.arange(n)
+    scores = V.rope(q, pos, style=style) @ V.rope(k, pos, style=style).T
+    shifted = V.rope(q, pos + shift, style=style) @ V.rope(k, pos + shift, style=style).T
+    np.testing.assert_allclose(shifted, scores, atol=1e-11)
+
+
+def test_rope_refuses_odd_or_too_many_dims():
+    with pytest.raises(ValueError, match="even"):
+        V.rope(np.ones((2, 4)), np.arange(2), dims=3)
+    with pytest.raises(ValueError, match="more than"):
+        V.rope(np.ones((2, 4)), np.arange(2), dims=6)
+    with pytest.raises(ValueError, match="style"):
+        V.rope(np.ones((2, 4)), np.arange(2), style="spiral")
+
+
+def test_alibi_slopes_by_hand():
+    # The paper: 8 heads give 1/2, 1/4, …, 1/256.
+    np.testing.assert_allclose(V.alibi_slopes(8), [2.0**-k for k in range(1, 9)], rtol=1e-15)
+    # 4 heads: 2^(-2), 2^(-4), 2^(-6), 2^(-8).
+    np.testing.assert_allclose(V.alibi_slopes(4), [2.0**-k for k in (2, 4, 6, 8)], rtol=1e-15)
+    # 12 heads (BLOOM): the 8-head slopes, then 16-head slopes 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+    want = [2.0**-k for k in range(1, 9)] + [2.0**-k for k in (0.5, 1.5, 2.5, 3.5)]
+    np.testing.assert_allclose(V.alibi_slopes(12), want, rtol=1e-15)
+    np.testing.assert_allclose(V.alibi_slopes(1), [2.0**-8], rtol=1e-15)
+
+
+def test_alibi_bias_by_hand():
+    got = V.alibi_bias(0.5, np.arange(3), np.arange(4))
+    want = -0.5 * np.array([[0, 1, 2, 3], [1, 0, 1, 2], [2, 1, 0, 1]], float)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_which_keys_a_query_sees_by_hand():
+    t, f = True, False
+    np.testing.assert_array_equal(V.visible(3, 3, "causal"), [[t, f, f], [t, t, f], [t, t, t]])
+    # n = 2 queries over m = 4 keys.
+    np.testing.assert_array_equal(V.visible(2, 4, "causal"), [[t, f, f, f], [t, t, f, f]])
+    np.testing.assert_array_equal(
+        V.visible(2, 4, "causal", alignment="bottom-right"), [[t, t, t, f], [t, t, t, t]]
+    )
+    np.testing.assert_array_equal(
+        V.visible(4, 4, "sliding-window", window=2),
+        [[t, f, f, f], [t, t, f, f], [f, t, t, f], [f, f, t, t]],
+    )
+    np.testing.assert_array_equal(V.visible(2, 3, "none"), np.ones((2, 3), bool))
+    custom = np.array([[1, 0, 1], [0, 1, 0]])
+    np.testing.assert_array_equal(V.visible(2, 3, "custom", custom=custom), custom == 1)
+    with pytest.raises(ValueError, match="2×3"):
+        V.visible(2, 3, "custom", custom=np.ones((3, 2)))
+    with pytest.raises(ValueError, match="window"):
+        V.visible(3, 3, "sliding-window", window=0)
+
+
+def test_bottom_right_is_torchs_lower_right_causal_mask():
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.bias import causal_lower_right
+
+    for n, m in ((2, 5), (3, 3), (1, 4)):
+        bias = causal_lower_right(n, m)
+        torch_mask = bias._materialize(torch.device("cpu")).numpy()
+        np.testing.assert_array_equal(
+            V.visible(n, m, "causal", alignment="bottom-right"), torch_mask
+        )
+
+
+def test_rms_norm_by_hand():
+    x = np.array([[3.0, 4.0]])  # mean of squares 12.5
+    np.testing.assert_allclose(V.rms_norm(x, eps=0.0), x / math.sqrt(12.5), rtol=1e-15)
+    np.testing.assert_allclose(
+        V.rms_norm(x, np.array([2.0, 0.5]), eps=0.5), x / math.sqrt(13.0) * [2.0, 0.5], rtol=1e-15
+    )
+
+
+def test_softcap_by_hand():
+    got = V.softcap(np.array([0.0, 100.0, -100.0, 1e300]), 50.0)
+    np.testing.assert_allclose(got, [0.0, 50 * math.tanh(2), -50 * math.tanh(2), 50.0], rtol=1e-15)
+    with pytest.raises(ValueError):
+        V.softcap(np.ones(2), 0.0)
+
+
+@pytest.mark.parametrize("sink", [-3.0, 0.0, 2.5, 800.0])
+def test_a_sink_is_an_extra_key_whose_weight_is_dropped(sink):
+    scores = RNG.normal(size=(4, 5)) * 3
+    scores[0, 2:] = -np.inf
+    weights, share = V.softmax_with_sink(scores, sink)
+    # Independent: softmax over the scores with the sink appended as a column.
+    wide = np.concatenate([scores, np.full((4, 1), sink)], axis=1)
+    wide = np.exp(wide - wide.max(axis=1, keepdims=True))
+    wide /= wide.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(weights, wide[:, :5], atol=1e-15)
+    np.testing.assert_allclose(share, wide[:, 5], atol=1e-15)
+    np.testing.assert_allclose(weights.sum(axis=1) + share, 1.0, atol=1e-14)
+
+
+def test_a_fully_masked_row_gives_its_weight_to_the_sink():
+    weights, share = V.softmax_with_sink(np.full((1, 3), -np.inf), 0.0)
+    np.testing.assert_array_equal(weights, [[0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(share, [1.0])
