@@ -161,3 +161,108 @@ def test_a_fully_masked_row_gives_its_weight_to_the_sink():
     weights, share = V.softmax_with_sink(np.full((1, 3), -np.inf), 0.0)
     np.testing.assert_array_equal(weights, [[0.0, 0.0, 0.0]])
     np.testing.assert_array_equal(share, [1.0])
+
+
+# All of it together: against a plain loop here, torch SDPA and flex_attention ------------
+
+
+def loop_attention(Q, K, V_, scale, seen, cap=None, alibi=None, sinks=None):
+    """One query head and one row at a time, as the brief writes it."""
+    H, n, _ = Q.shape
+    G = K.shape[0]
+    out = np.zeros((H, n, V_.shape[2]))
+    share = np.zeros((H, n))
+    for h in range(H):
+        g = h // (H // G)
+        for i in range(n):
+            logits = []
+            for j in range(K.shape[1]):
+                s = float(Q[h, i] @ K[g, j]) * scale
+                if cap is not None:
+                    s = cap * math.tanh(s / cap)
+                if alibi is not None:
+                    s += alibi[h, i, j]
+                logits.append(s if seen[i, j] else -math.inf)
+            top = max([*logits, sinks[h]] if sinks is not None else logits)
+            top = 0.0 if top == -math.inf else top
+            e = [math.exp(s - top) for s in logits]
+            z = sum(e) + (math.exp(sinks[h] - top) if sinks is not None else 0.0)
+            for j, ej in enumerate(e):
+                out[h, i] += (ej / z if z else 0.0) * V_[g, j]
+            if sinks is not None:
+                share[h, i] = math.exp(sinks[h] - top) / z
+    return out, share
+
+
+def qkv(H, G, n, m, d, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(H, n, d)), rng.normal(size=(G, m, d)), rng.normal(size=(G, m, d))
+
+
+@pytest.mark.parametrize(
+    ("H", "G", "n", "m", "mask", "alignment"),
+    [
+        (4, 2, 5, 5, "causal", "top-left"),
+        (6, 1, 3, 7, "causal", "bottom-right"),
+        (2, 2, 6, 6, "sliding-window", "top-left"),
+        (3, 3, 4, 6, "none", "top-left"),
+    ],
+)
+def test_attend_matches_the_loop_with_every_part(H, G, n, m, mask, alignment):
+    Q, K, V_ = qkv(H, G, n, m, 4)
+    seen = V.visible(n, m, mask, window=2, alignment=alignment)
+    slopes = V.alibi_slopes(H)
+    offset = V.query_offset(n, m, alignment)
+    alibi = np.stack([V.alibi_bias(a, np.arange(n) + offset, np.arange(m)) for a in slopes])
+    sinks = np.linspace(-1.0, 1.0, H)
+    got = V.attend(Q, K, V_, 0.4, seen, softcap_at=1.5, alibi=alibi, sinks=sinks)
+    want, share = loop_attention(Q, K, V_, 0.4, seen, 1.5, alibi, sinks)
+    np.testing.assert_allclose(got["output"], want, atol=1e-13)
+    np.testing.assert_allclose(got["sink"], share, atol=1e-14)
+    plain = V.attend(Q, K, V_, 0.4, seen)
+    np.testing.assert_allclose(plain["output"], loop_attention(Q, K, V_, 0.4, seen)[0], atol=1e-13)
+    np.testing.assert_array_equal(plain["sink"], 0.0)
+
+
+def test_attend_with_gqa_alibi_and_windows_is_torch_sdpa():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    H, G, n, m, d = 8, 2, 6, 9, 16
+    Q, K, V_ = qkv(H, G, n, m, d, seed=3)
+    for mask, alignment in (("causal", "bottom-right"), ("sliding-window", "bottom-right")):
+        seen = V.visible(n, m, mask, window=3, alignment=alignment)
+        offset = V.query_offset(n, m, alignment)
+        alibi = np.stack(
+            [V.alibi_bias(a, np.arange(n) + offset, np.arange(m)) for a in V.alibi_slopes(H)]
+        )
+        got = V.attend(Q, K, V_, 0.125, seen, alibi=alibi)["output"]
+        bias = torch.from_numpy(np.where(seen, alibi, -np.inf))[None]
+        t = [torch.from_numpy(a)[None] for a in (Q, K, V_)]
+        want = F.scaled_dot_product_attention(*t, attn_mask=bias, scale=0.125, enable_gqa=True)
+        np.testing.assert_allclose(got, want[0].numpy(), atol=1e-13)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_attend_with_a_soft_cap_is_flex_attention():
+    torch = pytest.importorskip("torch")
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    H, G, n, d, cap = 4, 2, 5, 8, 1.2
+    Q, K, V_ = qkv(H, G, n, n, d, seed=5)
+    seen = torch.from_numpy(V.visible(n, n, "causal"))
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        capped = cap * torch.tanh(score / cap)
+        return torch.where(seen[q_idx, kv_idx], capped, -float("inf"))
+
+    t = [torch.from_numpy(a)[None] for a in (Q, K, V_)]
+    want = flex.flex_attention(*t, score_mod=score_mod, scale=0.5, enable_gqa=True)
+    got = V.attend(Q, K, V_, 0.5, seen.numpy(), softcap_at=cap)["output"]
+    np.testing.assert_allclose(got, want[0].numpy(), atol=1e-12)
+
+
+def test_gqa_groups_by_hand():
+    assert [V.kv_head_of(h, 8, 2) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [V.kv_head_of(h, 4, 1) for h in range(4)] == [0, 0, 0, 0]
+    assert [V.kv_head_of(h, 3, 3) for h in range(3)] == [0, 1, 2]
+    with pytest.raises(ValueError, match="do not divide"):
+        V.kv_head_of(0, 6, 4)

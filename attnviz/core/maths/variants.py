@@ -145,8 +145,11 @@ def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
     return cap * np.tanh(np.asarray(scores, dtype=np.float64) / cap)
 
 
-def softmax_with_sink(scores: np.ndarray, sink: float) -> tuple[np.ndarray, np.ndarray]:
-    """Softmax along keys with exp(sink) added to each row's denominator only.
+def softmax_with_sink(
+    scores: np.ndarray, sink: float | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax along keys with exp(sink) added to each row's denominator only (sink: one
+    logit, or one per row broadcast against the rows).
 
     Returns (weights, sink share): each row's weights sum to 1 − its sink share. Scores
     may hold −∞ (masked keys); a row with every key masked gives all its weight to the
@@ -158,3 +161,59 @@ def softmax_with_sink(scores: np.ndarray, sink: float) -> tuple[np.ndarray, np.n
     sink_e = np.exp(sink - m)
     z = e.sum(axis=-1) + sink_e
     return e / z[..., None], sink_e / z
+
+
+def kv_head_of(head: int, heads: int, kv_heads: int) -> int:
+    """The key/value head query head ``head`` (from 0) reads: ⌊head · G / H⌋ for H query
+    heads over G key/value heads (G divides H; G = 1 is multi-query attention)."""
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
+    return head * kv_heads // heads
+
+
+def attend(
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    scale: float,
+    keys_seen: np.ndarray,
+    softcap_at: float | None = None,
+    alibi: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Attention of H query heads over G key/value heads, in the brief's order.
+
+    Q (H, n, d); K, V (G, m, d) with G dividing H (head h reads ``kv_head_of``);
+    ``keys_seen`` (n, m) from ``visible``; ``alibi`` (H, n, m) added after the soft-cap;
+    ``sinks`` one logit per query head. Q and K enter as they are (after any norm and
+    rotation). Returns the stages as (H, …) arrays: "scores" Q Kᵀ, "scaled" (× scale,
+    soft-capped, ALiBi added), "masked" (−∞ on hidden keys), "weights", "sink" (each
+    row's sink share; zeros without sinks) and "output".
+    """
+    H, G = Q.shape[0], K.shape[0]
+    group = np.array([kv_head_of(h, H, G) for h in range(H)])
+    K, V = K[group], V[group]
+    scores = Q @ K.transpose(0, 2, 1)
+    scaled = scores * scale
+    if softcap_at is not None:
+        scaled = softcap(scaled, softcap_at)
+    if alibi is not None:
+        scaled = scaled + alibi
+    masked = np.where(keys_seen, scaled, -np.inf)
+    if sinks is None:
+        m = masked.max(axis=-1, keepdims=True)
+        m = np.where(np.isneginf(m), 0.0, m)
+        e = np.exp(masked - m)
+        z = e.sum(axis=-1, keepdims=True)
+        weights = e / np.where(z == 0, 1.0, z)
+        sink = np.zeros(weights.shape[:-1])
+    else:
+        weights, sink = softmax_with_sink(masked, np.asarray(sinks, dtype=np.float64)[:, None])
+    return {
+        "scores": scores,
+        "scaled": scaled,
+        "masked": masked,
+        "weights": weights,
+        "sink": sink,
+        "output": weights @ V,
+    }
