@@ -135,6 +135,29 @@ def test_cost_formulas():
         Cost(n=0, heads=1, d_k=1)
 
 
+def test_kv_cache_per_token_of_real_models_by_hand():
+    from attnviz.core.maths.cost import REAL_MODELS, KVShape, sharing_options
+
+    models = {m.name: m for m in REAL_MODELS}
+    # Llama-3-8B: 32 layers × 8 KV heads × 128 × (K and V) × 2 bytes = 128 KiB a token.
+    llama = models["Llama-3-8B"]
+    assert llama.bytes_per_token() == 32 * 8 * 128 * 2 * 2 == 131072
+    assert llama.cache_bytes(131072) == 16 * 2**30 and llama.kind == "GQA, 4 per group"
+    # The same model with a key/value head per query head would need 4× as much.
+    assert KVShape("mha", 32, 32, 128, 32).bytes_per_token() == 4 * 131072
+    # Mistral's window keeps 4096 tokens: 512 MiB however long the sequence.
+    mistral = models["Mistral-7B v0.1"]
+    assert mistral.cache_bytes(131072) == mistral.cache_bytes(4096) == 4096 * 131072
+    assert mistral.cache_bytes(100) == 100 * 131072
+    # Falcon-7B (MQA): 32 layers × 1 × 64 × 2 × 2 = 8 KiB; GPT-2 small (MHA) 36 KiB.
+    assert models["Falcon-7B"].bytes_per_token() == 8192 and models["Falcon-7B"].kind == "MQA"
+    assert models["GPT-2 small"].bytes_per_token() == 12 * 12 * 64 * 2 * 2
+    assert [o.kv_heads for o in sharing_options(12, 64)] == [12, 6, 4, 3, 2, 1]
+    assert [o.bytes_per_token("float32") for o in sharing_options(2, 4)] == [64, 32]
+    with pytest.raises(ValueError, match="do not divide"):
+        KVShape("bad", 12, 5, 64)
+
+
 def test_ablated_heads_are_checked_and_follow_resizes():
     s = worked_example(Settings(ablated=(1,)))
     with pytest.raises(ScenarioError, match=r"settings\.ablated"):

@@ -634,6 +634,19 @@ def test_cost_now_and_what_if(window):
     assert values["attention FLOPs"].startswith("137.4 billion")
     assert values["KV cache per layer"] == "1.0 million numbers · 2.0 MiB float16"
     assert cost.what_box.title() == "What if n = 131,072"
+    # Sharing K and V at this shape (2 heads of 2, one layer, bfloat16): 2·2·2·2 = 16 B a
+    # token with a K/V head per query head, half with one shared; at n = 131,072.
+    shared = form_values(cost.share_form)
+    assert shared["MHA: 2 K/V heads"] == "16 B per token · 2.0 MiB for 131,072 tokens"
+    assert shared["MQA: 1 K/V head"] == "8 B per token · 1.0 MiB for 131,072 tokens"
+    models = form_values(cost.models_form)
+    assert (
+        models["Llama-3-8B (GQA, 4 per group)"]
+        == "128.0 KiB per token · 16.0 GiB for 131,072 tokens"
+    )
+    assert models["Mistral-7B v0.1 (GQA, 4 per group)"].endswith(
+        "512.0 MiB for 131,072 tokens (window: last 4,096 kept)"
+    )
 
     # It follows the scenario: no mask (full FLOPs), projections off (1 head of d_model).
     window.change_setting(mask="none")

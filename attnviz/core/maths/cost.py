@@ -69,3 +69,52 @@ def human_count(count: float) -> str:
         if abs(count) >= size:
             return f"{count / size:.1f} {word}"
     return f"{count:g}"
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What a model keeps per token in its KV cache: key/value heads of d_head numbers,
+    for K and V, in every layer; a sliding window caps how many tokens are kept."""
+
+    name: str
+    heads: int  # query heads
+    kv_heads: int  # key/value heads: = heads (MHA), 1 (MQA), a divisor between (GQA)
+    d_head: int
+    layers: int = 1
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ValueError(f"{self.kv_heads} key/value heads do not divide {self.heads} heads")
+
+    @property
+    def kind(self) -> str:
+        if self.kv_heads == self.heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else f"GQA, {self.heads // self.kv_heads} per group"
+
+    def bytes_per_token(self, dtype: str = "bfloat16") -> int:
+        """2 (K and V) · kv_heads · d_head · layers numbers."""
+        return 2 * self.kv_heads * self.d_head * self.layers * BYTES_PER[dtype]
+
+    def cache_bytes(self, n: int, dtype: str = "bfloat16") -> int:
+        """The cache after n tokens: a sliding window keeps the last ``window`` only."""
+        kept = n if self.window is None else min(n, self.window)
+        return kept * self.bytes_per_token(dtype)
+
+
+# Published shapes (config.json of each model).
+REAL_MODELS = (
+    KVShape("GPT-2 small", 12, 12, 64, 12),
+    KVShape("Llama-3-8B", 32, 8, 128, 32),
+    KVShape("Llama-3-70B", 64, 8, 128, 80),
+    KVShape("Mistral-7B v0.1", 32, 8, 128, 32, window=4096),
+    KVShape("Falcon-7B", 71, 1, 64, 32),
+)
+
+
+def sharing_options(heads: int, d_head: int) -> list[KVShape]:
+    """One layer of heads × d_head as MHA, as GQA for every group size that divides the
+    heads, and as MQA: what sharing keys and values would save at this shape."""
+    counts = [g for g in range(heads, 0, -1) if heads % g == 0]
+    return [KVShape("this scenario", heads, g, d_head) for g in counts]

@@ -1,4 +1,5 @@
-"""Cost dock: scores, score memory, FLOPs and KV cache, now and at a what-if length."""
+"""Cost dock: scores, score memory, FLOPs and KV cache, now and at a what-if length; what
+sharing keys and values (GQA, MQA) and a sliding window save, here and in real models."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.maths.cost import Cost, human_bytes, human_count
+from attnviz.core.maths.cost import (
+    REAL_MODELS,
+    Cost,
+    KVShape,
+    human_bytes,
+    human_count,
+    sharing_options,
+)
 from attnviz.ui.panels.common import int_spin
 from attnviz.ui.workspace import Workspace
 
@@ -40,12 +48,36 @@ def describe(c: Cost) -> list[tuple[str, str]]:
     ]
 
 
+def kv_lines(
+    shapes: list[KVShape] | tuple[KVShape, ...], n: int, names: bool
+) -> list[tuple[str, str]]:
+    """(label, value) per KV-cache shape: bytes per token and the cache after n tokens,
+    in bfloat16."""
+    lines = []
+    for k in shapes:
+        heads = f"{k.kv_heads} K/V head{'s' * (k.kv_heads != 1)}"
+        label = f"{k.name} ({k.kind})" if names else f"{k.kind}: {heads}"
+        capped = (
+            f" (window: last {k.window:,} kept)" if k.window is not None and n > k.window else ""
+        )
+        lines.append(
+            (
+                label,
+                f"{human_bytes(k.bytes_per_token())} per token · "
+                f"{human_bytes(k.cache_bytes(n))} for {n:,} tokens{capped}",
+            )
+        )
+    return lines
+
+
 class CostPanel(QWidget):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.now_box, self.now_form = self._group("This scenario")
         self.what_box, self.what_form = self._group("What if")
+        self.share_box, self.share_form = self._group("KV cache, K and V shared")
+        self.models_box, self.models_form = self._group("KV cache, real models")
         self.length = int_spin(
             1,
             MAX_WHAT_IF,
@@ -63,13 +95,18 @@ class CostPanel(QWidget):
             "Dense attention stores every n × n score matrix: time and memory grow as n². "
             "Fused kernels (FlashAttention) never store it — memory grows as n — but do the "
             "same quadratic arithmetic. FLOPs follow FlashAttention's convention: 4·n²·d_k "
-            "per head (Q Kᵀ and weights · V), half under a causal mask."
+            "per head (Q Kᵀ and weights · V), half under a causal mask. The KV cache keeps K and V "
+            "of every past token: sharing them across a group of query heads (GQA; MQA when "
+            "all share one) divides it by the group size; a sliding window keeps the last W "
+            "tokens only. Real models: all layers, bfloat16."
         )
         note.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.now_box)
         layout.addLayout(row)
         layout.addWidget(self.what_box)
+        layout.addWidget(self.share_box)
+        layout.addWidget(self.models_box)
         layout.addWidget(note)
         layout.addStretch(1)
         ws.doc.scenarioChanged.connect(self.refresh)
@@ -110,3 +147,8 @@ class CostPanel(QWidget):
         self.what_box.setTitle(f"What if n = {what_if.n:,}")
         self._fill(self.now_form, describe(now))
         self._fill(self.what_form, describe(what_if))
+        shape = f"{now.heads} heads of {now.d_k}, one layer, bfloat16"
+        options = sharing_options(now.heads, now.d_k)
+        self._fill(self.share_form, [("shape", shape), *kv_lines(options, what_if.n, False)])
+        models = [("shape", "all layers, bfloat16"), *kv_lines(REAL_MODELS, what_if.n, True)]
+        self._fill(self.models_form, models)
