@@ -65,6 +65,12 @@ def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
     p.add_argument("--seed", type=_seed, help="random seed, for the sized presets")
     if overrides:
         p.add_argument("--mask", choices=MASKS, help="override the mask strategy")
+        p.add_argument(
+            "--window",
+            type=_positive,
+            metavar="W",
+            help="sliding-window: each query sees itself and the W - 1 keys before it",
+        )
         p.add_argument("--no-scale", action="store_true", help="do not divide scores by √d_k")
         p.add_argument("--no-projections", action="store_true", help="Q = K = V = X, no W_O")
         p.add_argument("--positional", choices=POSITIONALS, help="override the position encoding")
@@ -166,6 +172,8 @@ def load_source(args: argparse.Namespace) -> Scenario:
         changes["projections"] = False
     if getattr(args, "positional", None):
         changes["positional"] = args.positional
+    if getattr(args, "window", None) is not None:
+        changes["window"] = args.window
     return s.with_settings(**changes) if changes else s
 
 
@@ -195,9 +203,10 @@ def format_result(s: Scenario, r: Result) -> str:
     st = s.settings
     toks = list(r.tokens)
     numbered = [str(i + 1) for i in range(max(r.d_k * r.n_heads, s.d_model))]
+    window = f" of {st.window}" if st.mask == "sliding-window" else ""
     out = [
         f"attnviz: {r.n_heads} head(s), n = {s.n}, d_model = {s.d_model}, d_k = {r.d_k}; "
-        f"mask {st.mask}, scale {'on' if st.scale else 'off'}, projections "
+        f"mask {st.mask}{window}, scale {'on' if st.scale else 'off'}, projections "
         f"{'on' if st.projections else 'off'}, position {st.positional}"
         + (f", dropout {st.dropout} (seed {st.dropout_seed})" if st.dropout else ""),
         "",

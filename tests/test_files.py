@@ -235,6 +235,7 @@ def scenario_parts(draw):
             dropout=draw(st.floats(0.0, 1.0, exclude_max=True) | st.sampled_from([0.0, 5e-324])),
             dropout_seed=draw(st.integers(0, 2**32 - 1)),
             ablated=tuple(sorted(draw(st.sets(st.integers(0, h - 1))))),
+            window=draw(st.integers(1, LIMITS.tokens)),
         ),
     }
     return parts
@@ -260,12 +261,15 @@ def test_random_scenarios_round_trip_bit_for_bit(parts):
             getattr(want, key)
         )
     assert type(got.dropout) is float and float_bits(got.dropout) == float_bits(want.dropout)
+    # The window is saved (as version 2) only when a sliding window uses it.
+    sliding = want.mask == "sliding-window"
+    assert got.window == (want.window if sliding else 4)
 
     doc = json.loads(text)
     assert set(doc) == TOP_KEYS
-    assert (doc["format"], doc["version"]) == ("attnviz-scenario", 1)
+    assert (doc["format"], doc["version"]) == ("attnviz-scenario", 2 if sliding else 1)
     assert doc["tokens"] == list(parts["tokens"])
-    assert set(doc["settings"]) == SETTING_KEYS
+    assert set(doc["settings"]) == SETTING_KEYS | ({"window"} if sliding else set())
     h = parts["W_Q"].shape[0]
     expected_rows = parts["X"].tolist()
     for head in range(h):
@@ -390,7 +394,7 @@ BAD_DOCS = [
     ("settings-list", _set(("settings",), []), ["settings"], None),
     ("settings-null", _set(("settings",), None), ["settings"], None),
     # Format and version.
-    ("version-2", _set(("version",), 2), ["version"], None),
+    ("version-3", _set(("version",), 3), ["version"], None),
     ("version-0", _set(("version",), 0), ["version"], None),
     ("version-str", _set(("version",), "1"), ["version"], None),
     ("version-float", _set(("version",), 1.0), ["version"], None),

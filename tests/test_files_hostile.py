@@ -283,7 +283,10 @@ def scenario_text(**changes: object) -> str:
 def test_cut_values_end_in_an_ellipsis_and_close_their_quotes():
     with pytest.raises(FileFormatError) as e:
         F.scenario_from_json(scenario_text(version=10**30))
-    assert str(e.value) == "version: 1000000000000000000… is not supported (this attnviz reads 1)"
+    assert (
+        str(e.value)
+        == "version: 1000000000000000000… is not supported (this attnviz reads 1 and 2)"
+    )
     with pytest.raises(FileFormatError) as e:
         F.scenario_from_json(scenario_text(format="x" * 100))
     assert str(e.value) == f"format: expected 'attnviz-scenario', got '{'x' * 37}…'"

@@ -28,6 +28,7 @@ def scenarios(draw, masks=MASKS, positional=("none", "sinusoidal")):
         scale=draw(st.booleans()),
         mask=draw(st.sampled_from(masks)),
         positional=draw(st.sampled_from(positional)),
+        window=draw(st.integers(1, 7)),
     )
     return Scenario(
         tokens=tuple(f"t{i}" for i in range(n)),
@@ -56,6 +57,10 @@ def test_rows_sum_to_one_and_masks_hold(s):
     if s.settings.mask == "causal-zero":
         # Every row but the last has a future key with score 0, so weight exp(0 − m) > 0.
         assert (r.leak[:, :-1] > 0).all()
+    if s.settings.mask == "sliding-window":
+        i, j = np.indices((s.n, s.n))
+        outside = (j > i) | (j <= i - s.settings.window)
+        assert (r.weights[:, outside] == 0).all() and (r.leak == 0).all()
     assert (r.weights >= 0).all() and not r.empty_rows.any()
     np.testing.assert_allclose(r.row_sum, r.weights.sum(axis=-1), atol=1e-12)
 
@@ -94,7 +99,7 @@ def test_numpy_torch_and_sdpa_agree(s):
 
     c = cross_check(s, "cpu", "float64")
     assert c.torch_diff < 1e-12
-    if s.settings.mask in ("none", "causal"):
+    if s.settings.mask in ("none", "causal", "sliding-window"):
         assert c.sdpa_diff is not None and c.sdpa_diff < 1e-12
     else:
         assert c.sdpa_diff is None and c.sdpa_note

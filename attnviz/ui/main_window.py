@@ -35,7 +35,7 @@ from shiboken6 import isValid
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
 from attnviz.core.lessons import STAGES
-from attnviz.core.maths.scenario import MASKS, POSITIONALS, Scenario
+from attnviz.core.maths.scenario import LIMITS, MASKS, POSITIONALS, Scenario
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
@@ -43,7 +43,7 @@ from attnviz.ui.file_controller import FileController, Targets
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.numbers_badge import NumbersBadge
-from attnviz.ui.panels.common import set_quietly
+from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.panels.cost import CostPanel
 from attnviz.ui.panels.experiments import ExperimentsPanel
 from attnviz.ui.panels.heads import HeadsPanel
@@ -332,6 +332,14 @@ class MainWindow(QMainWindow):
             self.toggles[action] = box
         bar.addSeparator()
         self.mask_box = self._combo(bar, "Mask", MASKS, lambda m: self.change_setting(mask=m))
+        self.window_spin = int_spin(
+            1,
+            LIMITS.tokens,
+            "Sliding window: each query sees itself and the keys before it, this many in all",
+        )
+        self.window_spin.setPrefix("window ")
+        self.window_spin.valueChanged.connect(lambda w: self.change_setting(window=w))
+        self.window_action = bar.addWidget(self.window_spin)
         self.pos_box = self._combo(
             bar, "Position", POSITIONALS, lambda p: self.change_setting(positional=p)
         )
@@ -383,6 +391,8 @@ class MainWindow(QMainWindow):
         self.mask_box.setCurrentText(st.mask)
         self.engine_box.setCurrentText(ENGINES[self.view_state.engine][1])
         self.pos_box.setCurrentText(st.positional)
+        set_quietly(self.window_spin, st.window)
+        self.window_action.setVisible(st.mask == "sliding-window")
         self.head_spin.blockSignals(True)
         self.head_spin.setRange(1, self.doc.n_heads)
         self.head_spin.blockSignals(False)

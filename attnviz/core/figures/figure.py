@@ -76,20 +76,26 @@ MASKED_VIEWS = {
     "causal": ("masked", "weights"),
     "causal-zero": ("masked", "weights"),
     "drop-after-softmax": ("weights",),
+    "sliding-window": ("masked", "weights"),
 }
 
 
 def mask_marks(
-    mask: str, view: str, values: np.ndarray, causal_intent: bool = False
+    mask: str,
+    view: str,
+    values: np.ndarray,
+    causal_intent: bool = False,
+    hidden: np.ndarray | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(masked, leaked) cells of a square view under a mask strategy; None where none are.
 
-    Leaked weight is weight on a future key under a strategy meant to be causal; with
-    causal_intent (comparing strategies), weight on the future counts under "none" too.
+    ``hidden``: the keys the mask hides (a Result's ``future``; the future keys if not
+    given). Leaked weight is weight on a hidden key under a strategy meant to hide it;
+    with causal_intent (comparing strategies), weight on the future counts under "none" too.
     """
     if view not in SQUARE_VIEWS:
         return None, None
-    future = future_mask(len(values))
+    future = future_mask(len(values)) if hidden is None else hidden
     masked = future if view in MASKED_VIEWS[mask] else None
     leaked = None
     if view == "weights" and (mask != "none" or causal_intent):
@@ -118,7 +124,7 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     # The masked scores share the scaled scores' colours: a cell the mask left alone keeps
     # its colour from one view to the next.
     levels = colors.levels(result.matrix("scaled", head) if view == "masked" else values, kind)
-    masked, leaked = mask_marks(result.settings.mask, view, values)
+    masked, leaked = mask_marks(result.settings.mask, view, values, hidden=result.future)
     return HeatmapSpec(
         title, values, tokens, cols, row_title, col_title, kind, levels, caption, masked, leaked
     )

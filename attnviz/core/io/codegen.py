@@ -35,7 +35,7 @@ import json
 import numpy as np
 
 from attnviz import __version__
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scenario import MASKS, Scenario
 
 FLAVORS = ("numpy", "torch")
 WIDTH = 88  # wrap long matrix rows so that the script stays readable
@@ -66,6 +66,8 @@ if POSITIONAL == "sinusoidal":
 
 n_heads = len(W_Q) if PROJECTIONS else 1
 future = np.triu(np.ones((n, n), dtype=bool), k=1)  # future[i, j]: key j after query i
+if MASK == "sliding-window":  # also hidden: keys WINDOW or more places back
+    future |= np.tril(np.ones((n, n), dtype=bool), k=-WINDOW)
 
 # Dropout: one seeded draw for all heads, the same one attnviz makes.
 keep = None
@@ -84,7 +86,7 @@ for h in range(n_heads):
     S = Q @ K.T  # S[i, j]: query i against key j
     if SCALE:
         S = S / np.sqrt(d_k)  # keeps the scores' variance near 1
-    if MASK == "causal":
+    if MASK in ("causal", "sliding-window"):
         S = np.where(future, -np.inf, S)  # future keys get weight exactly 0
     elif MASK == "causal-zero":
         S = np.where(future, 0.0, S)  # wrong on purpose: e^0 = 1, so future keys leak
@@ -131,6 +133,8 @@ if POSITIONAL == "sinusoidal":
 
 n_heads = len(W_Q) if PROJECTIONS else 1
 future = torch.ones(n, n, dtype=torch.bool).triu(1)  # future[i, j]: key j after query i
+if MASK == "sliding-window":  # also hidden: keys WINDOW or more places back
+    future |= torch.ones(n, n, dtype=torch.bool).tril(-WINDOW)
 
 # Dropout: one seeded draw for all heads, the same one attnviz makes (with NumPy).
 keep = None
@@ -150,7 +154,7 @@ for h in range(n_heads):
     S = Q @ K.T  # S[i, j]: query i against key j
     if SCALE:
         S = S / math.sqrt(d_k)  # keeps the scores' variance near 1
-    if MASK == "causal":
+    if MASK in ("causal", "sliding-window"):
         S = S.masked_fill(future, -math.inf)  # future keys get weight exactly 0
     elif MASK == "causal-zero":
         S = S.masked_fill(future, 0.0)  # wrong on purpose: e^0 = 1, so future keys leak
@@ -226,6 +230,7 @@ def _describe(s: Scenario) -> str:
         "causal": "causal mask (-inf before softmax)",
         "causal-zero": "causal mask done wrong (0 before softmax)",
         "drop-after-softmax": "causal mask done wrong (weights dropped after softmax)",
+        "sliding-window": f"sliding window of {st.window} keys (-inf outside it)",
     }[st.mask]
     parts = [
         f"{s.n} tokens, d_model {s.d_model}, {s.n_heads} head{'s' * (s.n_heads != 1)} of d_k "
@@ -307,7 +312,8 @@ def _data(s: Scenario, flavor: str) -> str:
             "",
             f"PROJECTIONS = {st.projections!r}  # False: one head with Q = K = V = X, no W_O",
             f"SCALE = {st.scale!r}  # divide the scores by sqrt(d_k)",
-            f"MASK = {json.dumps(st.mask)}  # none, causal, causal-zero, drop-after-softmax",
+            f"MASK = {json.dumps(st.mask)}  # {', '.join(MASKS)}",
+            f"WINDOW = {int(st.window)!r}  # sliding-window: query i sees keys i - WINDOW < j <= i",
             f"POSITIONAL = {json.dumps(st.positional)}  # none or sinusoidal",
             f"DROPOUT = {float(st.dropout)!r}  # attention dropout probability (training only)",
             f"DROPOUT_SEED = {int(st.dropout_seed)!r}",

@@ -41,7 +41,8 @@ from attnviz.core.maths.scenario import (
 )
 
 FORMAT = "attnviz-scenario"
-VERSION = 1
+VERSION = 2  # the newest this attnviz reads; a save writes 1 unless a version-2 field is used
+VERSIONS = (1, 2)
 SUFFIX = ".attn.json"
 MAX_FILE_BYTES = 256 * 2**20
 MAX_MATRIX_CELLS = 2**24
@@ -54,8 +55,10 @@ SETTINGS_KEYS_ORDER = (
     "dropout",
     "dropout_seed",
     "ablated",
+    "window",
 )
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
+V2_SETTINGS = {"window"}  # settings a version-1 file cannot hold
 
 
 class FileFormatError(ScenarioError):
@@ -73,7 +76,7 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
     """Exactly what a save writes."""
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "version": version_for(s),
         "tokens": list(s.tokens),
         "X": _rows(s.X),
         "heads": [
@@ -85,10 +88,19 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
 
 
 def settings_to_dict(st: Settings) -> dict[str, Any]:
-    """Settings as saved; ablated heads are numbered from 1, as everywhere users see them."""
+    """Settings as saved; ablated heads are numbered from 1, as everywhere users see them.
+    A version-2 setting is written only where it has an effect (the window of a
+    sliding-window mask), so that plain scenarios stay version 1."""
     d = {name: getattr(st, name) for name in SETTINGS_KEYS_ORDER}
     d["ablated"] = [h + 1 for h in st.ablated]
+    if st.mask != "sliding-window":
+        del d["window"]
     return d
+
+
+def version_for(s: Scenario) -> int:
+    """1, unless the scenario uses something only version 2 can hold."""
+    return 2 if V2_SETTINGS & set(settings_to_dict(s.settings)) else 1
 
 
 def clip(value: Any, width: int = 40) -> str:
@@ -152,9 +164,13 @@ def _expect_shape(where: str, array: np.ndarray, shape: tuple[int, int]) -> None
         raise FileFormatError(f"{where}: expected {_shape(shape)}, got {_shape(array.shape)}")
 
 
-def _settings(value: Any) -> Settings:
+def _settings(value: Any, version: int = VERSION) -> Settings:
     if not isinstance(value, dict):
         raise FileFormatError("settings: expected an object")
+    if version == 1:
+        newer = sorted(set(value) & V2_SETTINGS)
+        if newer:
+            raise FileFormatError(f"settings.{newer[0]}: needs version 2 (the file says 1)")
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
@@ -186,9 +202,10 @@ def scenario_from_dict(data: Any) -> Scenario:
     if data.get("format") != FORMAT:
         raise FileFormatError(f"format: expected {FORMAT!r}, got {clip(data.get('format'))}")
     version = data.get("version")
-    if type(version) is not int or version != VERSION:
+    if type(version) is not int or version not in VERSIONS:
         raise FileFormatError(
-            f"version: {clip(version, 20)} is not supported (this attnviz reads {VERSION})"
+            f"version: {clip(version, 20)} is not supported (this attnviz reads "
+            f"{' and '.join(map(str, VERSIONS))})"
         )
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
@@ -236,7 +253,7 @@ def scenario_from_dict(data: Any) -> Scenario:
     assert d_k is not None
     W_O = _matrix("W_O", data["W_O"])
     _expect_shape("W_O", W_O, (len(heads) * d_k, d_model))
-    settings = _settings(data.get("settings", {}))
+    settings = _settings(data.get("settings", {}), version)
     try:
         return from_heads(tokens, X, parsed, W_O, settings)
     except ScenarioError as e:
@@ -277,7 +294,7 @@ def scenario_to_json(s: Scenario) -> str:
     )
     parts = [
         f'  "format": {json.dumps(FORMAT)}',
-        f'  "version": {VERSION}',
+        f'  "version": {d["version"]}',
         f'  "tokens": {json.dumps(d["tokens"], ensure_ascii=False)}',
         f'  "X": {matrix(d["X"], "  ")}',
         f'  "heads": [\n{heads}\n  ]',

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings
+from attnviz.core.maths.variants import visible
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
 LAYER_MATRICES = ("X", "concat", "final")
@@ -32,7 +33,8 @@ class Head:
     ``Q``, ``K``, ``V`` and ``output`` are n × d_k; ``scores``, ``scaled``, ``masked``
     and ``weights`` are n × n. Per row (length n):
 
-    - ``leak``: total weight on future tokens (keys j > i);
+    - ``leak``: total weight on the keys the mask hides (future keys j > i, and under a
+      sliding window the keys that fell out of it);
     - ``row_sum``: total weight of the row (1, except after drop-after-softmax or dropout);
     - ``entropy``: entropy in nats of the row's softmax distribution (before
       drop-after-softmax and dropout);
@@ -92,7 +94,7 @@ class Result:
     heads: tuple[Head, ...]
     concat: np.ndarray
     final: np.ndarray
-    future: np.ndarray  # (n, n) bool: key j lies after query i
+    future: np.ndarray  # (n, n) bool: the mask hides key j from query i (hidden_keys)
     complete: bool = True
     fresh: int | None = None
 
@@ -147,6 +149,15 @@ def future_mask(n: int) -> np.ndarray:
     return np.triu(np.ones((n, n), dtype=bool), k=1)
 
 
+def hidden_keys(n: int, st: Settings) -> np.ndarray:
+    """(n, n) bool, True where the mask hides key j from query i: the future keys, and
+    under a sliding window also the keys more than ``window`` − 1 places back. (With no
+    mask, the future keys all the same: what the leak and the marks are measured on.)"""
+    if st.mask == "sliding-window":
+        return ~visible(n, n, "sliding-window", window=st.window)
+    return future_mask(n)
+
+
 def dropout_keep(settings: Settings, shape: tuple[int, ...], skip: int = 0) -> np.ndarray | None:
     """The seeded dropout keep-mask (True = kept), or None when dropout is off.
 
@@ -194,8 +205,9 @@ def row_entropy(
 
 
 def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
-    """The scores softmax sees: −∞ (causal) or 0 (causal-zero) on future keys."""
-    if mask == "causal":
+    """The scores softmax sees: −∞ (causal, sliding-window) or 0 (causal-zero) on the
+    hidden keys."""
+    if mask in ("causal", "sliding-window"):
         return np.where(future, -np.inf, scaled)
     if mask == "causal-zero":
         return np.where(future, 0.0, scaled)
@@ -307,7 +319,7 @@ def compute(s: Scenario) -> Result:
         Q, K, V = _project(X, s.W_Q), _project(X, s.W_K), _project(X, s.W_V)
     else:
         Q = K = V = X[None]
-    future = future_mask(s.n)
+    future = hidden_keys(s.n, s.settings)
     keep = dropout_keep(s.settings, (Q.shape[0], s.n, s.n))
     heads = _attend(Q, K, V, s.settings, future, keep)
     _frozen(X, future)
@@ -333,7 +345,7 @@ def one_head(s: Scenario, h: int) -> Result:
         Q, K, V = (_project(X, W[h : h + 1]) for W in (s.W_Q, s.W_K, s.W_V))
     else:
         Q = K = V = X[None]
-    future = future_mask(s.n)
+    future = hidden_keys(s.n, s.settings)
     keep = dropout_keep(s.settings, (1, s.n, s.n), skip=h)
     heads = _attend(Q, K, V, s.settings, future, keep)
     empty = np.empty((0, 0))
@@ -354,8 +366,9 @@ def _head_output(
     round a block's products differently in the last bit), a block of query rows at a
     time and in place: no n × n intermediate is stored.
 
-    Under the causal mask, keys after a block's last query are −∞ in every row of the
-    block, so their weights are set to 0 (what exp(−∞) gives) without computing exp.
+    Under the causal mask or a sliding window, keys after a block's last query are −∞ in
+    every row of the block, so their weights are set to 0 (what exp(−∞) gives) without
+    computing exp.
     """
     n, d_k = Q.shape
     Kt = np.ascontiguousarray(K.T)
@@ -365,9 +378,10 @@ def _head_output(
         w = Q[a:b] @ Kt
         if st.scale:
             w /= np.sqrt(d_k)
-        if st.mask in ("causal", "causal-zero"):
-            np.copyto(w, -np.inf if st.mask == "causal" else 0.0, where=future[a:b])
-        live = w[:, :b] if st.mask == "causal" else w
+        minus_inf = st.mask in ("causal", "sliding-window")
+        if minus_inf or st.mask == "causal-zero":
+            np.copyto(w, -np.inf if minus_inf else 0.0, where=future[a:b])
+        live = w[:, :b] if minus_inf else w
         m = live.max(axis=-1)
         empty = np.isneginf(m)
         if empty.any():
@@ -393,7 +407,7 @@ def layer(s: Scenario, block: int = 256) -> Result:
 
     The Result has no heads (``heads`` is empty).
     """
-    X, future = _input(s), future_mask(s.n)
+    X, future = _input(s), hidden_keys(s.n, s.settings)
     count = s.n_heads if s.settings.projections else 1
     outputs = []
     for h in range(count):

@@ -153,6 +153,18 @@ class _Explainer:
                 -math.inf,
                 f"{self.tok[self.j]} comes after {self.tok[self.i]}: set to −∞, so its weight is 0",
             )
+        if future and mask == "sliding-window":
+            w = self.r.settings.window
+            where = "comes after" if self.j > self.i else f"is more than {w - 1} before"
+            return Explanation(
+                "masked score",
+                f"−∞ unless i − {w} < j ≤ i (a window of {w} keys)",
+                (),
+                (),
+                -math.inf,
+                f"{self.tok[self.j]} {where} {self.tok[self.i]}: outside the window, set to −∞, "
+                "so its weight is 0",
+            )
         if future and mask == "causal-zero":
             return Explanation(
                 "masked score",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-MASKS = ("none", "causal", "causal-zero", "drop-after-softmax")
+MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window")
 POSITIONALS = ("none", "sinusoidal")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 MATRIX_NAMES = ("X", *WEIGHT_NAMES, "W_O")
@@ -78,6 +78,7 @@ class Settings:
     dropout: float = 0.0
     dropout_seed: int = 0
     ablated: tuple[int, ...] = ()  # heads (0-based) switched off in the W_O mix
+    window: int = 4  # sliding-window: query i sees keys i − window < j ≤ i
 
     def __post_init__(self) -> None:
         for name in ("projections", "scale"):
@@ -88,6 +89,12 @@ class Settings:
         if self.positional not in POSITIONALS:
             raise ScenarioError(
                 f"settings.positional: {self.positional!r} is not one of {', '.join(POSITIONALS)}"
+            )
+        w = self.window
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= LIMITS.tokens:
+            raise ScenarioError(
+                f"settings.window: expected a whole number of keys from 1 to {LIMITS.tokens}, "
+                f"got {w!r}"
             )
         p = self.dropout
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:

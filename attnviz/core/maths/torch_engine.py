@@ -17,7 +17,7 @@ from attnviz.core.maths.engine import (
     Result,
     compute,
     dropout_keep,
-    future_mask,
+    hidden_keys,
     sinusoidal,
     softmax_rows,
     split_heads,
@@ -74,8 +74,8 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     d_k = Q.shape[2]
     scores = Q @ K.transpose(1, 2)
     scaled = scores / math.sqrt(d_k) if st.scale else scores
-    future = torch.as_tensor(future_mask(s.n), device=dev)
-    if st.mask == "causal":
+    future = torch.as_tensor(hidden_keys(s.n, st), device=dev)
+    if st.mask in ("causal", "sliding-window"):
         masked = scaled.masked_fill(future, -math.inf)
     elif st.mask == "causal-zero":
         masked = scaled.masked_fill(future, 0.0)
@@ -122,7 +122,7 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
         "entropy": f(entropy),
         "empty_rows": empty.cpu().numpy().copy(),
     }
-    future_np = future_mask(s.n)
+    future_np = hidden_keys(s.n, st)
     future_np.flags.writeable = False
     return Result(
         tokens=s.tokens,
@@ -251,15 +251,18 @@ def sdpa_output(s: Scenario, device: str = "cpu", dtype: str = "float64") -> np.
     import torch.nn.functional as F
 
     st = s.settings
-    if st.mask not in ("none", "causal") or st.dropout > 0:
+    if st.mask not in ("none", "causal", "sliding-window") or st.dropout > 0:
         return None
     ref = compute(s)
     dev, dt = resolve_device(device), _torch_dtype(dtype)
     q, k, v = (
         torch.tensor(np.asarray(a), dtype=dt, device=dev)[None] for a in (ref.Q, ref.K, ref.V)
     )
+    seen = None  # the keys each query may see, for a sliding window
+    if st.mask == "sliding-window":
+        seen = torch.as_tensor(~np.asarray(ref.future), device=dev)
     out = F.scaled_dot_product_attention(
-        q, k, v, is_causal=st.mask == "causal", scale=1.0 / ref.scale_factor
+        q, k, v, attn_mask=seen, is_causal=st.mask == "causal", scale=1.0 / ref.scale_factor
     )
     return out[0].detach().cpu().double().numpy()
 

@@ -203,7 +203,9 @@ class MasksPanel(ResultPanel):
             title = f"head {c.head + 1} · scores softmax sees under {mask}"
             scores = replace(scores, title=title, caption=f"{key}: {mask} · scores")
             weights = spec_for(result, "weights", c.head)
-            _, leaked = mask_marks(mask, "weights", weights.values, causal_intent=True)
+            _, leaked = mask_marks(
+                mask, "weights", weights.values, causal_intent=True, hidden=result.future
+            )
             title = f"head {c.head + 1} · weights under {mask}"
             weights = replace(
                 weights, title=title, caption=f"{key}: {mask} · weights", leaked=leaked

@@ -29,6 +29,11 @@ def legend(result: Result, head: int) -> tuple[str, str]:
             "dropped after softmax",
             "future weights zeroed after softmax (hatched): rows sum to less than 1",
         ),
+        "sliding-window": (
+            f"sliding window of {st.window} −∞ (grey)",
+            f"future keys and keys {st.window} or more places back set to −∞ (grey, "
+            "hatched): each query sees itself and the keys just before it",
+        ),
     }[st.mask]
     projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
     line = (
