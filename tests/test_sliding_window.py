@@ -129,3 +129,16 @@ def test_files_keep_version_1_unless_the_window_is_used(tmp_path):
 def test_a_bad_window_is_refused(bad):
     with pytest.raises(ScenarioError, match=r"settings\.window"):
         Settings(window=bad)
+
+
+def test_the_preset_and_the_kv_cache_it_keeps():
+    from attnviz.core.maths.cost import Cost
+
+    s = make_preset("sliding-window")
+    assert (s.n, s.settings.mask, s.settings.window) == (16, "sliding-window", 4)
+    r = compute(s)
+    assert ((r.weights > 0).sum(axis=-1) == np.minimum(np.arange(16) + 1, 4)).all()
+    # K and V of the last 4 tokens only: 2 · 4 · 12 · 64 numbers, however long n grows.
+    assert Cost(16, 12, 64, window=4).kv_cache_numbers == 2 * 4 * 12 * 64
+    assert Cost(131072, 12, 64, window=4).kv_cache_numbers == 2 * 4 * 12 * 64
+    assert Cost(3, 12, 64, window=4).kv_cache_numbers == 2 * 3 * 12 * 64

@@ -123,6 +123,16 @@ PRESETS: dict[str, Preset] = {
             sized=True,
         ),
         Preset(
+            "sliding-window",
+            "Sliding window (Mistral, Gemma)",
+            "GPT-2-small sizes, n tokens (default 16), each query sees itself and the 3 "
+            "keys before it: a band of weights instead of a triangle",
+            lambda n=16, seed=0: random_scenario(n=n, seed=seed).with_settings(
+                mask="sliding-window", window=4
+            ),
+            sized=True,
+        ),
+        Preset(
             "gpt2-small",
             "GPT-2 small (random weights)",
             "d_model 768, 12 heads of d_k 64, random weights, n tokens (default 64)",

@@ -15,13 +15,15 @@ class Cost:
     - ``flops``: 4·n²·d_k per head (Q Kᵀ and weights·V, two FLOPs per multiply-add),
       half of it under a causal mask (FlashAttention's convention);
     - ``kv_cache``: 2·n·h·d_k numbers per layer (K and V for every head), which is the
-      brief's 2·n·d_model when h·d_k = d_model.
+      brief's 2·n·d_model when h·d_k = d_model; with a sliding window, min(n, window)
+      tokens instead of n.
     """
 
     n: int
     heads: int
     d_k: int
     causal: bool = False
+    window: int | None = None  # a sliding window keeps only this many tokens' K and V
 
     def __post_init__(self) -> None:
         for name in ("n", "heads", "d_k"):
@@ -48,7 +50,8 @@ class Cost:
 
     @property
     def kv_cache_numbers(self) -> int:
-        return 2 * self.n * self.heads * self.d_k
+        kept = self.n if self.window is None else min(self.n, self.window)
+        return 2 * kept * self.heads * self.d_k
 
     def kv_cache_bytes(self, dtype: str = "float32") -> int:
         return self.kv_cache_numbers * BYTES_PER[dtype]

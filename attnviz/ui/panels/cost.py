@@ -139,7 +139,9 @@ class CostPanel(QWidget):
         heads = s.n_heads if s.settings.projections else 1
         d_k = s.d_k if s.settings.projections else s.d_model
         causal = s.settings.mask == "causal"  # only −∞ lets a kernel skip the future keys
-        return Cost(s.n, heads, d_k, causal), Cost(self.length.value(), heads, d_k, causal)
+        window = s.settings.window if s.settings.mask == "sliding-window" else None
+        now = Cost(s.n, heads, d_k, causal, window)
+        return now, Cost(self.length.value(), heads, d_k, causal, window)
 
     def refresh(self) -> None:
         now, what_if = self.costs()
