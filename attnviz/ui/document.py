@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoStack
 
@@ -79,16 +78,6 @@ class Document(QObject):
     def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
         """Open a scenario (from path, or untitled) as one undoable step."""
         self.push(LoadScenario(self.session, scenario, path, text))
-
-    def set_cells(
-        self, name: str, head: int | None, row: int, col: int, values: np.ndarray
-    ) -> None:
-        """Set cells without an undo step (scripts and tests; edits use push)."""
-        self.session.set_cells(name, head, row, col, values)
-
-    def set_scenario(self, scenario: Scenario) -> None:
-        """Swap the scenario without an undo step (scripts and tests; edits use push)."""
-        self.session.set_scenario(scenario)
 
     def reset(self, scenario: Scenario, path: Path | None) -> None:
         """Start over on a scenario with no undo history (restoring autosaved work)."""
