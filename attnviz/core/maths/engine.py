@@ -362,41 +362,23 @@ def _head_output(
     keep: np.ndarray | None,
     block: int = 256,
 ) -> np.ndarray:
-    """One head's output weights · V as _attend computes it (the same operations; BLAS may
-    round a block's products differently in the last bit), a block of query rows at a
-    time and in place: no n × n intermediate is stored.
-
-    Under the causal mask or a sliding window, keys after a block's last query are −∞ in
-    every row of the block, so their weights are set to 0 (what exp(−∞) gives) without
-    computing exp.
-    """
+    """One head's output weights · V as _attend computes it (the same steps; BLAS may round
+    a block's products differently in the last bit), a block of query rows at a time: no
+    n × n intermediate is stored."""
     n, d_k = Q.shape
     Kt = np.ascontiguousarray(K.T)
     out = np.empty((n, V.shape[1]))
     for a in range(0, n, block):
-        b = min(n, a + block)
-        w = Q[a:b] @ Kt
-        if st.scale:
-            w /= np.sqrt(d_k)
-        minus_inf = st.mask in ("causal", "sliding-window")
-        if minus_inf or st.mask == "causal-zero":
-            np.copyto(w, -np.inf if minus_inf else 0.0, where=future[a:b])
-        live = w[:, :b] if minus_inf else w
-        m = live.max(axis=-1)
-        empty = np.isneginf(m)
-        if empty.any():
-            m = np.where(empty, 0.0, m)
-        live -= m[:, None]
-        np.exp(live, out=live)
-        if live is not w:
-            w[:, b:] = 0.0
-        w /= np.where(empty, 1.0, w.sum(axis=-1))[:, None]
+        rows = slice(a, min(n, a + block))
+        scores = Q[rows] @ Kt
+        scaled = scores / np.sqrt(d_k) if st.scale else scores
+        weights, *_ = softmax_rows(mask_scores(scaled, st.mask, future[rows]))
         if st.mask == "drop-after-softmax":
-            np.copyto(w, 0.0, where=future[a:b])
+            weights[future[rows]] = 0.0
         if keep is not None:
-            w *= keep[a:b]
-            w /= 1.0 - st.dropout
-        out[a:b] = w @ V
+            weights *= keep[rows]
+            weights /= 1.0 - st.dropout
+        out[rows] = weights @ V
     return out
 
 
