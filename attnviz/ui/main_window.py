@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QScrollArea,
-    QSpinBox,
     QTabWidget,
     QWidget,
 )
@@ -345,8 +344,7 @@ class MainWindow(QMainWindow):
         )
         bar.addSeparator()
         bar.addWidget(QLabel(" Head "))
-        self.head_spin = QSpinBox()
-        self.head_spin.setToolTip("The head shown in the Pipeline")
+        self.head_spin = int_spin(1, 1, "The head shown in the Pipeline", commit_only=False)
         self.head_spin.valueChanged.connect(lambda h: self.view_state.set_head(h - 1))
         bar.addWidget(self.head_spin)
         bar.addSeparator()

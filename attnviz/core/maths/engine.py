@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, Settings
+from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import visible
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
@@ -207,7 +207,7 @@ def row_entropy(
 def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
     """The scores softmax sees: −∞ (causal, sliding-window) or 0 (causal-zero) on the
     hidden keys."""
-    if mask in ("causal", "sliding-window"):
+    if mask in MINUS_INF_MASKS:
         return np.where(future, -np.inf, scaled)
     if mask == "causal-zero":
         return np.where(future, 0.0, scaled)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window")
+MINUS_INF_MASKS = ("causal", "sliding-window")  # hidden keys get −∞: weight exactly 0
 POSITIONALS = ("none", "sinusoidal")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 MATRIX_NAMES = ("X", *WEIGHT_NAMES, "W_O")

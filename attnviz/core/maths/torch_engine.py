@@ -22,7 +22,7 @@ from attnviz.core.maths.engine import (
     softmax_rows,
     split_heads,
 )
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario
 
 DTYPES = ("float32", "float64")
 
@@ -75,7 +75,7 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     scores = Q @ K.transpose(1, 2)
     scaled = scores / math.sqrt(d_k) if st.scale else scores
     future = torch.as_tensor(hidden_keys(s.n, st), device=dev)
-    if st.mask in ("causal", "sliding-window"):
+    if st.mask in MINUS_INF_MASKS:
         masked = scaled.masked_fill(future, -math.inf)
     elif st.mask == "causal-zero":
         masked = scaled.masked_fill(future, 0.0)
@@ -251,19 +251,16 @@ def sdpa_output(s: Scenario, device: str = "cpu", dtype: str = "float64") -> np.
     import torch.nn.functional as F
 
     st = s.settings
-    if st.mask not in ("none", "causal", "sliding-window") or st.dropout > 0:
+    if not (st.mask == "none" or st.mask in MINUS_INF_MASKS) or st.dropout > 0:
         return None
     ref = compute(s)
     dev, dt = resolve_device(device), _torch_dtype(dtype)
     q, k, v = (
         torch.tensor(np.asarray(a), dtype=dt, device=dev)[None] for a in (ref.Q, ref.K, ref.V)
     )
-    seen = None  # the keys each query may see, for a sliding window
-    if st.mask == "sliding-window":
-        seen = torch.as_tensor(~np.asarray(ref.future), device=dev)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=seen, is_causal=st.mask == "causal", scale=1.0 / ref.scale_factor
-    )
+    # The keys each query may see, as SDPA's boolean mask (None: every key).
+    seen = None if st.mask == "none" else torch.as_tensor(~np.asarray(ref.future), device=dev)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, scale=1.0 / ref.scale_factor)
     return out[0].detach().cpu().double().numpy()
 
 
