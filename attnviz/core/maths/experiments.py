@@ -62,7 +62,10 @@ class Permutation:
     conditions: str
     max_change: float
     tolerance: float
-    permuted_only: bool
+
+    @property
+    def permuted_only(self) -> bool:
+        return self.max_change <= self.tolerance
 
     @property
     def verdict(self) -> str:
@@ -105,7 +108,6 @@ def permutation(
         conditions=conditions,
         max_change=moved,
         tolerance=tolerance,
-        permuted_only=moved <= tolerance,
     )
 
 
