@@ -13,6 +13,7 @@ from itertools import pairwise
 
 import pytest
 
+from attnviz.bench.plots import report_charts
 from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -360,16 +361,21 @@ def records(*cells: tuple[str, int, float]) -> list:
     ]
 
 
-def test_a_cancelled_sweep_keeps_every_point_visible():
-    from attnviz.bench.plots import charts
-    from attnviz.bench.sweep import Config
+def report_of(done: list, gemm: float):
+    """A report of these records, measured with the default sweep settings."""
+    from attnviz.bench.config import Config
+    from attnviz.bench.report import Report
 
+    return Report({"type": "cpu"}, Config().to_dict(), gemm, done)
+
+
+def test_a_cancelled_sweep_keeps_every_point_visible():
     # cancelled during n = 1024: naive has three points, sdpa two
     done = records(
         ("naive", 256, 31.9), ("sdpa", 256, 7.9), ("naive", 512, 75.3), ("sdpa", 512, 23.9),
         ("naive", 1024, 253.1),
     )  # fmt: skip
-    for key, chart in charts(done, 0.0, Config()).items():
+    for key, chart in report_charts(report_of(done, 0.0)).items():
         root = parse(to_svg(chart, 240, 380))
         if key != "tflops":
             assert_guides_hide_no_data(root)
@@ -411,9 +417,6 @@ def test_a_linear_axis_of_non_negative_values_starts_at_zero(ys):
 
 
 def test_colours_are_fixed_by_name_and_kind():
-    from attnviz.bench.plots import charts
-    from attnviz.bench.sweep import Config
-
     full = records(
         ("naive", 256, 30.0), ("sdpa", 256, 8.0), ("flash", 256, 5.0),
         ("naive", 512, 70.0), ("sdpa", 512, 20.0), ("flash", 512, 12.0),
@@ -426,7 +429,7 @@ def test_colours_are_fixed_by_name_and_kind():
     }
     seen: dict[str, set[str]] = {}
     for run in runs.values():
-        for key, chart in charts(run, 300.0, Config()).items():
+        for key, chart in report_charts(report_of(run, 300.0)).items():
             root = parse(to_svg(chart))
             strokes = {g.find(f"{NS}title").text: stroke_of(root, g.find(f"{NS}title").text)
                        for g in series_groups(root)}  # fmt: skip
@@ -549,7 +552,8 @@ def test_module_imports_no_numpy():
             return None
 
     sys.meta_path.insert(0, Blocker())
-    from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
+    from attnviz.bench.plots import report_charts
+from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
     ns = (256.0, 512.0, 1024.0)
     svg = to_svg(Chart("t", "n", "ms", (Series("s", ns, (1.0, 3.0, 9.0)),
                                          n_squared_guide(ns, 256, 1.0))))

@@ -22,7 +22,7 @@ def _order(impl: str) -> tuple[int, str]:
 
 def report_charts(report: Report, detailed: bool = False) -> dict[str, Chart]:
     """The three plots of a report; detailed titles name the config the report ran with."""
-    return charts(report.records, report.gemm_tflops, report.sweep_config(), detailed)
+    return _charts(report.records, report.gemm_tflops, report.sweep_config(), detailed)
 
 
 def describe(config: Config) -> str:
@@ -31,11 +31,11 @@ def describe(config: Config) -> str:
     return what + (", causal" if config.causal else "") + (", fwd+bwd" if config.backward else "")
 
 
-def charts(
+def _charts(
     report_records: list[Record], gemm: float, config: Config, detailed: bool = False
 ) -> dict[str, Chart]:
     """The three plots of records measured with config, as core charts; detailed titles
-    name the config. Prefer report_charts: it cannot be given another sweep's config."""
+    name the config."""
     by_impl: dict[str, list[Record]] = {}
     for r in sorted(report_records, key=lambda r: (_order(r.impl), r.n)):
         by_impl.setdefault(r.impl, []).append(r)
