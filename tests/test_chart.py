@@ -552,8 +552,7 @@ def test_module_imports_no_numpy():
             return None
 
     sys.meta_path.insert(0, Blocker())
-    from attnviz.bench.plots import report_charts
-from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
+    from attnviz.core.figures.chart import Chart, Series, n_squared_guide, to_svg
     ns = (256.0, 512.0, 1024.0)
     svg = to_svg(Chart("t", "n", "ms", (Series("s", ns, (1.0, 3.0, 9.0)),
                                          n_squared_guide(ns, 256, 1.0))))
