@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QUndoCommand
 
-from attnviz.core.session import Command, Session
+from attnviz.core.session import Command, Session, SetCells
 
 SET_CELL_ID = 1  # single-cell edits of the same cell merge; whole-scenario swaps never do
 
@@ -21,7 +21,7 @@ class UndoCommand(QUndoCommand):
         self.session, self.command = session, command
 
     def id(self) -> int:
-        return SET_CELL_ID if type(self.command).merge is not Command.merge else -1
+        return SET_CELL_ID if isinstance(self.command, SetCells) else -1
 
     def mergeWith(self, other: QUndoCommand) -> bool:
         return isinstance(other, UndoCommand) and self.command.merge(other.command)
