@@ -270,7 +270,11 @@ def cmd_compute(args: argparse.Namespace) -> int:
         c = _check(s)
         print(
             f"\ncheck on {c['device']}, {c['dtype']}: torch engine vs NumPy {c['torch']:.3g}; "
-            + (f"SDPA vs NumPy {c['sdpa']:.3g}" if c["sdpa"] is not None else c["sdpa_note"])
+            + (
+                f"{c['reference']} vs NumPy {c['sdpa']:.3g}"
+                if c["sdpa"] is not None
+                else c["sdpa_note"]
+            )
         )
     return 0
 
@@ -289,6 +293,7 @@ def _check(s: Scenario) -> dict[str, Any]:
         "torch": c.torch_diff,
         "sdpa": c.sdpa_diff,
         "sdpa_note": c.sdpa_note,
+        "reference": c.reference,
     }
 
 

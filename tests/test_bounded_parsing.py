@@ -94,15 +94,18 @@ def no_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_csv_row_wider_than_any_matrix_is_refused_before_a_cell_is_read(
     no_numbers: None,
 ) -> None:
-    with pytest.raises(FileFormatError, match="line 2: 2,049 columns, but at most 2,048 fit"):
-        F.matrix_from_csv("\n" + ",".join(["1"] * 2049) + "\n")
+    widest = max(LIMITS.d_model, LIMITS.d_k)  # X and W_O are d_model wide
+    with pytest.raises(
+        FileFormatError, match=f"line 2: {widest + 1:,} columns, but at most {widest:,} fit"
+    ):
+        F.matrix_from_csv("\n" + ",".join(["1"] * (widest + 1)) + "\n")
 
 
 def test_a_csv_longer_than_any_matrix_is_refused_before_a_cell_is_read(
     no_numbers: None,
 ) -> None:
-    with pytest.raises(FileFormatError, match="32,769 rows, but at most 32,768 fit"):
-        F.matrix_from_csv("1\n\n" * 32_769)
+    with pytest.raises(FileFormatError, match="65,537 rows, but at most 65,536 fit"):
+        F.matrix_from_csv("1\n\n" * 65_537)
 
 
 @pytest.mark.parametrize(
@@ -215,5 +218,8 @@ def test_many_rows_that_are_not_numbers_are_refused_at_once() -> None:
 
 
 def test_a_row_far_wider_than_any_matrix_is_refused_before_json_is_parsed(no_json: None) -> None:
-    with pytest.raises(FileFormatError, match=r"line 2: a row of 40,000 values; .* at most 2,048"):
-        scenario_from_json(HEAD + "\n[" + "0.5," * 39_999 + "0.5]]}")
+    widest = max(LIMITS.d_model, LIMITS.d_k)
+    with pytest.raises(
+        FileFormatError, match=rf"line 2: a row of 140,000 values; .* at most {widest:,}"
+    ):
+        scenario_from_json(HEAD + "\n[" + "0.5," * 139_999 + "0.5]]}")

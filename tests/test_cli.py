@@ -592,7 +592,7 @@ ERROR_CASES = [
     (["compute", "--preset", "nope"], ["nope"]),
     (["compute", "--mask", "sideways"], ["--mask", "sideways"]),
     (["compute", "--format", "yaml"], ["--format", "yaml"]),
-    (["compute", "--positional", "rope"], ["--positional", "rope"]),
+    (["compute", "--positional", "learned"], ["--positional", "learned"]),
     (["compute", "--frobnicate"], ["--frobnicate"]),
     (["frobnicate"], ["frobnicate"]),
     (["compute", "{tmp}/good.attn.json", "--preset", "worked-example"], ["FILE", "--preset"]),

@@ -240,10 +240,13 @@ def test_a_disagreement_of_0_08_is_reported(
 
 def test_an_sdpa_disagreement_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     torch_engine = pytest.importorskip("attnviz.core.maths.torch_engine")
-    honest = torch_engine.sdpa_output
-    monkeypatch.setattr(
-        torch_engine, "sdpa_output", lambda s, device="cpu", dtype="float64": honest(s) + 1e-6
-    )
+    honest = torch_engine.library_output
+
+    def off(s, device="cpu", dtype="float64"):
+        out, name = honest(s)
+        return out + 1e-6, name
+
+    monkeypatch.setattr(torch_engine, "library_output", off)
     c = torch_engine.cross_check(worked_example(), "cpu", "float64")
     assert not c.ok and c.culprit is not None and c.culprit.name == "SDPA output"
 

@@ -305,7 +305,7 @@ def test_long_unknown_keys_are_cut():
 @pytest.mark.parametrize(
     ("ablated", "message"),
     [
-        ([100], "settings.ablated: head 100 is not between 1 and 64"),
+        ([200], "settings.ablated: head 200 is not between 1 and 128"),
         ([1, 1], "settings.ablated: head numbers [1, 1] repeat"),
         ([3], "settings.ablated: head 3 does not exist (2 heads)"),
     ],
@@ -323,8 +323,8 @@ def test_ablated_settings_from_code_count_from_one_too():
         Settings(ablated=(1, 1))
     with pytest.raises(ScenarioError, match=r"^settings\.ablated: head 3 is out of order$"):
         Settings(ablated=(3, 2))
-    with pytest.raises(ScenarioError, match=r"^settings\.ablated: head 65 is not between"):
-        Settings(ablated=(64,))
+    with pytest.raises(ScenarioError, match=r"^settings\.ablated: head 129 is not between"):
+        Settings(ablated=(128,))
 
 
 def test_a_byte_order_mark_is_accepted_in_scenarios_and_csv(tmp_path):

@@ -120,10 +120,10 @@ def test_text_longer_than_the_room_is_refused_before_it_is_split(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("1\n" * 40_000, "40,000 rows, but at most 32,768 fit"),
-        ("[1]" * 40_000, "40,000 rows, but at most 32,768 fit"),
-        ("\t".join(["1"] * 2049), "2,049 columns, but at most 2,048 fit"),
-        ("[" + ", ".join(["1"] * 2049) + "]", "2,049 columns, but at most 2,048 fit"),
+        ("1\n" * 70_000, "70,000 rows, but at most 65,536 fit"),
+        ("[1]" * 70_000, "70,000 rows, but at most 65,536 fit"),
+        ("\t".join(["1"] * 8193), "8,193 columns, but at most 8,192 fit"),
+        ("[" + ", ".join(["1"] * 8193) + "]", "8,193 columns, but at most 8,192 fit"),
     ],
     ids=["lines", "bracket rows", "tabs", "a bracket row"],
 )
@@ -136,11 +136,11 @@ def test_more_rows_or_columns_than_any_matrix_are_refused_unread(
 
 
 def test_the_default_room_is_the_largest_matrix_a_scenario_holds() -> None:
-    # W_O of 64 heads of d_k 512 has 32768 rows; X and W_O have up to 2048 columns.
-    assert parse_table("\t".join(["1"] * 2048)).shape == (1, 2048)
-    assert parse_table("1\n" * 32_768).shape == (32_768, 1)
+    # W_O of 128 heads of d_k 512 has 65536 rows; X and W_O have up to 8192 columns.
+    assert parse_table("\t".join(["1"] * 8192)).shape == (1, 8192)
+    assert parse_table("1\n" * 65_536).shape == (65_536, 1)
     with pytest.raises(TableTooLarge):
-        parse_table("1\n" * 32_769)
+        parse_table("1\n" * 65_537)
 
 
 def test_the_room_counts_rows_and_columns() -> None:

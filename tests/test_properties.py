@@ -99,7 +99,7 @@ def test_numpy_torch_and_sdpa_agree(s):
 
     c = cross_check(s, "cpu", "float64")
     assert c.torch_diff < 1e-12
-    if s.settings.mask in ("none", "causal", "sliding-window"):
+    if s.settings.mask in ("none", "causal", "sliding-window", "custom"):
         assert c.sdpa_diff is not None and c.sdpa_diff < 1e-12
     else:
         assert c.sdpa_diff is None and c.sdpa_note

@@ -49,7 +49,7 @@ class NumbersBadge(QToolButton):
         from attnviz.core.maths.torch_engine import CrossCheck
 
         assert isinstance(c, CrossCheck)
-        sdpa = f"SDPA {c.sdpa_diff:.1e}" if c.sdpa_diff is not None else "SDPA n/a"
+        sdpa = f"{c.reference} {c.sdpa_diff:.1e}" if c.sdpa_diff is not None else "SDPA n/a"
         bad = c.culprit
         if bad is None:
             text = f"✓ NumPy vs torch {c.torch_diff:.1e} · {sdpa} ({c.device})"

@@ -20,9 +20,17 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
-from attnviz.core.maths.variants import visible
+from attnviz.core.maths.variants import (
+    alibi_slopes,
+    query_offset,
+    rms_norm,
+    rope,
+    softcap,
+    visible,
+)
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
+TURNED_MATRICES = ("Q_rot", "K_rot")  # Q and K as the scores see them: after QK-norm and RoPE
 LAYER_MATRICES = ("X", "concat", "final")
 
 
@@ -30,18 +38,25 @@ LAYER_MATRICES = ("X", "concat", "final")
 class Head:
     """One head's intermediates; all arrays read-only float64 (empty_rows and keep bool).
 
-    ``Q``, ``K``, ``V`` and ``output`` are n × d_k; ``scores``, ``scaled``, ``masked``
-    and ``weights`` are n × n. Per row (length n):
+    ``Q`` and ``output`` are n × d_k, ``K`` and ``V`` m × d_k (the key/value head this
+    query head reads; m = n without cross-attention): the projections with their biases.
+    ``Q_rot`` and ``K_rot`` are Q and K after QK-norm and RoPE, what the scores use (the
+    same arrays as Q and K when neither is on). ``scores`` is Q_rot K_rotᵀ, ``scaled`` the
+    scores times the scale, soft-capped and with the ALiBi bias added, ``masked`` what
+    softmax sees, all n × m like ``weights``. Per row (length n):
 
-    - ``leak``: total weight on the keys the mask hides (future keys j > i, and under a
-      sliding window the keys that fell out of it);
-    - ``row_sum``: total weight of the row (1, except after drop-after-softmax or dropout);
-    - ``entropy``: entropy in nats of the row's softmax distribution (before
-      drop-after-softmax and dropout);
-    - ``empty_rows``: True where every score of the row is masked (−∞). Such a row has
-      no distribution: its weights, output and entropy are defined as 0, never NaN.
+    - ``leak``: total weight on the keys the mask hides (future keys, and under a sliding
+      window the keys that fell out of it, or those a custom mask hides);
+    - ``row_sum``: total weight of the row (1, except with a sink, after
+      drop-after-softmax or dropout);
+    - ``sink``: the share of the row's softmax the sink took (0 without sinks);
+    - ``entropy``: entropy in nats of the row's softmax distribution (with the sink as
+      one more outcome; before drop-after-softmax and dropout);
+    - ``empty_rows``: True where every score of the row is masked (−∞) and there is no
+      sink. Such a row has no distribution: its weights, output and entropy are defined
+      as 0, never NaN.
 
-    ``keep`` is the n × n dropout mask (True = kept), or None without dropout.
+    ``keep`` is the n × m dropout mask (True = kept), or None without dropout.
     """
 
     Q: np.ndarray
@@ -57,6 +72,9 @@ class Head:
     entropy: np.ndarray
     empty_rows: np.ndarray
     keep: np.ndarray | None
+    Q_rot: np.ndarray
+    K_rot: np.ndarray
+    sink: np.ndarray
 
 
 def _stacked(name: str) -> cached_property[Any]:
@@ -78,10 +96,11 @@ def _stacked(name: str) -> cached_property[Any]:
 class Result:
     """Every intermediate of one computation; all arrays are read-only.
 
-    ``heads`` holds one ``Head`` per head, in order. For convenience each head field is
-    also available stacked with the head on axis 0 (``result.weights[h, i, j]``), built
-    on first use. With projections off there is one head with Q = K = V = X, ``concat``
-    is its output and ``final`` equals ``concat`` (no W_O).
+    ``heads`` holds one ``Head`` per query head, in order. For convenience each head field
+    is also available stacked with the head on axis 0 (``result.weights[h, i, j]``), built
+    on first use; K and V repeat across the query heads that share them. With projections
+    off there is one head with Q = K = V = X (K = V = X_kv under cross-attention),
+    ``concat`` is its output and ``final`` equals ``concat`` (no W_O).
 
     A result with ``complete`` False is a preview published while a large update is
     still running: only head ``fresh`` (and ``X``) are current; the other heads,
@@ -94,13 +113,17 @@ class Result:
     heads: tuple[Head, ...]
     concat: np.ndarray
     final: np.ndarray
-    future: np.ndarray  # (n, n) bool: the mask hides key j from query i (hidden_keys)
+    future: np.ndarray  # (n, m) bool: the mask hides key j from query i (hidden_keys)
     complete: bool = True
     fresh: int | None = None
+    key_tokens: tuple[str, ...] | None = None  # the keys' labels under cross-attention
+    X_kv: np.ndarray | None = None  # the keys' input under cross-attention
 
     Q = _stacked("Q")
     K = _stacked("K")
     V = _stacked("V")
+    Q_rot = _stacked("Q_rot")
+    K_rot = _stacked("K_rot")
     scores = _stacked("scores")
     scaled = _stacked("scaled")
     masked = _stacked("masked")
@@ -108,6 +131,7 @@ class Result:
     output = _stacked("output")
     leak = _stacked("leak")
     row_sum = _stacked("row_sum")
+    sink = _stacked("sink")
     entropy = _stacked("entropy")
     empty_rows = _stacked("empty_rows")
     keep = _stacked("keep")
@@ -121,13 +145,23 @@ class Result:
         return self.heads[0].Q.shape[1]
 
     @property
+    def keys(self) -> tuple[str, ...]:
+        """The labels of the keys (the columns of scores and weights)."""
+        return self.tokens if self.key_tokens is None else self.key_tokens
+
+    @property
     def scale_factor(self) -> float:
-        """What raw scores are divided by: √d_k, or 1 with scaling off."""
-        return float(np.sqrt(self.d_k)) if self.settings.scale else 1.0
+        """What raw scores are divided by: √d_k, 1/scale_value, or 1 with scaling off."""
+        st = self.settings
+        if not st.scale:
+            return 1.0
+        if st.scale_value is not None:
+            return 1.0 / st.scale_value
+        return float(np.sqrt(self.d_k))
 
     def matrix(self, name: str, head: int | None = None) -> np.ndarray:
         """One intermediate as a 2-D array; head (0-based) for the per-head ones."""
-        if name in HEAD_MATRICES:
+        if name in HEAD_MATRICES or name in TURNED_MATRICES:
             if head is None or not 0 <= head < self.n_heads:
                 raise KeyError(f"{name}: head {head} does not exist")
             return getattr(self.heads[head], name)  # type: ignore[no-any-return]
@@ -149,21 +183,44 @@ def future_mask(n: int) -> np.ndarray:
     return np.triu(np.ones((n, n), dtype=bool), k=1)
 
 
-def hidden_keys(n: int, st: Settings) -> np.ndarray:
-    """(n, n) bool, True where the mask hides key j from query i: the future keys, and
-    under a sliding window also the keys more than ``window`` − 1 places back. (With no
-    mask, the future keys all the same: what the leak and the marks are measured on.)"""
-    if st.mask == "sliding-window":
-        return ~visible(n, n, "sliding-window", window=st.window)
-    return future_mask(n)
+def hidden_keys(s: Scenario) -> np.ndarray:
+    """(n, m) bool, True where the mask hides key j from query i: the future keys (under
+    the causal alignment), and under a sliding window or a custom mask what those hide.
+    (With no mask, the future keys all the same: what the leak and the marks are
+    measured on.)"""
+    st = s.settings
+    if st.mask in ("sliding-window", "custom"):
+        return ~visible(s.n, s.m, st.mask, st.window, st.causal_alignment, s.mask_matrix)
+    return ~visible(s.n, s.m, "causal", alignment=st.causal_alignment)
+
+
+def positions(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the queries and of the keys (RoPE and ALiBi): keys 0 … m − 1,
+    queries from m − n under bottom-right alignment, else from 0."""
+    offset = query_offset(s.n, s.m, s.settings.causal_alignment)
+    return np.arange(s.n) + offset, np.arange(s.m)
+
+
+def rope_width(st: Settings, width: int) -> int:
+    """How many leading features RoPE turns: rope_dims, else all of an even width (one
+    fewer for an odd one)."""
+    return st.rope_dims if st.rope_dims is not None else width - width % 2
+
+
+def scale_of(st: Settings, d_k: int) -> float | None:
+    """What scores are multiplied by: scale_value, or None to divide by √d_k exactly (the
+    textbook operation, so its numbers are the brief's), or 1.0 with scaling off."""
+    if not st.scale:
+        return 1.0
+    return st.scale_value
 
 
 def dropout_keep(settings: Settings, shape: tuple[int, ...], skip: int = 0) -> np.ndarray | None:
     """The seeded dropout keep-mask (True = kept), or None when dropout is off.
 
     ``skip``: how many leading heads (slices of axis 0) of a larger draw to pass over, so
-    that head h alone is ``dropout_keep(st, (1, n, n), skip=h)[0]``, bit for bit the same
-    as ``dropout_keep(st, (heads, n, n))[h]`` without drawing the others.
+    that head h alone is ``dropout_keep(st, (1, n, m), skip=h)[0]``, bit for bit the same
+    as ``dropout_keep(st, (heads, n, m))[h]`` without drawing the others.
     """
     if settings.dropout == 0:
         return None
@@ -172,18 +229,27 @@ def dropout_keep(settings: Settings, shape: tuple[int, ...], skip: int = 0) -> n
     return np.random.Generator(bits).random(shape) >= settings.dropout
 
 
-def softmax_rows(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def softmax_rows(
+    masked: np.ndarray, sink: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Softmax along the last axis of scores that may hold −∞.
 
     Subtracts the row maximum first. Returns (weights, row max m, sum of exp(s − m) Z,
     empty) where ``empty`` flags rows whose every score is −∞: their weights are 0.
+    ``sink``: logits (broadcast against the rows) whose exp(sink − m) joins Z only, so
+    that a row's weights sum to less than 1; m is then at least the sink, and no row is
+    empty.
     """
     m = masked.max(axis=-1)
+    if sink is not None:
+        m = np.maximum(m, sink)
     empty = np.isneginf(m)
     if empty.any():
         m = np.where(empty, 0.0, m)
     weights = np.exp(masked - m[..., None])
     Z = weights.sum(axis=-1)
+    if sink is not None:
+        Z += np.exp(sink - m)
     weights /= np.where(empty, 1.0, Z)[..., None]
     return weights, m, Z, empty
 
@@ -196,7 +262,8 @@ def row_entropy(
     −Σ p log p with log p = (s − m) − log Z is log Z + Σ p·(m − s): two sums of terms
     that are never negative, so nothing cancels at any score size. (The textbook
     log Z + m − Σ p·s subtracts two numbers near m and loses every digit once |s| is
-    large: 0 instead of ln 8 for 8 equal scores of 1e12.)
+    large: 0 instead of ln 8 for 8 equal scores of 1e12.) A sink of share q adds
+    q·(m − sink) (see _attend).
     """
     gap = m[..., None] - masked  # ≥ 0; +∞ on masked keys, whose p is exactly 0
     np.minimum(gap, np.finfo(np.float64).max, out=gap)  # so that 0·gap is 0, not NaN
@@ -205,8 +272,8 @@ def row_entropy(
 
 
 def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
-    """The scores softmax sees: −∞ (causal, sliding-window) or 0 (causal-zero) on the
-    hidden keys."""
+    """The scores softmax sees: −∞ (causal, sliding-window, custom) or 0 (causal-zero) on
+    the hidden keys."""
     if mask in MINUS_INF_MASKS:
         return np.where(future, -np.inf, scaled)
     if mask == "causal-zero":
@@ -219,11 +286,11 @@ def _frozen(*arrays: np.ndarray) -> None:
         a.flags.writeable = False
 
 
-def _input(s: Scenario) -> np.ndarray:
-    """X plus the position encoding, if any."""
-    if s.settings.positional == "sinusoidal":
-        return s.X + sinusoidal(s.n, s.d_model)
-    return s.X
+def _inputs(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """X plus the sinusoidal encoding, if any, and the keys' input: that same X, or X_kv
+    as given under cross-attention (an encoder's output already carries its positions)."""
+    X = s.X + sinusoidal(s.n, s.d_model) if s.settings.positional == "sinusoidal" else s.X
+    return X, X if s.X_kv is None else s.X_kv
 
 
 def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -236,22 +303,100 @@ def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flat.reshape(X.shape[0], h, d_k).transpose(1, 0, 2))
 
 
+def _turn(st: Settings, A: np.ndarray, norm: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+    """Q or K as the scores see them: RMS-normalised (times the norm weights) with
+    QK-norm, then rotated by position with RoPE; A itself when neither is on."""
+    if st.qk_norm == "rms":
+        A = rms_norm(A, norm, st.qk_norm_eps)
+    if st.positional == "rope":
+        dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
+        if dims:
+            A = rope(A, pos, st.rope_base, st.rope_style, dims)
+    return A
+
+
+@dataclass
+class _Projections:
+    """Q (H', n, d) for some query heads, K and V (G', m, d) for some key/value heads,
+    and Q, K as the scores see them."""
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    Q_rot: np.ndarray
+    K_rot: np.ndarray
+
+
+def _queries(
+    s: Scenario, X: np.ndarray, heads: Sequence[int], rows: Any = slice(None)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Q and Q_rot of the given query heads, for the given rows of X (all by default)."""
+    qpos = positions(s)[0][rows]
+    if not s.settings.projections:
+        Q = X[None, rows]
+        return Q, _turn(s.settings, Q, None, qpos)
+    Q = _project(X[rows], s.W_Q[heads]) + s.b_Q[heads]
+    return Q, _turn(s.settings, Q, s.q_norm[heads], qpos)
+
+
+def _keys(
+    s: Scenario, X_kv: np.ndarray, kv: Sequence[int], rows: Any = slice(None)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """K, V and K_rot of the given key/value heads, for the given rows of X_kv."""
+    kpos = positions(s)[1][rows]
+    if not s.settings.projections:
+        K = X_kv[None, rows]
+        return K, K, _turn(s.settings, K, None, kpos)
+    K = _project(X_kv[rows], s.W_K[kv]) + s.b_K[kv]
+    V = _project(X_kv[rows], s.W_V[kv]) + s.b_V[kv]
+    return K, V, _turn(s.settings, K, s.k_norm[kv], kpos)
+
+
+def _weights(
+    s: Scenario,
+    scores: np.ndarray,
+    heads: Sequence[int],
+    future: np.ndarray,
+    qpos: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], np.ndarray | None]:
+    """From raw scores (H', rows, m) of the given query heads to (scaled, masked, softmax
+    outputs, sinks): × scale, soft-cap, + ALiBi, mask, softmax with any sink."""
+    st = s.settings
+    d_k = s.d_k if st.projections else s.d_model
+    scale = scale_of(st, d_k)
+    scaled = scores / np.sqrt(d_k) if scale is None else scores * scale
+    if st.softcap is not None:
+        scaled = softcap(scaled, st.softcap)
+    if st.positional == "alibi":
+        slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[list(heads)]
+        distance = np.abs(qpos[:, None] - np.arange(s.m)[None, :])
+        scaled = scaled - slopes[:, None, None] * distance
+    masked = mask_scores(scaled, st.mask, future)
+    sink = None
+    if st.sinks is not None:
+        sink = np.asarray(st.sinks, dtype=np.float64)[list(heads)][:, None]
+    return scaled, masked, softmax_rows(masked, sink), sink
+
+
 def _attend(
-    Q: np.ndarray,
-    K: np.ndarray,
-    V: np.ndarray,
-    st: Settings,
+    s: Scenario,
+    heads: Sequence[int],
+    P: _Projections,
+    kv_index: Sequence[int],
     future: np.ndarray,
     keep: np.ndarray | None,
 ) -> list[Head]:
-    """Scores, masks, softmax, outputs and row statistics for a stack of heads."""
-    d_k = Q.shape[2]
-    scores = Q @ np.ascontiguousarray(K.transpose(0, 2, 1))
-    scaled = scores / np.sqrt(d_k) if st.scale else scores
-    masked = mask_scores(scaled, st.mask, future)
-
-    p, m, Z, empty = softmax_rows(masked)
+    """Scores, masks, softmax, outputs and row statistics for the given query heads;
+    query head heads[k] uses Q[k] and key/value head kv_index[k] of P."""
+    st = s.settings
+    K_rot, V = P.K_rot[kv_index], P.V[kv_index]
+    scores = P.Q_rot @ np.ascontiguousarray(K_rot.transpose(0, 2, 1))
+    scaled, masked, (p, m, Z, empty), sink = _weights(s, scores, heads, future, positions(s)[0])
     entropy = row_entropy(masked, p, m, Z, empty)
+    share = np.zeros(p.shape[:-1])
+    if sink is not None:
+        share = np.exp(sink - m) / Z
+        entropy += share * (m - sink)
 
     weights = p
     if st.mask == "drop-after-softmax":
@@ -260,8 +405,8 @@ def _attend(
         weights *= keep
         weights /= 1.0 - st.dropout
     stacks = {
-        "Q": Q,
-        "K": K,
+        "Q": P.Q,
+        "K": P.K[kv_index],
         "V": V,
         "scores": scores,
         "scaled": scaled,
@@ -272,6 +417,9 @@ def _attend(
         "row_sum": weights.sum(axis=-1),
         "entropy": entropy,
         "empty_rows": empty,
+        "Q_rot": P.Q_rot,
+        "K_rot": K_rot,
+        "sink": share,
     }
     return split_heads(stacks, keep)
 
@@ -287,7 +435,7 @@ def split_heads(stacks: dict[str, np.ndarray], keep: np.ndarray | None) -> list[
 
 
 def _mix(s: Scenario, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """concat of the head outputs in head order, and the final output concat · W_O.
+    """concat of the head outputs in head order, and the final output concat · W_O + b_O.
 
     Ablated heads keep their outputs in concat but contribute nothing to the final mix.
     """
@@ -299,6 +447,8 @@ def _mix(s: Scenario, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nda
         final = concat[:, kept] @ s.W_O[kept]
     else:
         final = concat @ s.W_O
+    if s.settings.projections and s.b_O.any():
+        final = final + s.b_O
     _frozen(concat, final)
     return concat, final
 
@@ -312,23 +462,57 @@ def kept_columns(settings: Settings, n_heads: int, d_k: int) -> np.ndarray:
     return np.repeat([h not in settings.ablated for h in range(n_heads)], d_k)
 
 
+def _head_count(s: Scenario) -> int:
+    return s.n_heads if s.settings.projections else 1
+
+
+def _kv_of(s: Scenario, heads: Sequence[int]) -> list[int]:
+    return [s.kv_head_of(h) if s.settings.projections else 0 for h in heads]
+
+
+def _result(
+    s: Scenario, X: np.ndarray, heads: Sequence[Head], future: np.ndarray, **more: Any
+) -> Result:
+    return Result(
+        s.tokens,
+        s.settings,
+        X,
+        tuple(heads),
+        future=future,
+        key_tokens=s.kv_tokens,
+        X_kv=s.X_kv,
+        **more,
+    )
+
+
+def _kv_all(s: Scenario, X_kv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return _keys(s, X_kv, range(s.kv_heads if s.settings.projections else 1))
+
+
 def compute(s: Scenario) -> Result:
     """Every intermediate of attention over the scenario, in float64."""
-    X = _input(s)
-    if s.settings.projections:
-        Q, K, V = _project(X, s.W_Q), _project(X, s.W_K), _project(X, s.W_V)
-    else:
-        Q = K = V = X[None]
-    future = hidden_keys(s.n, s.settings)
-    keep = dropout_keep(s.settings, (Q.shape[0], s.n, s.n))
-    heads = _attend(Q, K, V, s.settings, future, keep)
+    X, X_kv = _inputs(s)
+    heads = list(range(_head_count(s)))
+    Q, Q_rot = _queries(s, X, heads)
+    K, V, K_rot = _kv_all(s, X_kv)
+    future = hidden_keys(s)
+    keep = dropout_keep(s.settings, (len(heads), s.n, s.m))
+    P = _Projections(Q, K, V, Q_rot, K_rot)
+    out = _attend(s, heads, P, _kv_of(s, heads), future, keep)
     _frozen(X, future)
-    return Result(s.tokens, s.settings, X, tuple(heads), *_mix(s, _outputs(heads)), future)
+    concat, final = _mix(s, _outputs(out))
+    return _result(s, X, out, future, concat=concat, final=final)
 
 
 def compute_head(s: Scenario, h: int) -> Head:
     """Head h (0-based) of compute(s), computing that head only: the same numbers."""
     return one_head(s, h).heads[0]
+
+
+def _check_head(s: Scenario, h: int) -> None:
+    count = _head_count(s)
+    if not 0 <= h < count:
+        raise KeyError(f"head {h} does not exist ({count} head(s))")
 
 
 def one_head(s: Scenario, h: int) -> Result:
@@ -337,71 +521,67 @@ def one_head(s: Scenario, h: int) -> Result:
     The Result holds that head alone, as its head 0; ``concat`` and ``final`` need every
     head and are left empty (0 × 0). For figures of one head at long sequences.
     """
-    count = s.n_heads if s.settings.projections else 1
-    if not 0 <= h < count:
-        raise KeyError(f"head {h} does not exist ({count} head(s))")
-    X = _input(s)
-    if s.settings.projections:
-        Q, K, V = (_project(X, W[h : h + 1]) for W in (s.W_Q, s.W_K, s.W_V))
-    else:
-        Q = K = V = X[None]
-    future = hidden_keys(s.n, s.settings)
-    keep = dropout_keep(s.settings, (1, s.n, s.n), skip=h)
-    heads = _attend(Q, K, V, s.settings, future, keep)
+    _check_head(s, h)
+    X, X_kv = _inputs(s)
+    Q, Q_rot = _queries(s, X, [h])
+    K, V, K_rot = _keys(s, X_kv, _kv_of(s, [h]))
+    future = hidden_keys(s)
+    keep = dropout_keep(s.settings, (1, s.n, s.m), skip=h)
+    heads = _attend(s, [h], _Projections(Q, K, V, Q_rot, K_rot), [0], future, keep)
     empty = np.empty((0, 0))
     _frozen(X, future, empty)
-    return Result(s.tokens, s.settings, X, tuple(heads), empty, empty, future)
+    return _result(s, X, heads, future, concat=empty, final=empty)
 
 
 def _head_output(
-    Q: np.ndarray,
-    K: np.ndarray,
-    V: np.ndarray,
-    st: Settings,
+    s: Scenario,
+    h: int,
+    X: np.ndarray,
+    X_kv: np.ndarray,
     future: np.ndarray,
     keep: np.ndarray | None,
     block: int = 256,
 ) -> np.ndarray:
-    """One head's output weights · V as _attend computes it (the same steps; BLAS may round
+    """Head h's output weights · V as _attend computes it (the same steps; BLAS may round
     a block's products differently in the last bit), a block of query rows at a time: no
     n × n intermediate is stored."""
-    n, d_k = Q.shape
-    Kt = np.ascontiguousarray(K.T)
-    out = np.empty((n, V.shape[1]))
-    for a in range(0, n, block):
-        rows = slice(a, min(n, a + block))
-        scores = Q[rows] @ Kt
-        scaled = scores / np.sqrt(d_k) if st.scale else scores
-        weights, *_ = softmax_rows(mask_scores(scaled, st.mask, future[rows]))
+    st = s.settings
+    _, Q_rot = _queries(s, X, [h])
+    _, V, K_rot = _keys(s, X_kv, _kv_of(s, [h]))
+    Kt = np.ascontiguousarray(K_rot[0].T)
+    qpos = positions(s)[0]
+    out = np.empty((s.n, V.shape[2]))
+    for a in range(0, s.n, block):
+        rows = slice(a, min(s.n, a + block))
+        scores = (Q_rot[0, rows] @ Kt)[None]
+        _, _, (weights, *_), _ = _weights(s, scores, [h], future[rows], qpos[rows])
+        weights = weights[0]
         if st.mask == "drop-after-softmax":
             weights[future[rows]] = 0.0
         if keep is not None:
             weights *= keep[rows]
             weights /= 1.0 - st.dropout
-        out[rows] = weights @ V
+        out[rows] = weights @ V[0]
     return out
 
 
 def layer(s: Scenario, block: int = 256) -> Result:
     """X, concat and final of compute(s) (to the last bit or two), one head and one block
-    of query rows at a time: no n × n matrix is stored, for the layer-wide views at long
+    of query rows at a time: no n × m matrix is stored, for the layer-wide views at long
     sequences.
 
     The Result has no heads (``heads`` is empty).
     """
-    X, future = _input(s), hidden_keys(s.n, s.settings)
-    count = s.n_heads if s.settings.projections else 1
+    X, X_kv = _inputs(s)
+    future = hidden_keys(s)
     outputs = []
-    for h in range(count):
-        if s.settings.projections:
-            Q, K, V = (_project(X, W[h : h + 1])[0] for W in (s.W_Q, s.W_K, s.W_V))
-        else:
-            Q = K = V = X
-        keep = dropout_keep(s.settings, (1, s.n, s.n), skip=h)
+    for h in range(_head_count(s)):
+        keep = dropout_keep(s.settings, (1, s.n, s.m), skip=h)
         keep = None if keep is None else keep[0]
-        outputs.append(_head_output(Q, K, V, s.settings, future, keep, block))
+        outputs.append(_head_output(s, h, X, X_kv, future, keep, block))
     _frozen(X, future)
-    return Result(s.tokens, s.settings, X, (), *_mix(s, outputs), future)
+    concat, final = _mix(s, outputs)
+    return _result(s, X, (), future, concat=concat, final=final)
 
 
 def update(
@@ -411,57 +591,87 @@ def update(
     heads: Iterable[int] = (),
     w_o: bool = False,
     *,
+    kv_heads: Iterable[int] = (),
+    kv_rows: Iterable[int] = (),
     preview_head: int | None = None,
     current_heads: Iterable[int] = (),
 ) -> Result:
     """compute(s), reusing prev where only the named parts of the scenario changed.
 
-    prev must come from a scenario that differs from s only in the given rows of X,
-    the given heads' W_Q/W_K/W_V, and (w_o) W_O. An X row changes that row of every
-    head's Q, K and V; a head's weights change that head only; W_O changes the final
-    output only. Anything else (settings, sizes, no projections) is a full compute.
+    prev must come from a scenario that differs from s only in the given rows of X
+    (``x_rows``) and of X_kv (``kv_rows``), the weights of the given query heads
+    (``heads``: W_Q, b_Q, q_norm, and also the key/value head each reads), of the given
+    key/value heads (``kv_heads``: W_K, W_V, their biases, k_norm), and (``w_o``) W_O
+    and b_O. An X row changes that row of every head's Q (and of K and V without
+    cross-attention); an X_kv row that row of every K and V; a head's weights change
+    that head (a key/value head's, every query head of its group); W_O changes the final
+    output only. Anything else (settings, sizes, the custom mask, no projections) is a
+    full compute.
 
     ``preview_head``: recompute just that head and return a preview (``complete`` False).
     ``current_heads``: heads of prev that are already current (from such a preview).
     """
     st = s.settings
-    rows = sorted(set(x_rows))
-    same_shape = prev.X.shape == s.X.shape and prev.heads[0].Q.shape == (s.n, s.d_k)
-    if prev.settings != st or not same_shape or prev.n_heads != s.n_heads or not st.projections:
+    rows, krows = sorted(set(x_rows)), sorted(set(kv_rows))
+    heads, kv_heads = set(heads), set(kv_heads)
+    if not s.cross:
+        krows = rows
+    same = (
+        prev.settings == st
+        and st.projections
+        and prev.X.shape == s.X.shape
+        and prev.n_heads == s.n_heads
+        and prev.heads[0].K.shape == (s.m, s.d_k)
+        and prev.heads[0].Q.shape == (s.n, s.d_k)
+        and (prev.X_kv is None) == (s.X_kv is None)
+        and (st.mask != "custom" or np.array_equal(prev.future, hidden_keys(s)))
+    )
+    if not same:
         return compute(s)
-    X = _input(s) if rows else prev.X
-    affected = set(range(s.n_heads)) if rows else set(heads)
+    X = _inputs(s)[0] if rows else prev.X
+    X_kv = X if s.X_kv is None else s.X_kv
+    kv_heads |= {s.kv_head_of(h) for h in heads}
+    affected = set(range(s.n_heads)) if rows or krows else set(heads)
+    affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads}
     affected -= set(current_heads)
     if preview_head is not None:
         affected &= {preview_head}
     todo = sorted(affected)
     new = list(prev.heads)
     if todo:
-        QKV = []
-        for name in ("W_Q", "W_K", "W_V"):
-            W = getattr(s, name)[todo]
-            stack = np.stack([getattr(prev.heads[h], name[-1]) for h in todo])
-            edited = [k for k, h in enumerate(todo) if h in set(heads)]
-            if edited:
-                stack[edited] = _project(X, W[edited])
-            if rows:
-                stack[:, rows] = _project(X[rows], W)
-            QKV.append(stack)
+        kvs = sorted({s.kv_head_of(h) for h in todo})
+        reader = {g: min(h for h in range(s.n_heads) if s.kv_head_of(h) == g) for g in kvs}
+
+        def stack(names: Iterable[str], ids: Sequence[int], of: Any) -> list[np.ndarray]:
+            return [np.stack([getattr(prev.heads[of(i)], name) for i in ids]) for name in names]
+
+        Q, Q_rot = stack(("Q", "Q_rot"), todo, lambda h: h)
+        K, V, K_rot = stack(("K", "V", "K_rot"), kvs, lambda g: reader[g])
+        edited = [k for k, h in enumerate(todo) if h in heads]
+        if edited:
+            Q[edited], Q_rot[edited] = _queries(s, X, [todo[k] for k in edited])
+        if rows:
+            Q[:, rows], Q_rot[:, rows] = _queries(s, X, todo, rows)
+        edited = [k for k, g in enumerate(kvs) if g in kv_heads]
+        if edited:
+            K[edited], V[edited], K_rot[edited] = _keys(s, X_kv, [kvs[k] for k in edited])
+        if krows:
+            K[:, krows], V[:, krows], K_rot[:, krows] = _keys(s, X_kv, kvs, krows)
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
-        Q, K, V = QKV
-        for h, head in zip(todo, _attend(Q, K, V, st, prev.future, keep), strict=True):
+        kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
+        P = _Projections(Q, K, V, Q_rot, K_rot)
+        for h, head in zip(todo, _attend(s, todo, P, kv_index, prev.future, keep), strict=True):
             new[h] = head
     _frozen(X)
     if preview_head is not None:
-        return Result(
-            s.tokens,
-            st,
+        return _result(
+            s,
             X,
-            tuple(new),
-            prev.concat,
-            prev.final,
+            new,
             prev.future,
+            concat=prev.concat,
+            final=prev.final,
             complete=False,
             fresh=preview_head,
         )
@@ -470,4 +680,4 @@ def update(
         if todo or current_heads or w_o or not prev.complete
         else (prev.concat, prev.final)
     )
-    return Result(s.tokens, st, X, tuple(new), concat, final, prev.future)
+    return _result(s, X, new, prev.future, concat=concat, final=final)

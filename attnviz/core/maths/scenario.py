@@ -4,11 +4,17 @@ A ``Scenario`` is immutable and always valid: every constructor path checks shap
 numbers and limits, and every edit returns a new scenario that shares the matrices it
 did not touch. Conventions follow the brief: row vectors, ``X`` is ``n × d_model``, each
 head's ``W_Q``, ``W_K``, ``W_V`` are ``d_model × d_k``, ``W_O`` is ``(h·d_k) × d_model``.
+
+What current models add is optional and neutral by default: biases (zero), QK-norm
+weights (one), key/value heads shared by groups of query heads (G = H: one each), a
+separate key/value input ``X_kv`` (cross-attention: m keys for n queries), a custom
+0/1 mask, and the settings for RoPE, ALiBi, soft-capping and sinks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,11 +22,19 @@ from typing import Any
 
 import numpy as np
 
-MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window")
-MINUS_INF_MASKS = ("causal", "sliding-window")  # hidden keys get −∞: weight exactly 0
-POSITIONALS = ("none", "sinusoidal")
+from attnviz.core.maths.variants import visible
+
+MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window", "custom")
+MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −∞: weight 0
+POSITIONALS = ("none", "sinusoidal", "rope", "alibi")
+ALIGNMENTS = ("top-left", "bottom-right")
+ROPE_STYLES = ("half", "interleaved")
+QK_NORMS = ("none", "rms")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
-MATRIX_NAMES = ("X", *WEIGHT_NAMES, "W_O")
+Q_HEAD_NAMES = ("W_Q", "b_Q", "q_norm")  # one per query head
+KV_HEAD_NAMES = ("W_K", "W_V", "b_K", "b_V", "k_norm")  # one per key/value head
+HEAD_NAMES = Q_HEAD_NAMES + KV_HEAD_NAMES  # per-head stacks, (heads, rows, cols)
+MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix")
 
 
 @dataclass(frozen=True)
@@ -28,10 +42,11 @@ class Limits:
     """Sizes and values a scenario may hold (documented in the README)."""
 
     tokens: int = 2048
-    d_model: int = 2048
-    heads: int = 64
+    d_model: int = 8192
+    heads: int = 128
     d_k: int = 512
-    score_cells: int = 2**26  # heads × n², so that every intermediate fits in memory
+    score_cells: int = 2**26  # heads × n × m, so that every intermediate fits in memory
+    weight_cells: int = 2**27  # all heads' W_Q, W_K and W_V together
     abs_value: float = 1e6
     token_chars: int = 64
 
@@ -80,17 +95,56 @@ class Settings:
     dropout_seed: int = 0
     ablated: tuple[int, ...] = ()  # heads (0-based) switched off in the W_O mix
     window: int = 4  # sliding-window: query i sees keys i − window < j ≤ i
+    causal_alignment: str = "top-left"  # or bottom-right: j ≤ i + (m − n)
+    rope_base: float = 10000.0
+    rope_style: str = "half"  # pairs i, i + r/2 (GPT-NeoX, Llama); "interleaved": 2i, 2i+1
+    rope_dims: int | None = None  # how many leading features RoPE turns; None: all (even)
+    alibi_slopes: tuple[float, ...] | None = None  # one per query head; None: the paper's
+    scale_value: float | None = None  # replaces 1/√d_k when scale is on
+    qk_norm: str = "none"  # "rms": RMSNorm of Q and K over d_k, times q_norm/k_norm
+    qk_norm_eps: float = 1e-6
+    softcap: float | None = None  # scores become c·tanh(s/c)
+    sinks: tuple[float, ...] | None = None  # one logit per query head, in the denominator
 
     def __post_init__(self) -> None:
         for name in ("projections", "scale"):
             if not isinstance(getattr(self, name), bool):
                 raise ScenarioError(f"settings.{name}: expected true or false")
-        if self.mask not in MASKS:
-            raise ScenarioError(f"settings.mask: {self.mask!r} is not one of {', '.join(MASKS)}")
-        if self.positional not in POSITIONALS:
+        for name, allowed in (
+            ("mask", MASKS),
+            ("positional", POSITIONALS),
+            ("causal_alignment", ALIGNMENTS),
+            ("rope_style", ROPE_STYLES),
+            ("qk_norm", QK_NORMS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ScenarioError(
+                    f"settings.{name}: {value!r} is not one of {', '.join(allowed)}"
+                )
+        _positive("rope_base", self.rope_base, above=1.0)
+        _positive("qk_norm_eps", self.qk_norm_eps, above=0.0, most=1.0)
+        for name in ("scale_value", "softcap"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name), above=0.0)
+        r = self.rope_dims
+        if r is not None and (
+            isinstance(r, bool) or not isinstance(r, int) or r < 2 or r % 2 or r > LIMITS.d_k
+        ):
             raise ScenarioError(
-                f"settings.positional: {self.positional!r} is not one of {', '.join(POSITIONALS)}"
+                f"settings.rope_dims: expected an even number from 2 to {LIMITS.d_k}, got {r!r}"
             )
+        for name in ("alibi_slopes", "sinks"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if not isinstance(values, tuple) or not values or len(values) > LIMITS.heads:
+                raise ScenarioError(f"settings.{name}: expected one number per query head")
+            for h, v in enumerate(values):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= 1e4:
+                    raise ScenarioError(
+                        f"settings.{name}[{h + 1}]: expected a number within ±10000, got {v!r}"
+                    )
         w = self.window
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= LIMITS.tokens:
             raise ScenarioError(
@@ -127,6 +181,15 @@ class Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+def _positive(name: str, value: object, above: float, most: float = 1e9) -> None:
+    """Check a setting is a number greater than above (and at most most)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not above < value <= most:
+        raise ScenarioError(
+            f"settings.{name}: expected a number greater than {above:g} "
+            f"and at most {most:g}, got {value!r}"
+        )
+
+
 def _frozen(array: np.ndarray) -> np.ndarray:
     """A read-only float64 array (no copy when it already is one)."""
     if array.dtype != np.float64 or array.flags.writeable:
@@ -158,7 +221,17 @@ def check_values(
 
 @dataclass(frozen=True, eq=False)
 class Scenario:
-    """Tokens, X, per-head W_Q/W_K/W_V stacked as (h, d_model, d_k), W_O, and settings."""
+    """Tokens, X, the heads' projections, W_O, the optional parts of current models, and
+    settings.
+
+    Per-head matrices are stacked on axis 0: ``W_Q`` (H, d_model, d_k) with ``b_Q`` and
+    ``q_norm`` (H, 1, d_k) for the H query heads; ``W_K``, ``W_V`` (G, d_model, d_k) with
+    ``b_K``, ``b_V``, ``k_norm`` (G, 1, d_k) for the G key/value heads (G divides H; query
+    head h reads key/value head ⌊h·G/H⌋). ``b_O`` is (1, d_model). ``X_kv`` (m × d_model)
+    with ``kv_tokens`` makes it cross-attention; without it the keys are the tokens of X.
+    ``mask_matrix`` (n × m, 1 = may attend) is kept only for the custom mask. Optional
+    arrays left as None get their neutral value.
+    """
 
     tokens: tuple[str, ...]
     X: np.ndarray
@@ -167,11 +240,45 @@ class Scenario:
     W_V: np.ndarray
     W_O: np.ndarray
     settings: Settings = field(default_factory=Settings)
+    b_Q: np.ndarray = None  # type: ignore[assignment]
+    b_K: np.ndarray = None  # type: ignore[assignment]
+    b_V: np.ndarray = None  # type: ignore[assignment]
+    b_O: np.ndarray = None  # type: ignore[assignment]
+    q_norm: np.ndarray = None  # type: ignore[assignment]
+    k_norm: np.ndarray = None  # type: ignore[assignment]
+    kv_tokens: tuple[str, ...] | None = None
+    X_kv: np.ndarray | None = None
+    mask_matrix: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in MATRIX_NAMES:
+        for name in ("X", *WEIGHT_NAMES, "W_O"):
             object.__setattr__(self, name, _frozen(np.asarray(getattr(self, name))))
         object.__setattr__(self, "tokens", tuple(self.tokens))
+        W_Q, W_K = self.W_Q, self.W_K
+        if W_Q.ndim == 3 and W_K.ndim == 3:
+            neutral = {
+                "b_Q": (W_Q.shape[0], 0.0),
+                "q_norm": (W_Q.shape[0], 1.0),
+                "b_K": (W_K.shape[0], 0.0),
+                "b_V": (W_K.shape[0], 0.0),
+                "k_norm": (W_K.shape[0], 1.0),
+            }
+            for name, (count, value) in neutral.items():
+                if getattr(self, name) is None:
+                    array = np.full((count, 1, W_Q.shape[2]), value)
+                    object.__setattr__(self, name, array)
+        if self.b_O is None and self.X.ndim == 2:
+            object.__setattr__(self, "b_O", np.zeros((1, self.X.shape[1])))
+        if self.kv_tokens is not None:
+            object.__setattr__(self, "kv_tokens", tuple(self.kv_tokens))
+        if self.settings.mask == "custom" and self.mask_matrix is None and self.X.ndim == 2:
+            m = self.X.shape[0] if self.X_kv is None else np.shape(self.X_kv)[0]
+            causal = visible(self.X.shape[0], m, "causal", alignment=self.settings.causal_alignment)
+            object.__setattr__(self, "mask_matrix", causal.astype(np.float64))
+        for name in MATRIX_NAMES:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _frozen(np.asarray(value)))
         self._check()
 
     def _check(self) -> None:
@@ -185,16 +292,19 @@ class Scenario:
             raise ScenarioError(f"X: {n} tokens; expected 1 to {lim.tokens}")
         if not 1 <= d_model <= lim.d_model:
             raise ScenarioError(f"X: d_model {d_model}; expected 1 to {lim.d_model}")
-        if len(self.tokens) != n:
-            raise ScenarioError(f"tokens: {len(self.tokens)} labels for {n} rows of X")
-        for i, token in enumerate(self.tokens):
-            if not isinstance(token, str):
-                raise ScenarioError(f"tokens[{i + 1}]: expected text, got {token!r}")
-            problem = label_problem(token)
-            if problem:
-                raise ScenarioError(f"tokens[{i + 1}] {token!r:.40}: {problem}")
-            if len(token) > lim.token_chars:
-                raise ScenarioError(f"tokens[{i + 1}]: longer than {lim.token_chars} characters")
+        _check_labels("tokens", self.tokens, n)
+        if (self.X_kv is None) != (self.kv_tokens is None):
+            raise ScenarioError("X_kv: cross-attention needs both kv_tokens and X_kv")
+        m = n
+        if self.X_kv is not None:
+            if self.X_kv.ndim != 2 or self.X_kv.shape[1] != d_model:
+                raise ScenarioError(
+                    f"X_kv: expected rows of d_model {d_model}, got {_dims(self.X_kv.shape)}"
+                )
+            m = self.X_kv.shape[0]
+            if not 1 <= m <= lim.tokens:
+                raise ScenarioError(f"X_kv: {m} tokens; expected 1 to {lim.tokens}")
+            _check_labels("kv_tokens", self.kv_tokens, m)
         if self.W_Q.ndim != 3:
             raise ScenarioError(f"W_Q: expected (heads, d_model, d_k), got {self.W_Q.ndim}-D")
         h, _, d_k = self.W_Q.shape
@@ -202,36 +312,73 @@ class Scenario:
             raise ScenarioError(f"heads: {h}; expected 1 to {lim.heads}")
         if not 1 <= d_k <= lim.d_k:
             raise ScenarioError(f"d_k: {d_k}; expected 1 to {lim.d_k}")
-        if any(head >= h for head in self.settings.ablated):
-            missing = max(self.settings.ablated) + 1
+        g = self.W_K.shape[0] if self.W_K.ndim == 3 else 0
+        if g < 1 or h % g:
+            raise ScenarioError(
+                f"kv_heads: {g} key/value heads do not divide {h} query heads "
+                "(each group of query heads shares one key/value head)"
+            )
+        st = self.settings
+        if any(head >= h for head in st.ablated):
+            missing = max(st.ablated) + 1
             raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
-        if h * n * n > lim.score_cells:
+        for name in ("alibi_slopes", "sinks"):
+            values = getattr(st, name)
+            if values is not None and len(values) != h:
+                raise ScenarioError(f"settings.{name}: {len(values)} numbers for {h} query heads")
+        if st.rope_dims is not None and st.rope_dims > d_k:
+            raise ScenarioError(f"settings.rope_dims: {st.rope_dims} is more than d_k {d_k}")
+        if h * n * m > lim.score_cells:
             raise ScenarioError(
-                f"size: {h} heads × {n}² scores exceeds the limit of {lim.score_cells} score cells"
+                f"size: {h} heads × {n} × {m} scores exceeds the limit of "
+                f"{lim.score_cells} score cells"
             )
-        for name in WEIGHT_NAMES:
+        if (h + 2 * g) * d_model * d_k > lim.weight_cells:
+            raise ScenarioError(f"size: W_Q, W_K and W_V hold more than {lim.weight_cells} numbers")
+        for name in HEAD_NAMES:
+            count = h if name in Q_HEAD_NAMES else g
+            rows = d_model if name in WEIGHT_NAMES else 1
             shape = getattr(self, name).shape
-            if len(shape) != 3 or shape[0] != h:
-                raise ScenarioError(f"{name}: expected {h} heads of {d_model}×{d_k}, got {shape}")
-            if shape[1:] != (d_model, d_k):
+            if len(shape) != 3 or shape[0] != count:
                 raise ScenarioError(
-                    f"heads[1].{name}: expected {d_model}×{d_k}, got {shape[1]}×{shape[2]}"
+                    f"{name}: expected {count} heads of {rows}×{d_k}, got {_dims(shape)}"
                 )
+            if shape[1:] != (rows, d_k):
+                problem = f"{_dims(shape[1:])}" if rows > 1 else f"length {shape[2]}"
+                want = f"{rows}×{d_k}" if rows > 1 else f"length {d_k}"
+                raise ScenarioError(f"{matrix_label(name, 0)}: expected {want}, got {problem}")
         if self.W_O.shape != (h * d_k, d_model):
-            raise ScenarioError(
-                f"W_O: expected {h * d_k}×{d_model}, got {'×'.join(map(str, self.W_O.shape))}"
-            )
-        check_values("X", self.X)
-        for name in WEIGHT_NAMES:
-            for head in range(h):
-                check_values(f"heads[{head + 1}].{name}", getattr(self, name)[head])
-        check_values("W_O", self.W_O)
+            raise ScenarioError(f"W_O: expected {h * d_k}×{d_model}, got {_dims(self.W_O.shape)}")
+        if self.b_O.shape != (1, d_model):
+            raise ScenarioError(f"b_O: expected length {d_model}, got {_dims(self.b_O.shape)}")
+        if st.mask == "custom":
+            mask = self.mask_matrix
+            if mask is None or mask.shape != (n, m):
+                got = "none" if mask is None else _dims(mask.shape)
+                raise ScenarioError(f"settings.mask_matrix: expected {n}×{m} of 0 and 1, got {got}")
+            if not np.isin(mask, (0.0, 1.0)).all():
+                r, c = np.argwhere(~np.isin(mask, (0.0, 1.0)))[0]
+                raise ScenarioError(
+                    f"settings.mask_matrix[{r + 1},{c + 1}]: {mask[r, c]!r} is not 0 or 1"
+                )
+        for name in ("X", "X_kv", "W_O", "b_O"):
+            if getattr(self, name) is not None:
+                check_values(name, getattr(self, name))
+        for name in HEAD_NAMES:
+            stack = getattr(self, name)
+            for head in range(stack.shape[0]):
+                check_values(matrix_label(name, head), stack[head])
 
     # Shape -----------------------------------------------------------------------------
 
     @property
     def n(self) -> int:
         return self.X.shape[0]
+
+    @property
+    def m(self) -> int:
+        """How many keys: the tokens of X_kv under cross-attention, else n."""
+        return self.n if self.X_kv is None else self.X_kv.shape[0]
 
     @property
     def d_model(self) -> int:
@@ -242,19 +389,49 @@ class Scenario:
         return self.W_Q.shape[0]
 
     @property
+    def kv_heads(self) -> int:
+        """G, the number of key/value heads (n_heads without sharing, 1 for MQA)."""
+        return self.W_K.shape[0]
+
+    @property
     def d_k(self) -> int:
         return self.W_Q.shape[2]
+
+    @property
+    def cross(self) -> bool:
+        return self.X_kv is not None
+
+    @property
+    def key_tokens(self) -> tuple[str, ...]:
+        """The labels of the keys: kv_tokens under cross-attention, else tokens."""
+        return self.tokens if self.kv_tokens is None else self.kv_tokens
+
+    def kv_head_of(self, head: int) -> int:
+        """The key/value head that query head ``head`` (0-based) reads."""
+        return head * self.kv_heads // self.n_heads
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every matrix the scenario holds, by name (optional ones only when present)."""
+        return {
+            name: getattr(self, name) for name in MATRIX_NAMES if getattr(self, name) is not None
+        }
 
     # Access and edits --------------------------------------------------------------------
 
     def matrix(self, name: str, head: int | None = None) -> np.ndarray:
-        """One editable matrix as a read-only 2-D array (head is 0-based for W_Q/W_K/W_V)."""
-        if name in WEIGHT_NAMES:
-            if head is None or not 0 <= head < self.n_heads:
+        """One editable matrix as a read-only 2-D array; head (0-based) for per-head
+        matrices: a query head for W_Q, b_Q, q_norm, a key/value head for the others.
+        Biases and norm weights are one-row matrices."""
+        if name in HEAD_NAMES:
+            stack = getattr(self, name)
+            if head is None or not 0 <= head < stack.shape[0]:
                 raise ScenarioError(f"{name}: head {head} does not exist")
-            return getattr(self, name)[head]
-        if name in ("X", "W_O"):
-            return getattr(self, name)
+            return stack[head]  # type: ignore[no-any-return]
+        if name in MATRIX_NAMES:
+            value = getattr(self, name)
+            if value is None:
+                raise ScenarioError(f"{name}: this scenario has none")
+            return value  # type: ignore[no-any-return]
         raise ScenarioError(f"unknown matrix {name!r}; expected one of {', '.join(MATRIX_NAMES)}")
 
     def with_cells(
@@ -269,9 +446,13 @@ class Scenario:
                 f"{matrix_label(name, head)}: a {rows}×{cols} block at row {row + 1}, "
                 f"column {col + 1} does not fit a {target.shape[0]}×{target.shape[1]} matrix"
             )
-        check_values(matrix_label(name, head), values, origin=(row, col))
+        if name == "mask_matrix":
+            if not np.isin(values, (0.0, 1.0)).all():
+                raise ScenarioError("mask_matrix: a cell is 0 (hidden) or 1 (may attend)")
+        else:
+            check_values(matrix_label(name, head), values, origin=(row, col))
         full = np.array(getattr(self, name))
-        block = full[head] if name in WEIGHT_NAMES else full
+        block = full[head] if name in HEAD_NAMES else full
         block[row : row + rows, col : col + cols] = values
         # Only the checked block changed, so skip re-checking every matrix (costly at
         # GPT-2 sizes, and this runs on every keystroke).
@@ -288,9 +469,30 @@ class Scenario:
         return dataclasses.replace(self, settings=self.settings.replace(**changes))
 
 
+def _dims(shape: tuple[int, ...]) -> str:
+    return "×".join(map(str, shape))
+
+
+def _check_labels(where: str, labels: tuple[str, ...] | None, count: int) -> None:
+    labels = labels or ()
+    if len(labels) != count:
+        rows = "rows of X" if where == "tokens" else "rows of X_kv"
+        raise ScenarioError(f"{where}: {len(labels)} labels for {count} {rows}")
+    for i, token in enumerate(labels):
+        if not isinstance(token, str):
+            raise ScenarioError(f"{where}[{i + 1}]: expected text, got {token!r}")
+        problem = label_problem(token)
+        if problem:
+            raise ScenarioError(f"{where}[{i + 1}] {token!r:.40}: {problem}")
+        if len(token) > LIMITS.token_chars:
+            raise ScenarioError(f"{where}[{i + 1}]: longer than {LIMITS.token_chars} characters")
+
+
 def matrix_label(name: str, head: int | None) -> str:
     """How error messages and files name a matrix: ``heads[2].W_K`` (1-based head)."""
-    return f"heads[{head + 1}].{name}" if name in WEIGHT_NAMES and head is not None else name
+    if name in HEAD_NAMES and head is not None:
+        return f"heads[{head + 1}].{name}"
+    return name
 
 
 def from_heads(
@@ -299,28 +501,56 @@ def from_heads(
     heads: Sequence[Mapping[str, Any]],
     W_O: object,
     settings: Settings | None = None,
+    kv_heads: Sequence[Mapping[str, Any]] | None = None,
+    **extra: Any,
 ) -> Scenario:
-    """Build a scenario from a list of per-head dicts {"W_Q", "W_K", "W_V"}."""
+    """Build a scenario from per-head dicts.
+
+    Each head holds "W_Q", "W_K", "W_V" and optionally "b_Q", "b_K", "b_V" (vectors of
+    d_k), "q_norm", "k_norm". With ``kv_heads`` the query heads hold only "W_Q", "b_Q",
+    "q_norm" and each key/value head "W_K", "W_V", "b_K", "b_V", "k_norm". ``extra``:
+    the other Scenario fields (b_O, kv_tokens, X_kv, mask_matrix).
+    """
     if not heads:
         raise ScenarioError("heads: expected at least one head")
+    if kv_heads is not None and not kv_heads:
+        raise ScenarioError("kv_heads: expected at least one key/value head")
     stacks = {}
-    for name in WEIGHT_NAMES:
-        mats = [np.asarray(head[name], dtype=np.float64) for head in heads]
-        shapes = {m.shape for m in mats}
-        if len(shapes) > 1:
-            first = mats[0].shape
-            bad = next(i for i, m in enumerate(mats) if m.shape != first)
+    for name in HEAD_NAMES:
+        group, where = (
+            (heads, "heads")
+            if name in Q_HEAD_NAMES or kv_heads is None
+            else (
+                kv_heads,
+                "kv_heads",
+            )
+        )
+        if name not in WEIGHT_NAMES and not any(name in head for head in group):
+            continue  # neutral: the Scenario fills it in
+        d_k = np.shape(group[0][WEIGHT_NAMES[0] if where == "heads" else "W_K"])[-1]
+        neutral = 1.0 if name.endswith("norm") else 0.0
+        mats = [
+            np.asarray(head[name], dtype=np.float64).reshape(-1, np.shape(head[name])[-1])
+            if name in head
+            else np.full((1, d_k), neutral)
+            for head in group
+        ]
+        first = mats[0].shape
+        bad = next((i for i, m in enumerate(mats) if m.shape != first), None)
+        if bad is not None:
             raise ScenarioError(
-                f"heads[{bad + 1}].{name}: expected {'×'.join(map(str, first))}, "
-                f"got {'×'.join(map(str, mats[bad].shape))}"
+                f"{where}[{bad + 1}].{name}: expected {_dims(first)}, got {_dims(mats[bad].shape)}"
             )
         stacks[name] = np.stack(mats)
+    if "b_O" in extra and extra["b_O"] is not None:
+        extra["b_O"] = np.asarray(extra["b_O"], dtype=np.float64).reshape(1, -1)
     return Scenario(
         tokens=tuple(tokens),
         X=np.asarray(X, dtype=np.float64),
         W_O=np.asarray(W_O, dtype=np.float64),
         settings=settings or Settings(),
         **stacks,
+        **extra,
     )
 
 
@@ -335,6 +565,23 @@ def _fit(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _fit_mask(s: Scenario, n: int, m: int) -> np.ndarray | None:
+    """The custom mask at a new size: kept cells keep their value, new ones are causal."""
+    if s.mask_matrix is None:
+        return None
+    causal = visible(n, m, "causal", alignment=s.settings.causal_alignment).astype(np.float64)
+    rows, cols = min(n, s.n), min(m, s.m)
+    causal[:rows, :cols] = s.mask_matrix[:rows, :cols]
+    return causal
+
+
+def _fit_per_head(values: tuple[float, ...] | None, heads: int) -> tuple[float, ...] | None:
+    """Per-head settings (sinks, ALiBi slopes) for a new head count: cut, or padded with 0."""
+    if values is None:
+        return None
+    return tuple(values[:heads]) + (0.0,) * (heads - len(values))
+
+
 def resized(
     s: Scenario,
     *,
@@ -342,37 +589,97 @@ def resized(
     d_model: int | None = None,
     heads: int | None = None,
     d_k: int | None = None,
+    kv_heads: int | None = None,
+    m: int | None = None,
 ) -> Scenario:
-    """A copy with new sizes; kept cells keep their values, new cells are 0.
+    """A copy with new sizes; kept cells keep their values, new cells are 0 (1 for norm
+    weights).
 
-    Changing d_k or the number of heads keeps each head's block of W_O in place.
+    Changing d_k or the number of heads keeps each head's block of W_O in place. Without
+    kv_heads, key/value heads follow the query heads when each had its own, and otherwise
+    keep their number when it still divides the heads (else the largest that does).
+    ``m`` sets the number of keys under cross-attention.
     """
     n = s.n if n is None else n
     d_model = s.d_model if d_model is None else d_model
     heads = s.n_heads if heads is None else heads
     d_k = s.d_k if d_k is None else d_k
+    if kv_heads is None:
+        kv_heads = heads if s.kv_heads == s.n_heads else math.gcd(s.kv_heads, heads)
+    m = (n if s.X_kv is None else s.m) if m is None else m
     for label, value, hi in (
         ("tokens", n, LIMITS.tokens),
         ("d_model", d_model, LIMITS.d_model),
         ("heads", heads, LIMITS.heads),
         ("d_k", d_k, LIMITS.d_k),
+        ("kv_heads", kv_heads, heads),
+        ("key tokens", m, LIMITS.tokens),
     ):
         if not 1 <= value <= hi:
             raise ScenarioError(f"{label}: {value}; expected 1 to {hi}")
     tokens = list(s.tokens[:n]) + [f"t{i + 1}" for i in range(s.n, n)]
     blocks = s.W_O.reshape(s.n_heads, s.d_k, s.d_model)
     W_O = _fit(blocks, (heads, d_k, d_model)).reshape(heads * d_k, d_model)
-    ablated = tuple(h for h in s.settings.ablated if h < heads)
+    st = s.settings
+    rope_dims = st.rope_dims if st.rope_dims is None or st.rope_dims <= d_k else None
+    settings = st.replace(
+        ablated=tuple(h for h in st.ablated if h < heads),
+        sinks=_fit_per_head(st.sinks, heads),
+        alibi_slopes=_fit_per_head(st.alibi_slopes, heads),
+        rope_dims=rope_dims,
+    )
+    stacks = {}
+    for name in HEAD_NAMES:
+        count = heads if name in Q_HEAD_NAMES else kv_heads
+        rows = d_model if name in WEIGHT_NAMES else 1
+        fitted = _fit(getattr(s, name), (count, rows, d_k))
+        if name.endswith("norm"):
+            fitted[:, :, s.d_k :] = 1.0
+            fitted[s.n_heads if name == "q_norm" else s.kv_heads :] = 1.0
+        stacks[name] = fitted
+    cross = {}
+    if s.X_kv is not None and s.kv_tokens is not None:
+        kv_tokens = list(s.kv_tokens[:m]) + [f"k{i + 1}" for i in range(s.m, m)]
+        cross = {"kv_tokens": tuple(kv_tokens), "X_kv": _fit(s.X_kv, (m, d_model))}
     return dataclasses.replace(
         s,
-        settings=s.settings.replace(ablated=ablated),
+        settings=settings,
         tokens=tuple(tokens),
         X=_fit(s.X, (n, d_model)),
-        W_Q=_fit(s.W_Q, (heads, d_model, d_k)),
-        W_K=_fit(s.W_K, (heads, d_model, d_k)),
-        W_V=_fit(s.W_V, (heads, d_model, d_k)),
         W_O=W_O,
+        b_O=_fit(s.b_O, (1, d_model)),
+        mask_matrix=_fit_mask(s, n, m),
+        **stacks,
+        **cross,
     )
+
+
+def with_cross_attention(s: Scenario, on: bool) -> Scenario:
+    """A copy with its own key/value tokens (starting as a copy of the queries' tokens
+    and X), or without them (keys are the tokens of X again)."""
+    if on == s.cross:
+        return s
+    if on:
+        changed = dataclasses.replace(s, kv_tokens=s.tokens, X_kv=s.X, mask_matrix=s.mask_matrix)
+    else:
+        changed = dataclasses.replace(
+            s, kv_tokens=None, X_kv=None, mask_matrix=_fit_mask(s, s.n, s.n)
+        )
+    return changed
+
+
+def with_kv_heads(s: Scenario, kv_heads: int) -> Scenario:
+    """A copy with G key/value heads shared by groups of the query heads. Going from H
+    heads to fewer, each group keeps the key/value weights of its first head; going back
+    to one each, every query head gets its group's weights."""
+    H, G = s.n_heads, s.kv_heads
+    if not 1 <= kv_heads <= H or H % kv_heads:
+        raise ScenarioError(f"kv_heads: {kv_heads} does not divide {H} query heads")
+    if kv_heads == G:
+        return s
+    # the key/value head each new one copies: the one its first query head read before
+    source = [(g * H // kv_heads) * G // H for g in range(kv_heads)]
+    return dataclasses.replace(s, **{name: getattr(s, name)[source] for name in KV_HEAD_NAMES})
 
 
 def insert_token(s: Scenario, index: int, label: str = "", x: object = None) -> Scenario:
@@ -382,7 +689,15 @@ def insert_token(s: Scenario, index: int, label: str = "", x: object = None) -> 
     row = np.zeros(s.d_model) if x is None else np.asarray(x, dtype=np.float64)
     tokens = list(s.tokens)
     tokens.insert(index, label or f"t{s.n + 1}")
-    return dataclasses.replace(s, tokens=tuple(tokens), X=np.insert(s.X, index, row, axis=0))
+    mask = s.mask_matrix
+    if mask is not None:  # the new query sees what its causal place lets it see
+        causal = visible(s.n + 1, s.m + (not s.cross), "causal")
+        if not s.cross:
+            mask = np.insert(mask, index, causal[:-1, index], axis=1)
+        mask = np.insert(mask, index, causal[index], axis=0)
+    return dataclasses.replace(
+        s, tokens=tuple(tokens), X=np.insert(s.X, index, row, axis=0), mask_matrix=mask
+    )
 
 
 def remove_token(s: Scenario, index: int) -> Scenario:
@@ -392,7 +707,12 @@ def remove_token(s: Scenario, index: int) -> Scenario:
     if s.n == 1:
         raise ScenarioError("tokens: a scenario needs at least one token")
     tokens = s.tokens[:index] + s.tokens[index + 1 :]
-    return dataclasses.replace(s, tokens=tokens, X=np.delete(s.X, index, axis=0))
+    mask = s.mask_matrix
+    if mask is not None:
+        mask = np.delete(mask, index, axis=0)
+        if not s.cross:
+            mask = np.delete(mask, index, axis=1)
+    return dataclasses.replace(s, tokens=tokens, X=np.delete(s.X, index, axis=0), mask_matrix=mask)
 
 
 def permute_tokens(s: Scenario, order: Sequence[int]) -> Scenario:
@@ -400,7 +720,12 @@ def permute_tokens(s: Scenario, order: Sequence[int]) -> Scenario:
     order = list(order)
     if sorted(order) != list(range(s.n)):
         raise ScenarioError(f"tokens: {order} is not a reordering of {s.n} tokens")
-    return dataclasses.replace(s, tokens=tuple(s.tokens[i] for i in order), X=s.X[order])
+    mask = s.mask_matrix
+    if mask is not None:
+        mask = mask[order] if s.cross else mask[np.ix_(order, order)]
+    return dataclasses.replace(
+        s, tokens=tuple(s.tokens[i] for i in order), X=s.X[order], mask_matrix=mask
+    )
 
 
 def move_token(s: Scenario, src: int, dst: int) -> Scenario:
