@@ -261,21 +261,27 @@ def test_random_scenarios_round_trip_bit_for_bit(parts):
             getattr(want, key)
         )
     assert type(got.dropout) is float and float_bits(got.dropout) == float_bits(want.dropout)
-    # The window is saved (as version 2) only when a sliding window uses it.
-    sliding = want.mask == "sliding-window"
+    # The window is saved (as version 2) only when a sliding window uses it; a custom
+    # mask and RoPE or ALiBi also need version 2.
+    sliding, custom = want.mask == "sliding-window", want.mask == "custom"
     assert got.window == (want.window if sliding else 4)
+    v2 = sliding or custom or want.positional in ("rope", "alibi")
 
     doc = json.loads(text)
     assert set(doc) == TOP_KEYS
-    assert (doc["format"], doc["version"]) == ("attnviz-scenario", 2 if sliding else 1)
+    assert (doc["format"], doc["version"]) == ("attnviz-scenario", 2 if v2 else 1)
     assert doc["tokens"] == list(parts["tokens"])
-    assert set(doc["settings"]) == SETTING_KEYS | ({"window"} if sliding else set())
+    more = {"window"} if sliding else {"mask_matrix"} if custom else set()
+    assert set(doc["settings"]) == SETTING_KEYS | more
     h = parts["W_Q"].shape[0]
     expected_rows = parts["X"].tolist()
     for head in range(h):
         for name in ("W_Q", "W_K", "W_V"):
             expected_rows += parts[name][head].tolist()
     expected_rows += parts["W_O"].tolist()
+    if custom:  # causal by default: ones on and below the diagonal
+        n = len(parts["tokens"])
+        expected_rows += [[1.0 * (j <= i) for j in range(n)] for i in range(n)]
     assert row_lines(text) == expected_rows
 
 

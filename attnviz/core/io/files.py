@@ -32,6 +32,7 @@ import numpy as np
 from attnviz.core.io.text import TABLE_COLS, parse_table
 from attnviz.core.maths.scenario import (
     LIMITS,
+    MATRIX_NAMES,
     WEIGHT_NAMES,
     Scenario,
     ScenarioError,
@@ -46,19 +47,33 @@ VERSIONS = (1, 2)
 SUFFIX = ".attn.json"
 MAX_FILE_BYTES = 256 * 2**20
 MAX_MATRIX_CELLS = 2**24
-TOP_KEYS = {"format", "version", "tokens", "X", "heads", "W_O", "settings"}
-SETTINGS_KEYS_ORDER = (
-    "projections",
-    "scale",
-    "mask",
-    "positional",
-    "dropout",
-    "dropout_seed",
-    "ablated",
+V1_TOP_KEYS = ("format", "version", "tokens", "X", "heads", "W_O", "settings")
+V2_TOP_KEYS = ("kv_tokens", "X_kv", "kv_heads", "b_O")
+TOP_KEYS = set(V1_TOP_KEYS + V2_TOP_KEYS)
+V1_SETTINGS = ("projections", "scale", "mask", "positional", "dropout", "dropout_seed", "ablated")
+V2_SETTINGS = (
     "window",
+    "mask_matrix",
+    "causal_alignment",
+    "rope_base",
+    "rope_style",
+    "rope_dims",
+    "alibi_slopes",
+    "scale_value",
+    "qk_norm",
+    "qk_norm_eps",
+    "softcap",
+    "sinks",
 )
+SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
-V2_SETTINGS = {"window"}  # settings a version-1 file cannot hold
+V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
+Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
+KV_HEAD_KEYS = ("W_K", "b_K", "W_V", "b_V", "k_norm")
+HEAD_KEYS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "q_norm", "k_norm")
+VECTORS = ("b_Q", "b_K", "b_V", "q_norm", "k_norm", "b_O")  # written as one list of numbers
+V2_VALUES = {"mask": ("custom",), "positional": ("rope", "alibi")}  # values version 1 lacks
+_DEFAULTS = Settings()
 
 
 class FileFormatError(ScenarioError):
@@ -72,35 +87,71 @@ def _rows(a: np.ndarray) -> list[list[float]]:
     return a.tolist()  # type: ignore[no-any-return]
 
 
+def _in_use(s: Scenario, name: str) -> bool:
+    """Whether an optional per-head array differs from its neutral value (0, or 1 for
+    norm weights; norm weights also whenever QK-norm is on)."""
+    if name.endswith("norm"):
+        return s.settings.qk_norm != "none" or bool((getattr(s, name) != 1.0).any())
+    return bool(getattr(s, name).any())
+
+
+def _head_dicts(s: Scenario, names: tuple[str, ...], count: int) -> list[dict[str, Any]]:
+    used = [n for n in names if n in WEIGHT_NAMES or _in_use(s, n)]
+    return [
+        {n: getattr(s, n)[h][0].tolist() if n in VECTORS else _rows(getattr(s, n)[h]) for n in used}
+        for h in range(count)
+    ]
+
+
 def scenario_to_dict(s: Scenario) -> dict[str, Any]:
-    """Exactly what a save writes."""
-    return {
-        "format": FORMAT,
-        "version": version_for(s),
-        "tokens": list(s.tokens),
-        "X": _rows(s.X),
-        "heads": [
-            {name: _rows(getattr(s, name)[h]) for name in WEIGHT_NAMES} for h in range(s.n_heads)
-        ],
-        "W_O": _rows(s.W_O),
-        "settings": settings_to_dict(s.settings),
-    }
+    """Exactly what a save writes: the version-1 fields, and each version-2 field only
+    where it is in use."""
+    shared = s.kv_heads != s.n_heads
+    d: dict[str, Any] = {"format": FORMAT, "version": 1, "tokens": list(s.tokens), "X": _rows(s.X)}
+    if s.cross:
+        d["kv_tokens"], d["X_kv"] = list(s.key_tokens), _rows(s.X_kv)  # type: ignore[arg-type]
+    d["heads"] = _head_dicts(s, Q_HEAD_KEYS if shared else HEAD_KEYS, s.n_heads)
+    if shared:
+        d["kv_heads"] = _head_dicts(s, KV_HEAD_KEYS, s.kv_heads)
+    d["W_O"] = _rows(s.W_O)
+    if s.b_O.any():
+        d["b_O"] = s.b_O[0].tolist()
+    d["settings"] = settings_to_dict(s.settings)
+    if s.settings.mask == "custom" and s.mask_matrix is not None:
+        d["settings"]["mask_matrix"] = s.mask_matrix.astype(int).tolist()
+    d["version"] = version_for(s)
+    return d
 
 
 def settings_to_dict(st: Settings) -> dict[str, Any]:
     """Settings as saved; ablated heads are numbered from 1, as everywhere users see them.
-    A version-2 setting is written only where it has an effect (the window of a
-    sliding-window mask), so that plain scenarios stay version 1."""
-    d = {name: getattr(st, name) for name in SETTINGS_KEYS_ORDER}
+    A version-2 setting is written only where it has an effect or differs from its
+    default (the window only with a sliding-window mask), so that plain scenarios stay
+    version 1."""
+    d: dict[str, Any] = {name: getattr(st, name) for name in V1_SETTINGS}
     d["ablated"] = [h + 1 for h in st.ablated]
-    if st.mask != "sliding-window":
-        del d["window"]
+    for name in V2_SETTINGS:
+        value = getattr(st, name, None)
+        if name == "window":
+            if st.mask == "sliding-window":
+                d[name] = value
+        elif name != "mask_matrix" and value != getattr(_DEFAULTS, name):
+            d[name] = list(value) if isinstance(value, tuple) else value
     return d
 
 
 def version_for(s: Scenario) -> int:
     """1, unless the scenario uses something only version 2 can hold."""
-    return 2 if V2_SETTINGS & set(settings_to_dict(s.settings)) else 1
+    optional = (n for n in HEAD_KEYS if n not in WEIGHT_NAMES)
+    uses_v2 = (
+        s.cross
+        or s.kv_heads != s.n_heads
+        or s.b_O.any()
+        or any(_in_use(s, n) for n in optional)
+        or set(settings_to_dict(s.settings)) & set(V2_SETTINGS)
+        or any(getattr(s.settings, k) in values for k, values in V2_VALUES.items())
+    )
+    return 2 if uses_v2 else 1
 
 
 def clip(value: Any, width: int = 40) -> str:
@@ -168,15 +219,21 @@ def _settings(value: Any, version: int = VERSION) -> Settings:
     if not isinstance(value, dict):
         raise FileFormatError("settings: expected an object")
     if version == 1:
-        newer = sorted(set(value) & V2_SETTINGS)
+        newer = sorted(set(value) & set(V2_SETTINGS))
         if newer:
             raise FileFormatError(f"settings.{newer[0]}: needs version 2 (the file says 1)")
+        for name, values in V2_VALUES.items():
+            if value.get(name) in values:
+                raise FileFormatError(
+                    f"settings.{name}: {value[name]!r} needs version 2 (the file says 1)"
+                )
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
             f"settings.{_name(unknown[0])}: unknown setting; "
             f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
+    value = {k: v for k, v in value.items() if k != "mask_matrix"}
     if "ablated" in value:
         heads = value["ablated"]
         if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
@@ -184,15 +241,94 @@ def _settings(value: Any, version: int = VERSION) -> Settings:
         if len(set(heads)) != len(heads):
             raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
         value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
-    if "dropout" in value and type(value["dropout"]) is int:
-        try:
-            value = {**value, "dropout": float(value["dropout"])}
-        except OverflowError:
-            raise FileFormatError("settings.dropout: expected a probability in [0, 1)") from None
+    for name in ("alibi_slopes", "sinks"):
+        if name in value:
+            numbers = value[name]
+            if not isinstance(numbers, list) or not all(type(v) in (int, float) for v in numbers):
+                raise FileFormatError(f"settings.{name}: expected a list of numbers, one per head")
+            value = {**value, name: tuple(float(v) for v in numbers)}
+    for name in ("dropout", "rope_base", "scale_value", "qk_norm_eps", "softcap"):
+        if name in value and type(value[name]) is int:
+            try:
+                value = {**value, name: float(value[name])}
+            except OverflowError:
+                raise FileFormatError(f"settings.{name}: the number is too large") from None
     try:
         return Settings(**value)
     except ScenarioError as e:
         raise FileFormatError(str(e)) from None
+
+
+def _vector(where: str, value: Any, length: int) -> np.ndarray:
+    """A list of length finite numbers, as a 1 × length float64 array."""
+    if isinstance(value, np.ndarray):  # the row reader converted it already
+        value = value.tolist()
+    if not isinstance(value, list) or not all(type(v) in (int, float) for v in value):
+        raise FileFormatError(f"{where}: expected a list of {length} numbers")
+    if len(value) != length:
+        raise FileFormatError(f"{where}: expected {length} numbers, got {len(value)}")
+    try:
+        array = np.array([value], dtype=np.float64)
+    except OverflowError:
+        raise FileFormatError(f"{where}: a number is too large") from None
+    try:
+        check_values(where, array[0])
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+    return array
+
+
+def _tokens(where: str, tokens: Any) -> list[str]:
+    if not isinstance(tokens, list) or not tokens:
+        raise FileFormatError(f"{where}: expected a non-empty list of text labels")
+    if len(tokens) > LIMITS.tokens:
+        raise FileFormatError(f"{where}: {len(tokens)} tokens; the limit is {LIMITS.tokens}")
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str):
+            raise FileFormatError(f"{where}[{i + 1}]: expected text, got {clip(t)}")
+    return tokens
+
+
+def _heads(
+    where: str,
+    heads: Any,
+    required: tuple[str, ...],
+    allowed: tuple[str, ...],
+    d_model: int,
+    d_k: int | None,
+) -> tuple[list[dict[str, np.ndarray]], int]:
+    """Parse a list of head objects: matrices d_model × d_k, vectors of d_k."""
+    if not isinstance(heads, list) or not heads:
+        raise FileFormatError(f"{where}: expected a non-empty list of heads")
+    if len(heads) > LIMITS.heads:
+        raise FileFormatError(f"{where}: {len(heads)} heads; the limit is {LIMITS.heads}")
+    parsed = []
+    for h, head in enumerate(heads):
+        at = f"{where}[{h + 1}]"
+        if not isinstance(head, dict):
+            raise FileFormatError(f"{at}: expected an object with {', '.join(required)}")
+        extra = sorted(set(head) - set(allowed))
+        missing = [n for n in required if n not in head]
+        if extra or missing:
+            problem = f"{_name(extra[0])}: unknown field" if extra else f"{missing[0]}: missing"
+            raise FileFormatError(f"{at}.{problem}")
+        mats = {}
+        for name in allowed:
+            if name not in head:
+                continue
+            if name in VECTORS:
+                continue
+            m = _matrix(f"{at}.{name}", head[name])
+            d_k = m.shape[1] if d_k is None else d_k
+            _expect_shape(f"{at}.{name}", m, (d_model, d_k))
+            mats[name] = m
+        assert d_k is not None
+        for name in allowed:
+            if name in head and name in VECTORS:
+                mats[name] = _vector(f"{at}.{name}", head[name], d_k)
+        parsed.append(mats)
+    assert d_k is not None
+    return parsed, d_k
 
 
 def scenario_from_dict(data: Any) -> Scenario:
@@ -210,54 +346,101 @@ def scenario_from_dict(data: Any) -> Scenario:
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise FileFormatError(f"{_name(unknown[0])}: unknown field")
+    if version == 1:
+        newer = [k for k in V2_TOP_KEYS if k in data]
+        if newer:
+            raise FileFormatError(f"{newer[0]}: needs version 2 (the file says 1)")
     for key in ("tokens", "X", "heads", "W_O"):
         if key not in data:
             raise FileFormatError(f"{key}: missing")
 
-    tokens = data["tokens"]
-    if not isinstance(tokens, list) or not tokens:
-        raise FileFormatError("tokens: expected a non-empty list of text labels")
-    if len(tokens) > LIMITS.tokens:
-        raise FileFormatError(f"tokens: {len(tokens)} tokens; the limit is {LIMITS.tokens}")
-    for i, t in enumerate(tokens):
-        if not isinstance(t, str):
-            raise FileFormatError(f"tokens[{i + 1}]: expected text, got {clip(t)}")
-
+    tokens = _tokens("tokens", data["tokens"])
     X = _matrix("X", data["X"])
     n, d_model = len(tokens), X.shape[1]
     _expect_shape("X", X, (n, d_model))
+    extra: dict[str, Any] = {}
+    if ("kv_tokens" in data) != ("X_kv" in data):
+        raise FileFormatError("X_kv: cross-attention needs both kv_tokens and X_kv")
+    if "X_kv" in data:
+        kv_tokens = _tokens("kv_tokens", data["kv_tokens"])
+        X_kv = _matrix("X_kv", data["X_kv"])
+        _expect_shape("X_kv", X_kv, (len(kv_tokens), d_model))
+        extra.update(kv_tokens=kv_tokens, X_kv=X_kv)
+    m = len(extra.get("kv_tokens", tokens))
 
-    heads = data["heads"]
-    if not isinstance(heads, list) or not heads:
-        raise FileFormatError("heads: expected a non-empty list of heads")
-    if len(heads) > LIMITS.heads:
-        raise FileFormatError(f"heads: {len(heads)} heads; the limit is {LIMITS.heads}")
-    parsed: list[dict[str, np.ndarray]] = []
-    d_k = None
-    for h, head in enumerate(heads):
-        where = f"heads[{h + 1}]"
-        if not isinstance(head, dict):
-            raise FileFormatError(f"{where}: expected an object with W_Q, W_K, W_V")
-        if set(head) != set(WEIGHT_NAMES):
-            extra = sorted(set(head) - set(WEIGHT_NAMES))
-            missing = sorted(set(WEIGHT_NAMES) - set(head))
-            problem = f"{_name(extra[0])}: unknown field" if extra else f"{missing[0]}: missing"
-            raise FileFormatError(f"{where}.{problem}")
-        mats = {}
-        for name in WEIGHT_NAMES:
-            m = _matrix(f"{where}.{name}", head[name])
-            d_k = m.shape[1] if d_k is None else d_k
-            _expect_shape(f"{where}.{name}", m, (d_model, d_k))
-            mats[name] = m
-        parsed.append(mats)
-    assert d_k is not None
+    shared = "kv_heads" in data
+    allowed = (Q_HEAD_KEYS if shared else HEAD_KEYS) if version == 2 else V1_HEAD_KEYS
+    required = ("W_Q",) if shared else V1_HEAD_KEYS
+    heads, d_k = _heads("heads", data["heads"], required, allowed, d_model, None)
+    kv_heads = None
+    if shared:
+        kv_heads, _ = _heads(
+            "kv_heads", data["kv_heads"], ("W_K", "W_V"), KV_HEAD_KEYS, d_model, d_k
+        )
+        if len(heads) % len(kv_heads):
+            raise FileFormatError(
+                f"kv_heads: {len(kv_heads)} key/value heads do not divide {len(heads)} query heads"
+            )
     W_O = _matrix("W_O", data["W_O"])
     _expect_shape("W_O", W_O, (len(heads) * d_k, d_model))
-    settings = _settings(data.get("settings", {}), version)
+    if "b_O" in data:
+        extra["b_O"] = _vector("b_O", data["b_O"], d_model)
+    settings_value = data.get("settings", {})
+    settings = _settings(settings_value, version)
+    if settings.mask == "custom":
+        if "mask_matrix" not in settings_value:
+            raise FileFormatError("settings.mask_matrix: missing (the custom mask needs it)")
+        mask = _matrix("settings.mask_matrix", settings_value["mask_matrix"])
+        _expect_shape("settings.mask_matrix", mask, (n, m))
+        extra["mask_matrix"] = mask
+    elif "mask_matrix" in settings_value:
+        raise FileFormatError(
+            f"settings.mask_matrix: only for the custom mask (mask is {settings.mask!r})"
+        )
     try:
-        return from_heads(tokens, X, parsed, W_O, settings)
+        return from_heads(tokens, X, heads, W_O, settings, kv_heads, **extra)
     except ScenarioError as e:
         raise FileFormatError(str(e)) from None
+
+
+def scenario_to_json(s: Scenario) -> str:
+    """Human-readable JSON: one matrix row per line."""
+
+    def matrix(rows: list[list[float]], indent: str) -> str:
+        # repr of each float is what json writes for it, in a fraction of the time.
+        inner = f",\n{indent}  ".join("[" + ", ".join(map(repr, r)) + "]" for r in rows)
+        return f"[\n{indent}  {inner}\n{indent}]"
+
+    def value(key: str, v: Any, indent: str) -> str:
+        if key in VECTORS:
+            return "[" + ", ".join(map(repr, v)) + "]"
+        if key in ("X", "X_kv", "W_O", *WEIGHT_NAMES):
+            return matrix(v, indent)
+        return json.dumps(v, ensure_ascii=False)
+
+    def heads(items: list[dict[str, Any]]) -> str:
+        return ",\n".join(
+            "    {\n"
+            + ",\n".join(f'      "{k}": {value(k, v, "      ")}' for k, v in head.items())
+            + "\n    }"
+            for head in items
+        )
+
+    d = scenario_to_dict(s)
+    settings = dict(d["settings"])
+    mask = settings.pop("mask_matrix", None)
+    parts = []
+    for key, v in d.items():
+        if key in ("heads", "kv_heads"):
+            parts.append(f'  "{key}": [\n{heads(v)}\n  ]')
+        elif key == "settings":
+            text = json.dumps(settings)
+            if mask is not None:
+                text = text[:-1] + f', "mask_matrix": {matrix(mask, "  ")}}}'
+            parts.append(f'  "settings": {text}')
+        else:
+            parts.append(f'  "{key}": {value(key, v, "  ")}')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 # JSON text ----------------------------------------------------------------------------
@@ -277,48 +460,23 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def scenario_to_json(s: Scenario) -> str:
-    """Human-readable JSON: one matrix row per line."""
-
-    def matrix(rows: list[list[float]], indent: str) -> str:
-        # repr of each float is what json writes for it, in a fraction of the time.
-        inner = f",\n{indent}  ".join("[" + ", ".join(map(repr, r)) + "]" for r in rows)
-        return f"[\n{indent}  {inner}\n{indent}]"
-
-    d = scenario_to_dict(s)
-    heads = ",\n".join(
-        "    {\n"
-        + ",\n".join(f'      "{name}": {matrix(head[name], "      ")}' for name in WEIGHT_NAMES)
-        + "\n    }"
-        for head in d["heads"]
-    )
-    parts = [
-        f'  "format": {json.dumps(FORMAT)}',
-        f'  "version": {d["version"]}',
-        f'  "tokens": {json.dumps(d["tokens"], ensure_ascii=False)}',
-        f'  "X": {matrix(d["X"], "  ")}',
-        f'  "heads": [\n{heads}\n  ]',
-        f'  "W_O": {matrix(d["W_O"], "  ")}',
-        f'  "settings": {json.dumps(d["settings"])}',
-    ]
-    return "{\n" + ",\n".join(parts) + "\n}\n"
-
-
 def _most_containers() -> int:
     """The most lists and objects a scenario within LIMITS holds, counting every
     character of its token labels as a bracket (a label may hold "[" or "{")."""
     lim = LIMITS
-    rows = lim.tokens + 3 * lim.heads * lim.d_model + lim.heads * lim.d_k  # X, W's, W_O
-    matrices = 2 + 3 * lim.heads
-    others = 5 + lim.heads  # the document, tokens, heads, settings, ablated; each head
-    return rows + matrices + others + lim.tokens * lim.token_chars
+    rows = 3 * lim.tokens + 3 * lim.heads * lim.d_model + lim.heads * lim.d_k  # X, X_kv, mask
+    matrices = 4 + 3 * lim.heads
+    vectors = 5 * lim.heads + 4  # biases and norm weights; b_O, slopes, sinks, ablated
+    others = 5 + 2 * lim.heads  # document, tokens, heads lists, settings; each head
+    return rows + matrices + vectors + others + 2 * lim.tokens * lim.token_chars
 
 
 def _most_quotes() -> int:
     """The most quotation marks a scenario within LIMITS holds (a label may hold \")."""
     lim = LIMITS
-    strings = 1 + len(TOP_KEYS) + len(SETTINGS_KEYS) + 2 + 3 * lim.heads + lim.tokens
-    return 2 * strings + lim.tokens * lim.token_chars
+    keys = len(TOP_KEYS) + len(SETTINGS_KEYS) + 2 * len(HEAD_KEYS) * lim.heads
+    strings = 1 + keys + 6 + 2 * lim.tokens  # the format, string settings and labels
+    return 2 * strings + 2 * lim.tokens * lim.token_chars
 
 
 def _count(text: str | bytes, chars: str) -> int:
@@ -731,12 +889,10 @@ def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
     """Write s as an .npz archive of plain arrays (no pickles), atomically."""
     buffer = io.BytesIO()
     settings = settings_to_dict(s.settings)
-    np.savez(
-        buffer,
-        tokens=np.array(s.tokens, dtype=np.str_),
-        settings=np.array(json.dumps(settings)),
-        **{name: getattr(s, name) for name in ("X", "W_Q", "W_K", "W_V", "W_O")},
-    )
+    labels = {"tokens": np.array(s.tokens, dtype=np.str_)}
+    if s.kv_tokens is not None:
+        labels["kv_tokens"] = np.array(s.kv_tokens, dtype=np.str_)
+    np.savez(buffer, settings=np.array(json.dumps(settings)), **labels, **s.arrays())
     atomic_write(path, buffer.getvalue())
 
 
@@ -749,10 +905,14 @@ def load_snapshot(path: str | os.PathLike[str]) -> Scenario:
                 raise FileFormatError(f"{name}: not an attnviz snapshot (not an .npz archive)")
             f.seek(0)
             with np.load(f, allow_pickle=False) as archive:
-                arrays = {name: archive[name] for name in ("X", "W_Q", "W_K", "W_V", "W_O")}
-                tokens = tuple(str(t) for t in archive["tokens"].tolist())
+                arrays = {k: archive[k] for k in MATRIX_NAMES if k in archive.files}
+                labels = {
+                    k: tuple(str(t) for t in archive[k].tolist())
+                    for k in ("tokens", "kv_tokens")
+                    if k in archive.files
+                }
                 settings = _settings(json.loads(str(archive["settings"])))
-            return Scenario(tokens=tokens, settings=settings, **arrays)
+            return Scenario(settings=settings, **labels, **arrays)  # type: ignore[arg-type]
         except FileFormatError:
             raise
         except Exception as e:  # a damaged archive can fail in zipfile, numpy or json
