@@ -327,7 +327,7 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from attnviz.core.maths.engine import HEAD_MATRICES, compute
+    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, compute
     from attnviz.core.maths.explain import EXPLAINABLE, explain, format_text
 
     s = load_source(args)
@@ -335,7 +335,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.matrix not in EXPLAINABLE:
         raise UsageError(f"--matrix {args.matrix!r}: expected one of {', '.join(EXPLAINABLE)}")
     head = None
-    if args.matrix in HEAD_MATRICES:
+    if args.matrix in HEAD_MATRICES + TURNED_MATRICES:
         if args.head is None:
             raise UsageError(f"--matrix {args.matrix} needs --head (1 to {r.n_heads})")
         if args.head > r.n_heads:

@@ -2,7 +2,10 @@
 
 ``explain(scenario, result, name, head, row, col)`` recomputes the cell from its inputs
 (the products and their sum, the division by √d_k, the exponentials and their quotient,
-...) and returns the pieces as data; ``format_text`` renders them for a terminal.
+...) and returns the pieces as data; ``format_text`` renders them for a terminal. What
+current models add shows its own arithmetic: the biases, the key/value head a query head
+reads, K and V from X_kv, QK-norm and RoPE (``Q_rot``, ``K_rot``), scale_value, the
+soft-cap, ALiBi, the sliding-window and custom masks and the causal alignment, the sink.
 Indices here are 0-based; labels shown to people are 1-based or token names.
 """
 
@@ -13,10 +16,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.engine import HEAD_MATRICES, LAYER_MATRICES, Result, sinusoidal
+from attnviz.core.maths.engine import (
+    HEAD_MATRICES,
+    LAYER_MATRICES,
+    TURNED_MATRICES,
+    Result,
+    positions,
+    rope_width,
+    sinusoidal,
+)
 from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.variants import alibi_slopes, rope_frequencies
 
-EXPLAINABLE = HEAD_MATRICES + LAYER_MATRICES
+EXPLAINABLE = HEAD_MATRICES + TURNED_MATRICES + LAYER_MATRICES
 
 
 @dataclass(frozen=True)
@@ -63,8 +75,17 @@ def _products(left: str, a: np.ndarray, right: str, b: np.ndarray) -> tuple[Term
     )
 
 
+def _bracketed(x: float) -> str:
+    """A number to follow a minus sign or precede a power: in brackets when negative."""
+    return f"({_num(x)})" if x < 0 else _num(x)
+
+
 def _total(terms: tuple[Term, ...]) -> float:
     return math.fsum(t.value for t in terms)
+
+
+def _notes(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 class _Explainer:
@@ -73,12 +94,14 @@ class _Explainer:
     def __init__(self, s: Scenario, r: Result, head: int | None, row: int, col: int):
         # head is given for the per-head matrices, the only ones that read self.h
         self.s, self.r, self.h, self.i, self.j = s, r, head or 0, row, col
-        self.tok = r.tokens
+        self.st = r.settings
+        self.tok, self.keys = r.tokens, r.keys
+        self.g = s.kv_head_of(self.h) if self.st.projections else 0  # its key/value head
 
     def X(self) -> Explanation:
         i, j = self.i, self.j
         raw = float(self.s.X[i, j])
-        if self.r.settings.positional == "none":
+        if self.st.positional != "sinusoidal":
             return Explanation("input X", "X[i,j] is typed in", (), (), raw, "an input value")
         pe = float(sinusoidal(self.s.n, self.s.d_model)[i, j])
         fn = "sin" if j % 2 == 0 else "cos"
@@ -86,18 +109,52 @@ class _Explainer:
         formula = f"X[i,j] + PE[i,j], PE = {fn}({i} / 10000^({2 * (j // 2)}/{self.s.d_model}))"
         return Explanation("input X with position", formula, terms, (), _total(terms))
 
-    def _projection(self, name: str) -> Explanation:
-        i, j = self.i, self.j
-        if not self.r.settings.projections:
-            value = float(self.r.X[i, j])
-            return Explanation(
-                name, f"{name} = X", (), (), value, f"projections off: {name} is X itself"
+    # Projections: Q, K, V ------------------------------------------------------------
+
+    def _kv_note(self) -> str:
+        """Which key/value head this query head reads, when heads share them (GQA, MQA)."""
+        s = self.s
+        if not self.st.projections or s.kv_heads == s.n_heads:
+            return ""
+        group = [h + 1 for h in range(s.n_heads) if s.kv_head_of(h) == self.g]
+        return (
+            f"query head {self.h + 1} reads key/value head {self.g + 1} (of {s.kv_heads}), "
+            f"which query heads {group[0]}–{group[-1]} share"
+        )
+
+    def _source(self, kv: bool) -> tuple[str, np.ndarray, tuple[str, ...], str]:
+        """The input rows of Q (kv False) or of K and V: name, rows, labels, and a note
+        naming X_kv's row under cross-attention."""
+        if kv and self.r.X_kv is not None:
+            where = f"row {self.i + 1} of X_kv ({self.keys[self.i]})"
+            return (
+                "X_kv",
+                self.r.X_kv,
+                self.keys,
+                f"cross-attention: keys and values come from {where}",
             )
-        W = getattr(self.s, f"W_{name}")[self.h]
-        terms = _products(f"X[{self.tok[i]}]", self.r.X[i], f"W_{name}[:,{j + 1}]", W[:, j])
-        formula = f"{name}[i,j] = Σ_k X[i,k] · W_{name}[k,j]"
+        return "X", self.r.X, self.tok, ""
+
+    def _projection(self, name: str) -> Explanation:
+        i, j, s = self.i, self.j, self.s
+        kv = name != "Q"
+        src, rows, labels, cross = self._source(kv)
+        if not self.st.projections:
+            value = float(rows[i, j])
+            note = _notes(f"projections off: {name} is {src} itself", cross)
+            return Explanation(name, f"{name} = {src}", (), (), value, note)
+        head = self.g if kv else self.h
+        W = getattr(s, f"W_{name}")[head]
+        terms = _products(f"{src}[{labels[i]}]", rows[i], f"W_{name}[:,{j + 1}]", W[:, j])
+        formula = f"{name}[i,j] = Σ_k {src}[i,k] · W_{name}[k,j]"
+        biases = getattr(s, f"b_{name}")
+        if biases.any():
+            b = float(biases[head, 0, j])
+            terms += (Term(f"b_{name}[{j + 1}] (bias)", (b,), b),)
+            formula += f" + b_{name}[j]"
         total = _total(terms)
-        return Explanation(name, formula, terms, (Step("sum", total),), total)
+        note = _notes(self._kv_note() if kv else "", cross)
+        return Explanation(name, formula, terms, (Step("sum", total),), total, note)
 
     def Q(self) -> Explanation:
         return self._projection("Q")
@@ -108,74 +165,296 @@ class _Explainer:
     def V(self) -> Explanation:
         return self._projection("V")
 
-    def _dot(self) -> tuple[Term, ...]:
-        h, i, j = self.h, self.i, self.j
-        return _products(
-            f"Q[{self.tok[i]}]", self.r.heads[h].Q[i], f"K[{self.tok[j]}]", self.r.heads[h].K[j]
+    # Q and K as the scores see them: QK-norm, then RoPE --------------------------------
+
+    def _turned_on(self) -> bool:
+        return self.st.qk_norm == "rms" or self.st.positional == "rope"
+
+    def _norm(
+        self, name: str, A: np.ndarray, label: str, features: list[int]
+    ) -> tuple[tuple[Term, ...], list[Step], dict[int, float], str]:
+        """RMS-normalise row A (Q or K of one token) at the given features: the squares,
+        the steps, the normalised values by feature, and the formula."""
+        st, d = self.st, A.shape[0]
+        squares = tuple(
+            Term(
+                f"{name}[{label},{k + 1}]²", (float(a), float(a)), float(a * a), f"{_bracketed(a)}²"
+            )
+            for k, a in enumerate(A)
         )
+        total = _total(squares)
+        mean = total / d
+        rms = math.sqrt(mean + st.qk_norm_eps)
+        steps = [
+            Step(f"Σ_k {name}[{label},k]²", total),
+            Step(f"mean = Σ ÷ {d}", mean),
+            Step(f"RMS = √(mean + ε), ε = {_num(st.qk_norm_eps)}", rms),
+        ]
+        wname = "k_norm" if name == "K" else "q_norm"
+        weight = None
+        if st.projections:
+            weight = getattr(self.s, wname)[self.g if name == "K" else self.h, 0]
+        normed = {}
+        for f in features:
+            value = float(A[f] / rms)
+            steps.append(Step(f"{name}[{label},{f + 1}] ÷ RMS", value))
+            if weight is not None:
+                value = value * float(weight[f])
+                steps.append(Step(f"× {wname}[{f + 1}] = {_num(weight[f])}", value))
+            normed[f] = value
+        times = f" · {wname}[j]" if weight is not None else ""
+        formula = f"{name}n[i,j] = {name}[i,j] / √(mean_k {name}[i,k]² + ε){times}"
+        return squares, steps, normed, formula
+
+    def _pair(self, dims: int) -> tuple[int, int, bool]:
+        """RoPE's pair for feature j: (its pair index k, its partner, j is the first)."""
+        j = self.j
+        if self.st.rope_style == "half":
+            half = dims // 2
+            return (j, j + half, True) if j < half else (j - half, j - half, False)
+        return (j // 2, j + 1, True) if j % 2 == 0 else (j // 2, j - 1, False)
+
+    def _turned(self, name: str) -> Explanation:
+        st, i, j = self.st, self.i, self.j
+        kv = name == "K"
+        rot = f"{name}_rot"
+        if not self._turned_on():
+            e = self._projection(name)
+            note = _notes(f"no QK-norm and no RoPE: {rot} is {name}", e.note)
+            return Explanation(rot, e.formula, e.terms, e.steps, e.value, note)
+        A = getattr(self.r.heads[self.h], name)[i]
+        label = (self.keys if kv else self.tok)[i]
+        d = A.shape[0]
+        dims = min(rope_width(st, d), d - d % 2) if st.positional == "rope" else 0
+        k, partner, first = self._pair(dims) if j < dims else (0, j, True)
+        features = sorted({j, partner})
+        terms: tuple[Term, ...] = ()
+        steps: list[Step] = []
+        formulas, notes = [], [self._kv_note() if kv else ""]
+        src = name
+        if st.qk_norm == "rms":
+            terms, steps, normed, norm_formula = self._norm(name, A, label, features)
+            formulas.append(norm_formula)
+            src = f"{name}n"
+        else:
+            normed = {f: float(A[f]) for f in features}
+        value = normed[j]
+        if dims and j < dims:
+            a_f, b_f = (j, partner) if first else (partner, j)
+            a, b = normed[a_f], normed[b_f]
+            qpos, kpos = positions(self.s)
+            pos = int((kpos if kv else qpos)[i])
+            freq = float(rope_frequencies(dims, st.rope_base)[k])
+            theta = float(pos) * freq
+            c, sn = float(np.cos(theta)), float(np.sin(theta))
+            A_, B_ = f"{src}[{label},{a_f + 1}]", f"{src}[{label},{b_f + 1}]"
+            if first:
+                rotation = (
+                    Term(f"{A_}·cos θ", (a, c), a * c, f"{_num(a)} × {_num(c)}"),
+                    Term(f"−{B_}·sin θ", (-b, sn), -b * sn, f"−{_bracketed(b)} × {_num(sn)}"),
+                )
+                formulas.append(f"{rot}[i,j] = a·cos θ − b·sin θ")
+            else:
+                rotation = (
+                    Term(f"{A_}·sin θ", (a, sn), a * sn, f"{_num(a)} × {_num(sn)}"),
+                    Term(f"{B_}·cos θ", (b, c), b * c, f"{_num(b)} × {_num(c)}"),
+                )
+                formulas.append(f"{rot}[i,j] = a·sin θ + b·cos θ")
+            formulas.append(f"a = {src}[i,{a_f + 1}], b = {src}[i,{b_f + 1}]")
+            formulas.append(f"θ = position · {_num(st.rope_base)}^(−{2 * k}/{dims})")
+            terms += rotation
+            offset = pos - i
+            where = f"position of {label}"
+            if offset:
+                where += f" = {i} + {offset} (bottom-right alignment: queries start at m − n)"
+            value = _total(rotation)
+            steps += [
+                Step(where, pos),
+                Step(f"θ = {pos} × {_num(st.rope_base)}^(−{2 * k}/{dims})", theta),
+                Step("cos θ", c),
+                Step("sin θ", sn),
+                Step(f"{rot}[{label},{j + 1}]", value),
+            ]
+            notes.insert(
+                0,
+                f"RoPE ({st.rope_style}): feature {j + 1} turns with feature {partner + 1} "
+                f"(pair {k + 1} of {dims // 2}) by the angle of position {pos}",
+            )
+        elif st.positional == "rope":
+            formulas.append(f"{rot}[i,j] = {src}[i,j]")
+            notes.insert(
+                0, f"RoPE turns the first {dims} features only: feature {j + 1} is not turned"
+            )
+        title = f"{rot}: {name} as the scores see it"
+        return Explanation(title, "; ".join(formulas), terms, tuple(steps), value, _notes(*notes))
+
+    def Q_rot(self) -> Explanation:
+        return self._turned("Q")
+
+    def K_rot(self) -> Explanation:
+        return self._turned("K")
+
+    # Scores, scaling, masks ----------------------------------------------------------
+
+    def _qk(self) -> tuple[str, str]:
+        return ("Q_rot", "K_rot") if self._turned_on() else ("Q", "K")
+
+    def _dot(self) -> tuple[Term, ...]:
+        head, i, j = self.r.heads[self.h], self.i, self.j
+        q, k = self._qk()
+        return _products(
+            f"{q}[{self.tok[i]}]", getattr(head, q)[i], f"{k}[{self.keys[j]}]", getattr(head, k)[j]
+        )
+
+    def _score_note(self) -> str:
+        st, turned = self.st, ""
+        if self._turned_on():
+            done = [
+                w
+                for w, on in (("QK-norm", st.qk_norm == "rms"), ("RoPE", st.positional == "rope"))
+                if on
+            ]
+            turned = f"Q_rot and K_rot: Q and K after {' and '.join(done)}"
+        return _notes(turned, self._kv_note())
 
     def scores(self) -> Explanation:
         terms = self._dot()
         total = _total(terms)
+        q, k = self._qk()
         return Explanation(
-            "raw score", "S[i,j] = Σ_k Q[i,k] · K[j,k]", terms, (Step("sum", total),), total
+            "raw score",
+            f"S[i,j] = Σ_k {q}[i,k] · {k}[j,k]",
+            terms,
+            (Step("sum", total),),
+            total,
+            self._score_note(),
         )
 
     def scaled(self) -> Explanation:
-        terms = self._dot()
+        st, terms = self.st, self._dot()
         total = _total(terms)
-        if not self.r.settings.scale:
-            return Explanation(
-                "scaled score",
-                "S[i,j] (scaling off)",
-                terms,
-                (Step("sum", total),),
-                total,
-                "scaling is off: the raw score is used as it is",
-            )
-        root = math.sqrt(self.r.d_k)
-        steps = (
-            Step("sum", total),
-            Step(f"√d_k = √{self.r.d_k}", root),
-            Step("sum ÷ √d_k", total / root),
+        q, k = self._qk()
+        steps = [Step("sum", total)]
+        if not st.scale:
+            value, formula = total, "S[i,j] (scaling off)"
+            note = "scaling is off: the raw score is used as it is"
+        elif st.scale_value is not None:
+            value = total * st.scale_value
+            steps.append(Step(f"sum × scale_value {_num(st.scale_value)}", value))
+            formula, note = f"S[i,j] · {_num(st.scale_value)} (scale_value)", ""
+        else:
+            root = math.sqrt(self.r.d_k)
+            value = total / root
+            steps += [Step(f"√d_k = √{self.r.d_k}", root), Step("sum ÷ √d_k", value)]
+            formula = f"S[i,j] / √d_k = (Σ_k {q}[i,k] · {k}[j,k]) / √d_k"
+            note = ""
+        outer = "s"
+        if st.softcap is not None:
+            c = st.softcap
+            t = float(np.tanh(value / c))
+            value = c * t
+            steps += [
+                Step(f"tanh(s ÷ {_num(c)})", t),
+                Step(f"soft-cap {_num(c)}·tanh(s/{_num(c)})", value),
+            ]
+            outer = f"{_num(c)}·tanh(s / {_num(c)})"
+            note = _notes(note, f"soft-capped: scores stay within ±{_num(c)}")
+        if st.positional == "alibi":
+            value, alibi_steps, alibi_note = self._alibi(value)
+            steps += alibi_steps
+            outer += " − slope·|i − j|"
+            note = _notes(note, alibi_note)
+        if outer != "s":
+            formula = f"{outer}, s = {formula}"
+        note = _notes(note, self._score_note())
+        return Explanation("scaled score", formula, terms, tuple(steps), value, note)
+
+    def _alibi(self, value: float) -> tuple[float, list[Step], str]:
+        """value plus ALiBi's −slope·|i − j|: the new value, its steps and a note."""
+        s, st, i, j = self.s, self.st, self.i, self.j
+        slopes = st.alibi_slopes or tuple(alibi_slopes(s.n_heads))
+        slope = float(slopes[self.h])
+        pos = int(positions(s)[0][i])
+        bias = -(slope * abs(pos - j))
+        whose = "set" if st.alibi_slopes else f"the paper's, for {s.n_heads} heads"
+        steps = [
+            Step(f"ALiBi slope of head {self.h + 1} ({whose})", slope),
+            Step(f"ALiBi −{_num(slope)} × |{pos} − {j}|", bias),
+            Step("score + ALiBi", value + bias),
+        ]
+        note = f"ALiBi: query {self.tok[i]} at position {pos}, key {self.keys[j]} at {j}"
+        if pos != i:
+            note += f" (bottom-right alignment: {i} + {pos - i})"
+        return value + bias, steps, note
+
+    def _place(self) -> tuple[int, str]:
+        """Query i's position among the keys, and how that reads under bottom-right."""
+        pos = int(positions(self.s)[0][self.i])
+        offset = pos - self.i
+        if not offset:
+            return pos, ""
+        return pos, (
+            f"bottom-right alignment: query {self.tok[self.i]} sits at key position "
+            f"{self.i} + {offset} = {pos}, so the last query is the last key"
         )
-        formula = "S[i,j] / √d_k = (Σ_k Q[i,k] · K[j,k]) / √d_k"
-        return Explanation("scaled score", formula, terms, steps, total / root)
 
     def masked(self) -> Explanation:
-        mask, future = self.r.settings.mask, bool(self.r.future[self.i, self.j])
-        if future and mask == "causal":
+        st, i, j = self.st, self.i, self.j
+        mask, hidden = st.mask, bool(self.r.future[i, j])
+        pos, aligned = self._place()
+        q, key = self.tok[i], self.keys[j]
+        p = "i" if not aligned else f"i + {pos - i}"
+        if hidden and mask == "custom":
             return Explanation(
                 "masked score",
-                "−∞ where key j comes after query i",
+                "−∞ where mask_matrix[i,j] = 0",
                 (),
                 (),
                 -math.inf,
-                f"{self.tok[self.j]} comes after {self.tok[self.i]}: set to −∞, so its weight is 0",
-            )
-        if future and mask == "sliding-window":
-            w = self.r.settings.window
-            where = "comes after" if self.j > self.i else f"is more than {w - 1} before"
-            return Explanation(
-                "masked score",
-                f"−∞ unless i − {w} < j ≤ i (a window of {w} keys)",
-                (),
-                (),
-                -math.inf,
-                f"{self.tok[self.j]} {where} {self.tok[self.i]}: outside the window, set to −∞, "
+                f"mask_matrix[{q},{key}] = 0: {key} is hidden from {q}, set to −∞, "
                 "so its weight is 0",
             )
-        if future and mask == "causal-zero":
+        if hidden and mask == "causal":
             return Explanation(
                 "masked score",
-                "0 where key j comes after query i",
+                "−∞ where key j comes after query i" + (f" (at {p})" if aligned else ""),
+                (),
+                (),
+                -math.inf,
+                _notes(f"{key} comes after {q}: set to −∞, so its weight is 0", aligned),
+            )
+        if hidden and mask == "sliding-window":
+            w = st.window
+            where = "comes after" if j > pos else f"is more than {w - 1} before"
+            window = f"{p} − {w} < j ≤ {p}" if aligned else f"i − {w} < j ≤ i"
+            return Explanation(
+                "masked score",
+                f"−∞ unless {window} (a window of {w} keys)",
+                (),
+                (),
+                -math.inf,
+                _notes(
+                    f"{key} {where} {q}: outside the window, set to −∞, so its weight is 0",
+                    aligned,
+                ),
+            )
+        if hidden and mask == "causal-zero":
+            return Explanation(
+                "masked score",
+                "0 where key j comes after query i" + (f" (at {p})" if aligned else ""),
                 (),
                 (),
                 0.0,
-                "set to 0, not −∞: e⁰ = 1, so this future key still gets weight (the leak)",
+                _notes(
+                    "set to 0, not −∞: e⁰ = 1, so this future key still gets weight (the leak)",
+                    aligned,
+                ),
             )
         e = self.scaled()
-        return Explanation("masked score", e.formula, e.terms, e.steps, e.value, "not masked")
+        note = f"mask_matrix[{q},{key}] = 1: not masked" if mask == "custom" else "not masked"
+        return Explanation("masked score", e.formula, e.terms, e.steps, e.value, note)
+
+    # Softmax, outputs, the mix ------------------------------------------------------
 
     def weights(self) -> Explanation:
         h, i, j, r = self.h, self.i, self.j, self.r
@@ -185,22 +464,44 @@ class _Explainer:
             return Explanation(
                 title, "no key is visible", (), (), 0.0, "every score is −∞: weight 0"
             )
-        m = float(row.max())
+        sink = None if self.st.sinks is None else float(self.st.sinks[h])
+        m = float(row.max()) if sink is None else max(float(row.max()), sink)
         terms = tuple(
             Term(
-                f"exp(s[{self.tok[k]}] − m)",
+                f"exp(s[{self.keys[k]}] − m)",
                 (float(s),),
                 math.exp(s - m),
                 f"exp({_num(s)} − {_num(m)})",
             )
             for k, s in enumerate(row)
         )
+        if sink is not None:
+            terms += (
+                Term(
+                    "exp(sink − m)", (sink,), math.exp(sink - m), f"exp({_num(sink)} − {_num(m)})"
+                ),
+            )
         Z = _total(terms)
         quotient = terms[j].value / Z
         steps = [Step("row max m", m), Step("Σ exp", Z), Step("exp(s[i,j] − m) ÷ Σ", quotient)]
+        formula = "w[i,j] = exp(s[i,j] − m) / Σ_k exp(s[i,k] − m), m = max_k s[i,k]"
         value, note = quotient, ""
+        if sink is not None:
+            share = terms[-1].value / Z
+            steps[0] = Step("m = max(row max, sink)", m)
+            steps[1] = Step("Σ exp, the sink's included", Z)
+            steps.append(Step("sink share exp(sink − m) ÷ Σ", share))
+            formula = (
+                "w[i,j] = exp(s[i,j] − m) / (Σ_k exp(s[i,k] − m) + exp(sink − m)), "
+                "m = max(max_k s[i,k], sink)"
+            )
+            note = (
+                f"the sink of head {h + 1} (logit {_num(sink)}) joins the denominator only: "
+                "it takes its share of the row, so the weights sum to 1 − that share"
+            )
         if r.settings.mask == "drop-after-softmax" and r.future[i, j]:
-            value, note = 0.0, "future key: zeroed after softmax, and the row is not renormalised"
+            value = 0.0
+            note = _notes(note, "future key: zeroed after softmax, and the row is not renormalised")
             steps.append(Step("dropped after softmax", value))
         keep = r.heads[h].keep
         if keep is not None:
@@ -209,25 +510,34 @@ class _Explainer:
             steps.append(
                 Step("dropout: kept, × 1/(1−p)" if keep[i, j] else "dropout: dropped", value)
             )
-        formula = "w[i,j] = exp(s[i,j] − m) / Σ_k exp(s[i,k] − m), m = max_k s[i,k]"
         return Explanation(title, formula, terms, tuple(steps), value, note)
 
     def output(self) -> Explanation:
         h, i, j = self.h, self.i, self.j
+        head = self.r.heads[h]
         terms = tuple(
             Term(
-                f"w[{self.tok[i]},{self.tok[k]}]·V[{self.tok[k]},{j + 1}]",
+                f"w[{self.tok[i]},{self.keys[k]}]·V[{self.keys[k]},{j + 1}]",
                 (float(w), float(v)),
                 float(w * v),
                 f"{_num(w)} × {_num(v)}",
             )
-            for k, (w, v) in enumerate(
-                zip(self.r.heads[h].weights[i], self.r.heads[h].V[:, j], strict=True)
-            )
+            for k, (w, v) in enumerate(zip(head.weights[i], head.V[:, j], strict=True))
         )
         total = _total(terms)
+        sink = ""
+        if self.st.sinks is not None:
+            sink = (
+                f"the sink took {_num(float(head.sink[i]))} of this row's softmax; it has "
+                "no value row, so it adds nothing here"
+            )
         return Explanation(
-            "head output", "out[i,j] = Σ_k w[i,k] · V[k,j]", terms, (Step("sum", total),), total
+            "head output",
+            "out[i,j] = Σ_k w[i,k] · V[k,j]",
+            terms,
+            (Step("sum", total),),
+            total,
+            _notes(sink, self._kv_note()),
         )
 
     def concat(self) -> Explanation:
@@ -264,12 +574,16 @@ class _Explainer:
                 continue
             products = " + ".join(f"{_num(x)}×{_num(y)}" for x, y in zip(a, b, strict=True))
             terms.append(Term(label, tuple(float(x) for x in a * b), math.fsum(a * b), products))
+        formula = "out[i,j] = Σ_h Σ_c concat[i, h·d_k + c] · W_O[h·d_k + c, j]"
+        summed = "sum over heads"
+        if self.s.b_O.any():
+            bias = float(self.s.b_O[0, j])
+            terms.append(Term(f"b_O[{j + 1}] (bias)", (bias,), bias))
+            formula += " + b_O[j]"
+            summed += " + b_O"
         terms_t = tuple(terms)
         total = _total(terms_t)
-        formula = "out[i,j] = Σ_h Σ_c concat[i, h·d_k + c] · W_O[h·d_k + c, j]"
-        return Explanation(
-            "final output", formula, terms_t, (Step("sum over heads", total),), total
-        )
+        return Explanation("final output", formula, terms_t, (Step(summed, total),), total)
 
 
 def explain(s: Scenario, r: Result, name: str, head: int | None, row: int, col: int) -> Explanation:

@@ -11,7 +11,7 @@ from PySide6.QtCore import QTextBoundaryFinder
 from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
-from attnviz.core.maths.engine import HEAD_MATRICES, Result
+from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.explain import Explanation, explain
 from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.background import Background
@@ -186,7 +186,7 @@ class InspectorPanel(QWidget):
             self.view.setHtml("<p style='color:#666'>computing…</p>")
             return
         scenario, result = found
-        head = sel.head if sel.view in HEAD_MATRICES else None
+        head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
         try:
             e = explain(scenario, result, sel.view, head, sel.row, sel.col)
         except KeyError:
