@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.core.maths.scenario import WEIGHT_NAMES, Scenario
+from attnviz.core.maths.scenario import HEAD_NAMES, Scenario
 from attnviz.core.presets import worked_example
 
 
@@ -52,7 +52,7 @@ class Command:
 
 def matrix_title(name: str, head: int | None) -> str:
     """How the window names a matrix: ``head 2 W_K`` (heads from 1, as on the tabs), ``X``."""
-    return f"head {head + 1} {name}" if name in WEIGHT_NAMES and head is not None else name
+    return f"head {head + 1} {name}" if name in HEAD_NAMES and head is not None else name
 
 
 class SetCells(Command):

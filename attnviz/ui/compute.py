@@ -12,11 +12,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.maths.engine import Result, compute, update
-from attnviz.core.maths.scenario import WEIGHT_NAMES, Scenario
+from attnviz.core.maths.scenario import KV_HEAD_NAMES, Q_HEAD_NAMES, Scenario
 from attnviz.core.session import Change
 from attnviz.ui.document import Document
 from attnviz.ui.view_state import ENGINES, ViewState
@@ -29,7 +30,7 @@ CACHED_RESULTS = 8
 
 def computes_at_once(s: Scenario) -> bool:
     """Small enough to compute on the UI thread before the next frame."""
-    return s.n_heads * s.n * s.n <= SYNC_SCORE_CELLS
+    return s.n_heads * s.n * s.m <= SYNC_SCORE_CELLS
 
 
 @dataclass
@@ -37,15 +38,18 @@ class Dirty:
     """What changed since the last computed result, for an incremental update."""
 
     x_rows: set[int] = field(default_factory=set)
-    heads: set[int] = field(default_factory=set)
-    w_o: bool = False
+    heads: set[int] = field(default_factory=set)  # query heads' W_Q, b_Q, q_norm
+    kv_heads: set[int] = field(default_factory=set)  # key/value heads' weights
+    kv_rows: set[int] = field(default_factory=set)  # rows of X_kv
+    w_o: bool = False  # W_O or b_O
     full: bool = False
 
 
 def _key(s: Scenario) -> tuple[object, ...]:
     """Scenarios are immutable and share unchanged arrays: identity of the arrays and the
     settings name a result."""
-    return (id(s.X), id(s.W_Q), id(s.W_K), id(s.W_V), id(s.W_O), s.tokens, s.settings)
+    arrays = tuple(id(a) for a in s.arrays().values())
+    return (*arrays, s.tokens, s.kv_tokens, s.settings)
 
 
 class ComputeService(QObject):
@@ -110,10 +114,16 @@ class ComputeService(QObject):
             rows = range(change.row, change.row + change.rows)
             if change.name == "X":
                 self._dirty.x_rows.update(rows)
-            elif change.name in WEIGHT_NAMES and change.head is not None:
+            elif change.name == "X_kv":
+                self._dirty.kv_rows.update(rows)
+            elif change.name in Q_HEAD_NAMES and change.head is not None:
                 self._dirty.heads.add(change.head)
-            else:
+            elif change.name in KV_HEAD_NAMES and change.head is not None:
+                self._dirty.kv_heads.add(change.head)
+            elif change.name in ("W_O", "b_O"):
                 self._dirty.w_o = True
+            else:  # the custom mask
+                self._dirty.full = True
         elif change.kind == "scenario":
             self._dirty.full = True
         else:
@@ -165,17 +175,19 @@ class ComputeService(QObject):
             self._computed.emit(gen, s, engine, compute(s))
             return
         args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
+        more: dict[str, Any] = {"kv_heads": dirty.kv_heads, "kv_rows": dirty.kv_rows}
         done: list[int] = []
-        if dirty.x_rows or head in dirty.heads:
+        touched = dirty.x_rows or dirty.kv_rows or head in dirty.heads
+        if touched or s.kv_head_of(head) in dirty.kv_heads:
             self._preview_shown.clear()
-            preview = update(base, *args, preview_head=head)
+            preview = update(base, *args, **more, preview_head=head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=1.0)
             base, done = preview, [head]
-        self._computed.emit(gen, s, engine, update(base, *args, current_heads=done))
+        self._computed.emit(gen, s, engine, update(base, *args, **more, current_heads=done))
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:

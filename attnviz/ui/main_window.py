@@ -52,6 +52,8 @@ from attnviz.ui.panels.lesson import LessonPanel
 from attnviz.ui.panels.masks import MasksPanel
 from attnviz.ui.panels.mix import MixPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
+from attnviz.ui.panels.rope import RopePanel
+from attnviz.ui.panels.variants import VariantsPanel
 from attnviz.ui.panels.weights import WeightsPanel
 from attnviz.ui.view_state import ENGINES
 from attnviz.ui.workspace import Workspace
@@ -60,7 +62,9 @@ DEFAULT_SIZE = QSize(1400, 860)
 DOCK_ORDER = (
     "Inputs",
     "Weights",
+    "Variants",
     "Pipeline",
+    "RoPE",
     "Masks",
     "Heads",
     "Mix",
@@ -79,6 +83,8 @@ def _bench_panel(_: Workspace) -> QWidget:
 
 
 LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
+    "Variants": VariantsPanel,
+    "RoPE": RopePanel,
     "Masks": MasksPanel,
     "Heads": HeadsPanel,
     "Mix": MixPanel,
@@ -211,10 +217,19 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(d["Inputs"], d["Weights"], Qt.Orientation.Vertical)
         self.splitDockWidget(d["Pipeline"], d["Lesson"], Qt.Orientation.Horizontal)
         self.splitDockWidget(d["Lesson"], d["Inspector"], Qt.Orientation.Vertical)
-        for title in ("Masks", "Heads", "Mix", "Experiments", "GPU timing", "Cost"):
+        for title in (
+            "Variants",
+            "Masks",
+            "Heads",
+            "Mix",
+            "RoPE",
+            "Experiments",
+            "GPU timing",
+            "Cost",
+        ):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
         self.tabifyDockWidget(d["Inspector"], d["Cost"])
-        for title in ("Masks", "Heads", "Mix", "Experiments", "GPU timing"):
+        for title in ("Variants", "Masks", "Heads", "Mix", "RoPE", "Experiments", "GPU timing"):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
         d["Inspector"].raise_()
@@ -244,6 +259,9 @@ class MainWindow(QMainWindow):
         """The panel in a dock, built on first use for the docks that start hidden."""
         if title not in self._panels:
             panel = LAZY_PANELS[title](self.ws)
+            message = getattr(panel, "message", None)
+            if message is not None:
+                message.connect(self.show_message)
             self._panels[title] = panel
             scroll = self.docks[title].widget()
             assert isinstance(scroll, QScrollArea)

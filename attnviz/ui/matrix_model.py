@@ -1,4 +1,5 @@
-"""A table model over one editable matrix of a Document (X, a head's W_Q/W_K/W_V, W_O).
+"""A table model over one editable matrix of a Document (X, X_kv, a head's weights,
+biases or norm weights, W_O, b_O, the custom mask).
 
 Edits go through commands on the document's undo stack; the model only reports the
 document's changes to its views (one ``dataChanged`` per edited rectangle).
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtGui import QColor
 
 from attnviz.core.io.text import parse_number
 from attnviz.core.maths.scenario import ScenarioError, matrix_label
@@ -17,6 +19,7 @@ from attnviz.core.session import SetCells, matrix_title
 from attnviz.ui.document import Document
 
 Index = QModelIndex | QPersistentModelIndex
+SEEN, HIDDEN = "#9ecae1", "#d9d9d9"  # custom mask cells: may attend (blue), hidden (grey)
 _ROLE = Qt.ItemDataRole
 
 
@@ -62,6 +65,9 @@ class MatrixModel(QAbstractTableModel):
             return f"{value:.4g}" if role == _ROLE.DisplayRole else repr(value)
         if role == _ROLE.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == _ROLE.BackgroundRole and self.name == "mask_matrix":
+            seen = self.matrix()[index.row(), index.column()] != 0
+            return QColor(SEEN if seen else HIDDEN)
         return None
 
     def headerData(
@@ -70,10 +76,19 @@ class MatrixModel(QAbstractTableModel):
         if role not in (_ROLE.DisplayRole, _ROLE.ToolTipRole):
             return None
         if orientation == Qt.Orientation.Horizontal:
+            keys = self.doc.scenario.key_tokens
+            if self.name == "mask_matrix" and section < len(keys):
+                return keys[section]
             return str(section + 1)
-        if self.name == "X":
-            tokens = self.doc.scenario.tokens
+        if self.name in ("X", "X_kv"):
+            s = self.doc.scenario
+            tokens = s.tokens if self.name == "X" else s.key_tokens
             return tokens[section] if section < len(tokens) else None
+        if self.name == "mask_matrix":
+            return self.doc.scenario.tokens[section] if section < self.doc.scenario.n else None
+        if self.name in ("b_Q", "b_K", "b_V", "b_O", "q_norm", "k_norm"):
+            # named by the caption above the row; a wide label would shift its columns
+            return self.title if role == _ROLE.ToolTipRole else ""
         if self.name == "W_O":
             head, k = divmod(section, self.doc.scenario.d_k)
             return f"h{head + 1}·{k + 1}"
@@ -119,9 +134,10 @@ class MatrixModel(QAbstractTableModel):
             self.dataChanged.emit(self.index(row, col), self.index(row + rows - 1, col + cols - 1))
 
     def _on_scenario(self) -> None:
-        if self.head is not None and self.head >= self.doc.scenario.n_heads:
-            return  # this head is gone; its panel drops the model
-        shape = self.matrix().shape
+        try:
+            shape = self.matrix().shape
+        except ScenarioError:
+            return  # this head or matrix is gone; its panel drops the model
         if shape != self._shape:
             self.beginResetModel()
             self._shape = shape

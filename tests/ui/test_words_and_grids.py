@@ -199,7 +199,7 @@ def test_columns_narrow_before_a_grid_scrolls(doc, qtbot):
     qtbot.addWidget(panel)
     panel.show()
     qtbot.waitExposed(panel)
-    panel.resize(372, 420)  # too narrow for columns of 48 px, wide enough at 38
+    panel.resize(372, 520)  # too narrow for columns of 48 px, wide enough at 38
     settle(qtbot)
     for grid in head_grids(panel):
         widths = [grid.columnWidth(j) for j in range(2)]

@@ -23,14 +23,17 @@ from html import escape
 import numpy as np
 
 from attnviz.core.figures import colors
-from attnviz.core.maths.engine import HEAD_MATRICES, Result, future_mask
+from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result, future_mask
 
-VIEWS = (*HEAD_MATRICES, "X", "concat", "final")
+VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES, "X", "concat", "final")
 SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")
+KEY_VIEWS = ("K", "V", "K_rot")  # one row per key
 TITLES = {
     "Q": "Q = X W_Q",
     "K": "K = X W_K",
     "V": "V = X W_V",
+    "Q_rot": "Q turned (QK-norm, RoPE)",
+    "K_rot": "K turned (QK-norm, RoPE)",
     "scores": "raw scores Q Kᵀ",
     "scaled": "scaled scores",
     "masked": "masked scores",
@@ -77,6 +80,7 @@ MASKED_VIEWS = {
     "causal-zero": ("masked", "weights"),
     "drop-after-softmax": ("weights",),
     "sliding-window": ("masked", "weights"),
+    "custom": ("masked", "weights"),
 }
 
 
@@ -107,18 +111,17 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     """The heatmap of one intermediate; head is 0-based for per-head views."""
     if view not in VIEWS:
         raise KeyError(f"view {view!r}: expected one of {', '.join(VIEWS)}")
-    values = result.matrix(view, head if view in HEAD_MATRICES else None)
-    tokens = tuple(result.tokens)
+    per_head = view in HEAD_MATRICES or view in TURNED_MATRICES
+    values = result.matrix(view, head if per_head else None)
+    tokens = tuple(result.keys if view in KEY_VIEWS else result.tokens)
     if view in SQUARE_VIEWS:
-        cols, row_title, col_title = tokens, "query", "key"
+        cols, row_title, col_title = tuple(result.keys), "query", "key"
     else:
         cols = tuple(str(j + 1) for j in range(values.shape[1]))
-        row_title, col_title = "token", "feature"
-    title = TITLES[view]
-    if view in ("Q", "K", "V") and not result.settings.projections:
-        title = f"{view} = X (no projections)"
+        row_title, col_title = ("key" if view in KEY_VIEWS else "token"), "feature"
+    title = _title(result, view)
     caption = CAPTIONS.get(view, title)
-    if view in HEAD_MATRICES:
+    if per_head:
         title = f"head {head + 1 if head is not None else '?'} · {title}"
     kind = colors.kind_for(view)
     # The masked scores share the scaled scores' colours: a cell the mask left alone keeps
@@ -128,6 +131,19 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     return HeatmapSpec(
         title, values, tokens, cols, row_title, col_title, kind, levels, caption, masked, leaked
     )
+
+
+def _title(result: Result, view: str) -> str:
+    """The view's title, saying what the scenario adds: biases, X_kv, b_O."""
+    source = "X_kv" if result.X_kv is not None else "X"
+    if view in ("Q", "K", "V"):
+        if not result.settings.projections:
+            return f"{view} = {source if view != 'Q' else 'X'} (no projections)"
+        bias = f" + b_{view}" if f"b_{view}" in result.biases else ""
+        return f"{view} = {'X' if view == 'Q' else source} W_{view}{bias}"
+    if view == "final" and "b_O" in result.biases:
+        return "output (concat W_O + b_O)"
+    return TITLES[view]
 
 
 def make_spec(

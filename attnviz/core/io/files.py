@@ -889,10 +889,11 @@ def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
     """Write s as an .npz archive of plain arrays (no pickles), atomically."""
     buffer = io.BytesIO()
     settings = settings_to_dict(s.settings)
-    labels = {"tokens": np.array(s.tokens, dtype=np.str_)}
+    labels: dict[str, Any] = {"tokens": np.array(s.tokens, dtype=np.str_)}
     if s.kv_tokens is not None:
         labels["kv_tokens"] = np.array(s.kv_tokens, dtype=np.str_)
-    np.savez(buffer, settings=np.array(json.dumps(settings)), **labels, **s.arrays())
+    arrays: dict[str, Any] = {**labels, **s.arrays()}
+    np.savez(buffer, settings=np.array(json.dumps(settings)), **arrays)
     atomic_write(path, buffer.getvalue())
 
 

@@ -118,6 +118,7 @@ class Result:
     fresh: int | None = None
     key_tokens: tuple[str, ...] | None = None  # the keys' labels under cross-attention
     X_kv: np.ndarray | None = None  # the keys' input under cross-attention
+    biases: tuple[str, ...] = ()  # the biases in use (not all zero): of b_Q, b_K, b_V, b_O
 
     Q = _stacked("Q")
     K = _stacked("K")
@@ -470,6 +471,13 @@ def _kv_of(s: Scenario, heads: Sequence[int]) -> list[int]:
     return [s.kv_head_of(h) if s.settings.projections else 0 for h in heads]
 
 
+def biases_in_use(s: Scenario) -> tuple[str, ...]:
+    """The biases that are not all zero (none with projections off)."""
+    if not s.settings.projections:
+        return ()
+    return tuple(name for name in ("b_Q", "b_K", "b_V", "b_O") if getattr(s, name).any())
+
+
 def _result(
     s: Scenario, X: np.ndarray, heads: Sequence[Head], future: np.ndarray, **more: Any
 ) -> Result:
@@ -481,6 +489,7 @@ def _result(
         future=future,
         key_tokens=s.kv_tokens,
         X_kv=s.X_kv,
+        biases=biases_in_use(s),
         **more,
     )
 

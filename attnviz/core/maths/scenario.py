@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.variants import visible
+from attnviz.core.maths.variants import alibi_slopes, visible
 
 MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window", "custom")
 MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −∞: weight 0
@@ -515,7 +515,7 @@ def from_heads(
         raise ScenarioError("heads: expected at least one head")
     if kv_heads is not None and not kv_heads:
         raise ScenarioError("kv_heads: expected at least one key/value head")
-    stacks = {}
+    stacks: dict[str, Any] = {}
     for name in HEAD_NAMES:
         group, where = (
             (heads, "heads")
@@ -575,11 +575,14 @@ def _fit_mask(s: Scenario, n: int, m: int) -> np.ndarray | None:
     return causal
 
 
-def _fit_per_head(values: tuple[float, ...] | None, heads: int) -> tuple[float, ...] | None:
-    """Per-head settings (sinks, ALiBi slopes) for a new head count: cut, or padded with 0."""
+def _fit_per_head(
+    values: tuple[float, ...] | None, heads: int, pad: np.ndarray
+) -> tuple[float, ...] | None:
+    """Per-head settings (sinks, ALiBi slopes) for a new head count: cut, or padded with
+    the values pad gives those heads."""
     if values is None:
         return None
-    return tuple(values[:heads]) + (0.0,) * (heads - len(values))
+    return tuple(values[:heads]) + tuple(float(v) for v in pad[len(values) : heads])
 
 
 def resized(
@@ -624,11 +627,13 @@ def resized(
     rope_dims = st.rope_dims if st.rope_dims is None or st.rope_dims <= d_k else None
     settings = st.replace(
         ablated=tuple(h for h in st.ablated if h < heads),
-        sinks=_fit_per_head(st.sinks, heads),
-        alibi_slopes=_fit_per_head(st.alibi_slopes, heads),
+        # a new head's sink starts at 0 (as a freshly initialised one does); its ALiBi
+        # slope is the paper's for the new head count
+        sinks=_fit_per_head(st.sinks, heads, np.zeros(heads)),
+        alibi_slopes=_fit_per_head(st.alibi_slopes, heads, alibi_slopes(heads)),
         rope_dims=rope_dims,
     )
-    stacks = {}
+    stacks: dict[str, Any] = {}
     for name in HEAD_NAMES:
         count = heads if name in Q_HEAD_NAMES else kv_heads
         rows = d_model if name in WEIGHT_NAMES else 1
@@ -637,7 +642,7 @@ def resized(
             fitted[:, :, s.d_k :] = 1.0
             fitted[s.n_heads if name == "q_norm" else s.kv_heads :] = 1.0
         stacks[name] = fitted
-    cross = {}
+    cross: dict[str, Any] = {}
     if s.X_kv is not None and s.kv_tokens is not None:
         kv_tokens = list(s.kv_tokens[:m]) + [f"k{i + 1}" for i in range(s.m, m)]
         cross = {"kv_tokens": tuple(kv_tokens), "X_kv": _fit(s.X_kv, (m, d_model))}
@@ -691,7 +696,9 @@ def insert_token(s: Scenario, index: int, label: str = "", x: object = None) -> 
     tokens.insert(index, label or f"t{s.n + 1}")
     mask = s.mask_matrix
     if mask is not None:  # the new query sees what its causal place lets it see
-        causal = visible(s.n + 1, s.m + (not s.cross), "causal")
+        causal = visible(
+            s.n + 1, s.m + (not s.cross), "causal", alignment=s.settings.causal_alignment
+        )
         if not s.cross:
             mask = np.insert(mask, index, causal[:-1, index], axis=1)
         mask = np.insert(mask, index, causal[index], axis=0)

@@ -15,6 +15,7 @@ import numpy as np
 
 from attnviz.core.maths.engine import (
     Result,
+    biases_in_use,
     compute,
     dropout_keep,
     hidden_keys,
@@ -191,6 +192,7 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
         future=future_np,
         key_tokens=s.kv_tokens,
         X_kv=s.X_kv,
+        biases=biases_in_use(s),
     )
 
 
@@ -250,6 +252,8 @@ def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np
     Xa = np.abs(s.X) + (1.0 if st.positional == "sinusoidal" else 0.0)
     Xka = Xa if s.X_kv is None else np.abs(s.X_kv)
     H = ref.n_heads
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
     if st.projections:
         group = [s.kv_head_of(h) for h in range(H)]
         Qa = Xa @ np.abs(s.W_Q) + np.abs(s.b_Q)
@@ -259,7 +263,6 @@ def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np
         q_norm, k_norm = s.q_norm, s.k_norm[group]
     else:
         Qa, Ka, Va = Xa[None], Xka[None], Xka[None]
-        q_norm = k_norm = None
     d_k = Qa.shape[2]
     m = Ka.shape[1]
     k_qkv = s.d_model + 3

@@ -22,10 +22,12 @@ class HeadsPanel(ResultPanel):
         super().__init__(ws, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
+        self._shape = (0, 1)  # heads, and query heads per key/value head
         self.grid = QGridLayout()  # the dock scrolls when there are many heads
         hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
-            "in the Pipeline; untick it to switch it off in the W_O mix (ablation)."
+            "in the Pipeline; untick it to switch it off in the W_O mix (ablation). Heads "
+            "that share keys and values (GQA) sit side by side, a group per row."
         )
         hint.setWordWrap(True)
         layout = QVBoxLayout(self)
@@ -35,12 +37,14 @@ class HeadsPanel(ResultPanel):
         ws.view_state.headChanged.connect(lambda _: self._mark_selected())
         ws.view_state.selectionChanged.connect(lambda _: self._mark_selected())
 
-    def _build(self, count: int) -> None:
+    def _build(self, count: int, group: int) -> None:
         for widget in self.views + self.switches:
             self.grid.removeWidget(widget)
             widget.deleteLater()
         self.views, self.switches = [], []
-        columns = max(1, min(4, math.ceil(math.sqrt(count))))
+        self._shape = (count, group)
+        # Heads that share keys and values side by side, a group per row (when it fits).
+        columns = group if 1 < group <= 4 else max(1, min(4, math.ceil(math.sqrt(count))))
         for h in range(count):
             view = HeatmapView("weights")
             view.setMinimumSize(160, 150)
@@ -56,13 +60,17 @@ class HeadsPanel(ResultPanel):
             self.switches.append(switch)
 
     def show_result(self, result: Result) -> None:
-        if len(self.views) != result.n_heads:
-            self._build(result.n_heads)
+        s = self.doc.scenario
+        shared = result.settings.projections and s.kv_heads != s.n_heads == result.n_heads
+        group = result.n_heads // s.kv_heads if shared else 1
+        if (result.n_heads, group) != self._shape:
+            self._build(result.n_heads, group)
         for h, view in enumerate(self.views):
             spec = spec_for(result, "weights", h)
             off = h in result.settings.ablated and result.settings.projections
             note = " (switched off)" if off else ""
-            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{note}"))
+            kv = f" · KV {s.kv_head_of(h) + 1}" if shared else ""
+            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}"))
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

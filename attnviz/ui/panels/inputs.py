@@ -1,11 +1,15 @@
-"""Inputs dock: token labels and the X grid; add, remove, move and rename tokens; d_model."""
+"""Inputs dock: token labels and the X grid; add, remove, move and rename tokens; d_model;
+cross-attention's own key/value tokens and X_kv."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
+    QGroupBox,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -21,6 +25,7 @@ from attnviz.core.maths.scenario import (
     move_token,
     remove_token,
     resized,
+    with_cross_attention,
 )
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
@@ -59,15 +64,74 @@ class InputsPanel(QWidget):
         self.d_model.valueChanged.connect(self.set_d_model)
         bar.addWidget(self.d_model)
 
+        self.cross = QCheckBox("Cross-attention: keys and values from their own tokens")
+        self.cross.setToolTip(
+            "On: K and V come from X_kv (m tokens of their own, as from an encoder); "
+            "Q still comes from X. Off: every token is a query and a key."
+        )
+        self.cross.toggled.connect(self.set_cross)
+        self.kv_box = QGroupBox("Keys and values: X_kv (m × d_model)")
+        kv_bar = QHBoxLayout()
+        kv_bar.addWidget(QLabel("key tokens m"))
+        self.m = int_spin(1, LIMITS.tokens, "How many key/value tokens")
+        self.m.valueChanged.connect(self.set_m)
+        kv_bar.addWidget(self.m)
+        kv_bar.addStretch(1)
+        kv_layout = QVBoxLayout(self.kv_box)
+        kv_layout.setContentsMargins(4, 4, 4, 4)
+        kv_layout.addLayout(kv_bar)
+        self.kv_grid: MatrixGrid | None = None
+
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
-        layout.addWidget(self.grid)
+        layout.addWidget(self.grid, 2)
+        layout.addWidget(self.cross)
+        layout.addWidget(self.kv_box, 1)
         ws.doc.scenarioChanged.connect(self.sync)
         self.sync()
 
     def sync(self) -> None:
-        set_quietly(self.d_model, self.doc.scenario.d_model)
+        s = self.doc.scenario
+        set_quietly(self.d_model, s.d_model)
+        self.cross.blockSignals(True)
+        self.cross.setChecked(s.cross)
+        self.cross.blockSignals(False)
+        self.kv_box.setVisible(s.cross)
+        set_quietly(self.m, s.m)
+        if s.cross and self.kv_grid is None:
+            self.kv_grid = MatrixGrid(MatrixModel(self.doc, "X_kv"))
+            self.kv_grid.setObjectName("grid-X_kv")
+            self.kv_grid.message.connect(self.message)
+            self.kv_grid.verticalHeader().sectionDoubleClicked.connect(self.rename_key)
+            self.kv_grid.verticalHeader().setToolTip("Double-click a key token to rename it")
+            layout = self.kv_box.layout()
+            assert layout is not None
+            layout.addWidget(self.kv_grid)
+        elif not s.cross and self.kv_grid is not None:
+            self.kv_grid.model().deleteLater()
+            self.kv_grid.deleteLater()
+            self.kv_grid = None
+
+    def set_cross(self, on: bool) -> None:
+        text = "Cross-attention on" if on else "Cross-attention off"
+        self._replace(lambda s: with_cross_attention(s, on), text)
+
+    def set_m(self, value: int) -> None:
+        if self.doc.scenario.cross and value != self.doc.scenario.m:
+            self._replace(lambda s: resized(s, m=value), f"Set key tokens to {value}")
+
+    def rename_key(self, row: int) -> None:
+        s = self.doc.scenario
+        keys = list(s.key_tokens)
+        if not s.cross or not 0 <= row < len(keys):
+            return
+        text, ok = QInputDialog.getText(self, "Rename key token", f"Key {row + 1}:", text=keys[row])
+        if ok and text != keys[row]:
+            keys[row] = text
+            self._replace(
+                lambda s: dataclasses.replace(s, kv_tokens=tuple(keys)), "Rename key token"
+            )
 
     def _current(self) -> int:
         index = self.grid.currentIndex()

@@ -192,13 +192,14 @@ class InspectorPanel(QWidget):
         except KeyError:
             self.view.setHtml(EMPTY)  # the cell is gone (the matrix shrank)
             return
-        tokens = result.tokens
+        tokens, keys = result.tokens, result.keys
+        rows = keys if sel.view in ("K", "V", "K_rot") else tokens
         parts = [nbsp(f"head {head + 1}")] if head is not None else []
-        if sel.row < len(tokens):  # a token may hold a hyphen, ideographs: unbreakable
-            parts.append(unbreakable(f"row {sel.row + 1} ({tokens[sel.row]})"))
+        if sel.row < len(rows):  # a token may hold a hyphen, ideographs: unbreakable
+            parts.append(unbreakable(f"row {sel.row + 1} ({rows[sel.row]})"))
         column = f"column {sel.col + 1}"
-        if sel.view in SQUARE and sel.col < len(tokens):  # a key: name its token too
-            column += f" ({tokens[sel.col]})"
+        if sel.view in SQUARE and sel.col < len(keys):  # a key: name its token too
+            column += f" ({keys[sel.col]})"
         parts.append(unbreakable(column))
         if sel.mask:
             parts.append(nbsp(f"under mask {sel.mask}"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from attnviz.core.figures.figure import spec_for
-from attnviz.core.maths.engine import HEAD_MATRICES, Result
+from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for
+from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
@@ -17,7 +19,12 @@ def legend(result: Result, head: int) -> tuple[str, str]:
     """What the heatmaps show: one line for the panel, and the long form for its tooltip."""
     st = result.settings
     n, d_k = len(result.tokens), result.d_k
-    scale = f"÷ √{d_k} = {result.scale_factor:.3g}" if st.scale else "not scaled"
+    if not st.scale:
+        scale = "not scaled"
+    elif st.scale_value is not None:
+        scale = f"× {st.scale_value:.3g}"
+    else:
+        scale = f"÷ √{d_k} = {result.scale_factor:.3g}"
     mask = {
         "none": ("no mask", "no mask"),
         "causal": ("causal −∞ (grey)", "future keys set to −∞ (grey, hatched): weight exactly 0"),
@@ -34,18 +41,62 @@ def legend(result: Result, head: int) -> tuple[str, str]:
             f"future keys and keys {st.window} or more places back set to −∞ (grey, "
             "hatched): each query sees itself and the keys just before it",
         ),
+        "custom": ("custom mask −∞ (grey)", "the keys the custom mask hides set to −∞ (grey)"),
     }[st.mask]
-    projections = "Q = X W_Q, K = X W_K, V = X W_V" if st.projections else "Q = K = V = X"
+    source = "X_kv" if result.X_kv is not None else "X"
+    projections = (
+        f"Q = X W_Q, K = {source} W_K, V = {source} W_V" if st.projections else "Q = K = V = X"
+    )
+    extras = variant_terms(result)
+    keys = "" if result.X_kv is None else f" × {len(result.keys)} keys"
     line = (
-        f"<b>Head {head + 1} of {result.n_heads}</b> · {n} tokens · d_k = {d_k} · scores {scale}"
-        f" · {mask[0]}"
+        f"<b>Head {head + 1} of {result.n_heads}</b> · {n} tokens{keys} · d_k = {d_k} · "
+        f"scores {scale} · {mask[0]}" + "".join(f" · {short}" for short, _ in extras)
     )
     tip = (
         "Rows are queries, columns keys. "
-        f"{projections}; scores Q Kᵀ {scale}; {mask[1]}; weights = softmax along each row; "
+        f"{projections}; "
+        + "".join(f"{long}; " for _, long in extras)
+        + f"scores Q Kᵀ {scale}; {mask[1]}; weights = softmax along each row; "
         "output = weights · V. Hover a cell for its exact value; click it for its arithmetic."
     )
     return line, tip
+
+
+def variant_terms(result: Result) -> list[tuple[str, str]]:
+    """What the scenario adds to the 2017 layer, short and long: biases, QK-norm, RoPE,
+    ALiBi, soft-cap, sinks, an alignment (one pair per term in use)."""
+    st = result.settings
+    terms = []
+    if result.biases:
+        terms.append(("+ biases", f"biases {', '.join(result.biases)} added"))
+    if st.qk_norm == "rms":
+        terms.append(("QK-norm", f"Q and K RMS-normalised over d_k (eps {st.qk_norm_eps:g})"))
+    if st.positional == "rope":
+        dims = "all" if st.rope_dims is None else str(st.rope_dims)
+        terms.append(
+            (
+                "RoPE",
+                f"Q and K rotated by position (RoPE, base {st.rope_base:g}, "
+                f"{st.rope_style} pairs, {dims} dims)",
+            )
+        )
+    if st.positional == "alibi":
+        terms.append(("ALiBi", "ALiBi adds −slope·|i − j| to the scores"))
+    if st.softcap is not None:
+        terms.append(
+            (
+                f"soft-cap {st.softcap:g}",
+                f"scores soft-capped: {st.softcap:g}·tanh(s/{st.softcap:g})",
+            )
+        )
+    if st.sinks is not None:
+        terms.append(
+            ("sink", "a sink logit joins each row's softmax denominator: rows sum below 1")
+        )
+    if st.causal_alignment == "bottom-right" and result.X_kv is not None:
+        terms.append(("bottom-right", "the last query lines up with the last key"))
+    return terms
 
 
 def best_columns(width: int, height: int, count: int) -> int:
@@ -62,6 +113,38 @@ def best_columns(width: int, height: int, count: int) -> int:
     return max((2, 3, 4), key=room)
 
 
+ORDER = ("Q", "K", "V", *TURNED_MATRICES, *HEAD_MATRICES[3:7], "sink", "output")
+assert set(ORDER) == {*HEAD_MATRICES, *TURNED_MATRICES, "sink"}
+
+
+def shown_views(result: Result) -> tuple[str, ...]:
+    """The views this result has: Q and K turned only with QK-norm or RoPE, the sink's
+    share only with sinks."""
+    st = result.settings
+    turned = st.qk_norm == "rms" or st.positional == "rope"
+    return tuple(
+        name
+        for name in ORDER
+        if (name not in TURNED_MATRICES or turned) and (name != "sink" or st.sinks is not None)
+    )
+
+
+def sink_spec(result: Result, head: int) -> HeatmapSpec:
+    """Each row's share of the softmax that went to the sink (a column beside the weights)."""
+    share = result.heads[head].sink[:, None]
+    spec = make_spec(
+        f"head {head + 1} · sink share",
+        share,
+        tuple(result.tokens),
+        ("sink",),
+        "query",
+        "",
+        "sequential",
+        "sink share",
+    )
+    return dataclasses.replace(spec, levels=(0.0, 1.0))
+
+
 class PipelinePanel(QWidget):
     """Q, K, V, scores, scaled, masked, weights, output for the selected head."""
 
@@ -76,7 +159,7 @@ class PipelinePanel(QWidget):
         self.grid = QGridLayout()
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
-        for name in HEAD_MATRICES:
+        for name in ORDER:
             view = HeatmapView(name)
             view.cellClicked.connect(self._clicked)
             view.painted.connect(self._painted)
@@ -92,28 +175,31 @@ class PipelinePanel(QWidget):
         outer.addWidget(self.legend)
         outer.addLayout(self.grid)
         self.columns = 0
-        self._arrange(3)
+        self.names: tuple[str, ...] = ()
+        self._place(shown_views(ws.compute.result), 3)
         ws.view_state.selectionChanged.connect(self._mark)
         ws.compute.resultChanged.connect(self.show_result)
         ws.view_state.headChanged.connect(lambda _: self.show_result(ws.compute.result))
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
         self.show_result(ws.compute.result)
 
-    def _arrange(self, columns: int) -> None:
-        """Lay the views out in reading order, columns wide."""
-        if columns == self.columns:
+    def _place(self, names: tuple[str, ...], columns: int) -> None:
+        """Lay the named views out in reading order, columns wide; hide the others."""
+        if (names, columns) == (self.names, self.columns):
             return
-        self.columns = columns
-        cells = list(self.views.values())
-        for widget in cells:
+        self.names, self.columns = names, columns
+        for widget in self.views.values():
             self.grid.removeWidget(widget)
-        for k, widget in enumerate(cells):
-            self.grid.addWidget(widget, k // columns, k % columns)
+        for name, widget in self.views.items():
+            widget.setVisible(name in names)
+        for k, name in enumerate(names):
+            self.grid.addWidget(self.views[name], k // columns, k % columns)
         for c in range(4):
             self.grid.setColumnStretch(c, 1 if c < columns else 0)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
-        self._arrange(best_columns(event.size().width(), event.size().height(), len(self.views)))
+        size = event.size()
+        self._place(self.names, best_columns(size.width(), size.height(), len(self.names)))
         super().resizeEvent(event)
 
     def show_result(self, result: Result) -> None:
@@ -127,8 +213,13 @@ class PipelinePanel(QWidget):
         line, tip = legend(result, head)
         self.legend.setText(line)
         self.legend.setToolTip(tip)
-        for name, view in self.views.items():
-            view.set_spec(spec_for(result, name, head))
+        names = shown_views(result)
+        if names != self.names:
+            size = self.size()
+            self._place(names, best_columns(size.width(), size.height(), len(names)))
+        for name in names:
+            spec = sink_spec(result, head) if name == "sink" else spec_for(result, name, head)
+            self.views[name].set_spec(spec)
         if not result.complete:
             # Tell the document once this preview is on screen (it waits to go on).
             self._awaiting = {n for n, v in self.views.items() if v.isVisible()}
@@ -147,6 +238,8 @@ class PipelinePanel(QWidget):
             view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
+        if name == "sink":
+            return  # the sink's share is explained with each weight of its row
         for other, view in self.views.items():
             if other != name:
                 view.select(None)

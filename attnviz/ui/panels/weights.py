@@ -1,4 +1,5 @@
-"""Weights dock: a tab per head with its W_Q, W_K and W_V grids; the W_O grid; h and d_k."""
+"""Weights dock: a tab per head with its W_Q, W_K and W_V grids and their biases; W_O and
+b_O; the numbers of heads and key/value heads, and d_k."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, resized
+from attnviz.core.maths.scenario import (
+    LIMITS,
+    WEIGHT_NAMES,
+    Scenario,
+    resized,
+    with_kv_heads,
+)
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
 from attnviz.ui.panels.common import int_spin, set_quietly
@@ -84,19 +91,62 @@ class EvenRow(QLayout):
             )
 
 
+def row_grid(grid: MatrixGrid) -> MatrixGrid:
+    """A one-row grid (a bias or norm weights) no taller than its row and scrollbar."""
+    grid.horizontalHeader().hide()
+    grid.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    bar = grid.horizontalScrollBar().sizeHint().height()
+    grid.setFixedHeight(grid.verticalHeader().defaultSectionSize() + bar + 2 * grid.frameWidth())
+    return grid
+
+
+ROW_TIPS = {
+    "b": "Added to every row of the product (BERT, GPT-2 and Qwen2 have these; 0 is none)",
+    "q": "QK-norm: each feature of the normalised row is multiplied by its weight",
+    "k": "QK-norm: each feature of the normalised row is multiplied by its weight",
+}
+
+
+def align_columns(grids: list[MatrixGrid]) -> None:
+    """One width for the row labels of grids stacked in a column, so their columns line up."""
+    width = max(g.verticalHeader().sizeHint().width() for g in grids)
+    for g in grids:
+        g.verticalHeader().setFixedWidth(width)
+
+
+def heads_of(s: Scenario, kv: int) -> str:
+    """The query heads (from 1) that share key/value head kv: "heads 3–4"."""
+    group = [h + 1 for h in range(s.n_heads) if s.kv_head_of(h) == kv]
+    return f"head {group[0]}" if len(group) == 1 else f"heads {group[0]}–{group[-1]}"
+
+
 class WeightsPanel(QWidget):
+    """Per query head: W_Q, W_K, W_V with a bias row under each (and QK-norm weights when
+    on); the key/value heads shared by groups say which; W_O with b_O; H, G and d_k."""
+
     message = Signal(str)
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.grids: dict[tuple[str, int | None], MatrixGrid] = {}
+        self._tab_grids: list[MatrixGrid] = []
+        self._layout_key: tuple[object, ...] = ()
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("heads"))
-        self.heads = int_spin(1, LIMITS.heads, "Number of attention heads")
+        self.heads = int_spin(1, LIMITS.heads, "Number of attention (query) heads")
         self.heads.valueChanged.connect(lambda h: self._resize("heads", h))
         bar.addWidget(self.heads)
+        bar.addWidget(QLabel("KV heads"))
+        self.kv_heads = int_spin(
+            1,
+            LIMITS.heads,
+            "Key/value heads: fewer than the heads makes groups of query heads share K and V "
+            "(GQA; 1 is multi-query attention). Must divide the number of heads.",
+        )
+        self.kv_heads.valueChanged.connect(self._set_kv_heads)
+        bar.addWidget(self.kv_heads)
         bar.addWidget(QLabel("d_k"))
         self.d_k = int_spin(1, LIMITS.d_k, "Width of each head's queries, keys and values")
         self.d_k.valueChanged.connect(lambda d: self._resize("d_k", d))
@@ -107,9 +157,18 @@ class WeightsPanel(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.currentChanged.connect(self._tab_chosen)
         self.w_o = self._grid("W_O", None)
+        self.b_o = row_grid(self._grid("b_O", None))
+        mix = QWidget()
+        mix_layout = QVBoxLayout(mix)
+        mix_layout.setContentsMargins(0, 0, 0, 0)
+        mix_layout.setSpacing(2)
+        mix_layout.addWidget(self.w_o)
+        mix_layout.addWidget(QLabel("bias b_O"))
+        mix_layout.addWidget(self.b_o)
+        align_columns([self.w_o, self.b_o])
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tabs)
-        split.addWidget(titled("W_O: mixes the concatenated heads (h·d_k × d_model)", self.w_o))
+        split.addWidget(titled("W_O: mixes the concatenated heads (h·d_k × d_model)", mix))
         split.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
@@ -128,42 +187,85 @@ class WeightsPanel(QWidget):
         grid = MatrixGrid(MatrixModel(self.doc, name, head))
         grid.message.connect(self.message)
         grid.setObjectName(f"grid-{name}-{head}")
-        self.grids[(name, head)] = grid
         return grid
 
+    def _column(self, name: str, index: int, title: str, tip: str) -> QGroupBox:
+        """One weight grid with its bias row (and norm weights) under it."""
+        box = QGroupBox(title)
+        box.setToolTip(tip)
+        column = QVBoxLayout(box)
+        column.setContentsMargins(4, 4, 4, 4)
+        column.setSpacing(2)
+        rows = [name, "b" + name[1:]]
+        if self.doc.scenario.settings.qk_norm == "rms" and name != "W_V":
+            rows.append("q_norm" if name == "W_Q" else "k_norm")
+        grids = []
+        for part in rows:
+            grid = self._grid(part, index)
+            grid.set_column_width(48)
+            if part != name:
+                caption = "bias" if part.startswith("b_") else "norm weights"
+                label = QLabel(f"{caption} {part}")
+                label.setToolTip(ROW_TIPS[part[:1]])
+                column.addWidget(label)
+                row_grid(grid)
+            column.addWidget(grid)
+            self._tab_grids.append(grid)
+            self.grids.setdefault((part, index), grid)
+            grids.append(grid)
+        align_columns(grids)
+        return box
+
     def _head_tab(self, head: int) -> QWidget:
+        s = self.doc.scenario
         tab = QWidget()
         row = EvenRow(tab)
         row.setContentsMargins(0, 4, 0, 0)
         row.setSpacing(6)
+        kv = s.kv_head_of(head)
+        shared = s.kv_heads != s.n_heads
         for name in WEIGHT_NAMES:
-            grid = self._grid(name, head)
-            grid.set_column_width(48)
-            box = titled(name, grid)
-            box.setToolTip(f"{name} of head {head + 1}: d_model rows × d_k columns")
-            row.addWidget(box)
+            if name == "W_Q" or not shared:
+                title, index = name, head
+                tip = f"{name} of head {head + 1}: d_model rows × d_k columns; its bias under it"
+            else:
+                title, index = f"{name} · KV head {kv + 1} ({heads_of(s, kv)})", kv
+                tip = (
+                    f"{name} of key/value head {kv + 1}, shared by {heads_of(s, kv)}: "
+                    "editing it changes every head of the group"
+                )
+            row.addWidget(self._column(name, index, title, tip))
         return tab
 
     def sync(self) -> None:
         s = self.doc.scenario
         set_quietly(self.heads, s.n_heads)
+        self.kv_heads.setMaximum(s.n_heads)
+        set_quietly(self.kv_heads, s.kv_heads)
         set_quietly(self.d_k, s.d_k)
-        if self.tabs.count() != s.n_heads:
+        key = (s.n_heads, s.kv_heads, s.settings.qk_norm)
+        if key != self._layout_key:
+            self._layout_key = key
             self.tabs.blockSignals(True)
-            while self.tabs.count() > s.n_heads:
-                gone = self.tabs.count() - 1
-                for name in WEIGHT_NAMES:
-                    self.grids.pop((name, gone)).model().deleteLater()
-                tab = self.tabs.widget(gone)
+            for grid in self._tab_grids:
+                grid.model().deleteLater()
+            self._tab_grids.clear()
+            self.grids = {k: g for k, g in self.grids.items() if k[1] is None}
+            while self.tabs.count():
+                tab = self.tabs.widget(0)
+                self.tabs.removeTab(0)
                 if tab is not None:
                     tab.deleteLater()
-                self.tabs.removeTab(gone)
-            for head in range(self.tabs.count(), s.n_heads):
+            for head in range(s.n_heads):
                 self.tabs.addTab(self._head_tab(head), f"head {head + 1}")
+                if s.kv_heads != s.n_heads:
+                    self.tabs.setTabToolTip(head, f"reads KV head {s.kv_head_of(head) + 1}")
             self.tabs.setCurrentIndex(min(self.view_state.head, s.n_heads - 1))
             self.tabs.blockSignals(False)
+        self.grids[("W_O", None)], self.grids[("b_O", None)] = self.w_o, self.b_o
         self.tabs.setEnabled(s.settings.projections)
         self.w_o.setEnabled(s.settings.projections)
+        self.b_o.setEnabled(s.settings.projections)
 
     def _resize(self, what: str, value: int) -> None:
         s = self.doc.scenario
@@ -171,5 +273,22 @@ class WeightsPanel(QWidget):
             return
         refusal = self.doc.change(lambda s: resized(s, **{what: value}), f"Set {what} to {value}")
         self.message.emit(refusal)  # '' clears an earlier refusal
+        if refusal:
+            self.sync()
+
+    def _set_kv_heads(self, value: int) -> None:
+        s = self.doc.scenario
+        if value == s.kv_heads:
+            return
+        if s.n_heads % value:
+            divisors = [g for g in range(1, s.n_heads + 1) if s.n_heads % g == 0]
+            self.message.emit(
+                f"KV heads: {value} does not divide {s.n_heads} heads; "
+                f"choose one of {', '.join(map(str, divisors))}"
+            )
+            set_quietly(self.kv_heads, s.kv_heads)
+            return
+        refusal = self.doc.change(lambda s: with_kv_heads(s, value), f"Set KV heads to {value}")
+        self.message.emit(refusal)
         if refusal:
             self.sync()

@@ -1,0 +1,80 @@
+"""What the RoPE view shows: each pair's frequency, the angles by position, one pair
+turning, and that rotated scores depend only on the offset between positions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.core.maths.engine import compute_head, positions, rope_width
+from attnviz.core.maths.scenario import Scenario, Settings
+from attnviz.core.maths.variants import rope, rope_angles, rope_frequencies
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """RoPE's pairs for one width: which features each pair joins, and how fast it turns."""
+
+    first: np.ndarray  # feature index (from 0) of each pair's first member
+    second: np.ndarray  # and of its partner
+    frequency: np.ndarray  # radians per position
+    wavelength: np.ndarray  # positions per full turn, 2π / frequency
+
+
+def pairs(st: Settings, d_k: int) -> Pairs:
+    """The pairs RoPE turns at width d_k under the settings (none when fewer than 2)."""
+    dims = min(rope_width(st, d_k), d_k - d_k % 2)
+    if dims < 2:
+        empty = np.zeros(0)
+        return Pairs(empty.astype(int), empty.astype(int), empty, empty)
+    index = np.arange(dims)
+    if st.rope_style == "half":
+        first, second = index[: dims // 2], index[dims // 2 :]
+    else:
+        first, second = index[0::2], index[1::2]
+    freq = rope_frequencies(dims, st.rope_base)
+    return Pairs(first, second, freq, 2 * np.pi / freq)
+
+
+def angles(s: Scenario) -> np.ndarray:
+    """(n, pairs): the angle in radians by which each pair of query i turns."""
+    dims = len(pairs(s.settings, s.d_k).frequency) * 2
+    if not dims:
+        return np.zeros((s.n, 0))
+    return rope_angles(positions(s)[0], dims, s.settings.rope_base)
+
+
+def turned_pair(s: Scenario, head: int, token: int, pair: int) -> np.ndarray:
+    """(n, 2): query ``token``'s pair ``pair`` of head ``head`` (before RoPE), as it would
+    be turned at each position 0 … n − 1: the vector RoPE rotates with position."""
+    p = pairs(s.settings, s.d_k)
+    q = compute_head(s, head).Q[token]
+    a, b = q[p.first[pair]], q[p.second[pair]]
+    theta = np.arange(s.n) * p.frequency[pair]
+    return np.stack(
+        [a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)], axis=1
+    )
+
+
+def shift_change(s: Scenario, head: int, shift: int) -> float:
+    """The largest change of head ``head``'s raw scores when every position (queries and
+    keys) moves by ``shift``: rounding only, because RoPE scores depend on i − j alone."""
+    h = compute_head(s, head)
+    st = s.settings
+    if st.positional != "rope":
+        raise ValueError("the scenario does not use RoPE")
+    qpos, kpos = positions(s)
+    dims = len(pairs(st, s.d_k).frequency) * 2
+    # what RoPE received (Q and K after any QK-norm), turned at the shifted positions
+    q, k = _unturned(h.Q_rot, qpos, st, dims), _unturned(h.K_rot, kpos, st, dims)
+    shifted = (
+        rope(q, qpos + shift, st.rope_base, st.rope_style, dims)
+        @ rope(k, kpos + shift, st.rope_base, st.rope_style, dims).T
+    )
+    return float(np.abs(shifted - h.scores).max())
+
+
+def _unturned(turned: np.ndarray, pos: np.ndarray, st: Settings, dims: int) -> np.ndarray:
+    """Undo RoPE: turn back by the same angles (a rotation's inverse is its transpose)."""
+    return rope(turned, -pos, st.rope_base, st.rope_style, dims)
