@@ -1,7 +1,9 @@
-"""Ready-made scenarios: the worked example, one per lesson stage, a GPT-2-sized one."""
+"""Ready-made scenarios: the worked example, one per lesson stage, what current models
+change (RoPE and GQA, sinks, ALiBi, cross-attention, a sliding window), a GPT-2-sized one."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +55,54 @@ def random_scenario(
     W_O = rng.standard_normal((heads * d_k, d_model)) / np.sqrt(heads * d_k)
     tokens = tuple(f"t{i + 1}" for i in range(n))
     return Scenario(tokens=tokens, X=X, W_Q=W[0], W_K=W[1], W_V=W[2], W_O=W_O)
+
+
+def small_model(
+    tokens: tuple[str, ...],
+    d_model: int,
+    heads: int,
+    d_k: int,
+    seed: int,
+    kv_heads: int | None = None,
+    settings: Settings | None = None,
+) -> Scenario:
+    """A small scenario with seeded unit-variance weights (random_scenario's scaling),
+    optionally with key/value heads shared by groups of query heads."""
+    rng = np.random.default_rng(seed)
+    kv = heads if kv_heads is None else kv_heads
+    X = np.round(rng.standard_normal((len(tokens), d_model)), 2)
+    fan_in = np.sqrt(d_model)
+    W_Q = np.round(rng.standard_normal((heads, d_model, d_k)) / fan_in, 2)
+    W_K, W_V = np.round(rng.standard_normal((2, kv, d_model, d_k)) / fan_in, 2)
+    W_O = np.round(rng.standard_normal((heads * d_k, d_model)) / np.sqrt(heads * d_k), 2)
+    return Scenario(
+        tokens=tokens, X=X, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, settings=settings or Settings()
+    )
+
+
+def llama_style() -> Scenario:
+    """RoPE and grouped-query attention: 4 query heads over 2 key/value heads."""
+    tokens = ("the", "cat", "sat", "on", "the", "mat", "and", "slept")
+    return small_model(tokens, 8, 4, 4, seed=7, kv_heads=2, settings=Settings(positional="rope"))
+
+
+def with_sinks() -> Scenario:
+    """The worked example with a sink logit per head: rows sum to less than 1."""
+    return worked_example(Settings(sinks=(0.5, 2.0)))
+
+
+def alibi_example() -> Scenario:
+    """ALiBi on 4 heads: slopes 1/4, 1/16, 1/64, 1/256, a recency band for the first."""
+    tokens = ("once", "upon", "a", "time", "there", "was", "a", "fox")
+    return small_model(tokens, 8, 4, 2, seed=3, settings=Settings(positional="alibi"))
+
+
+def cross_attention() -> Scenario:
+    """3 queries (a decoder's English) over 5 keys (an encoder's French), no mask."""
+    s = small_model(("the", "cat", "sat"), 4, 2, 2, seed=11, settings=Settings(mask="none"))
+    rng = np.random.default_rng(12)
+    X_kv = np.round(rng.standard_normal((5, 4)), 2)
+    return dataclasses.replace(s, kv_tokens=("le", "chat", "est", "assis", "."), X_kv=X_kv)
 
 
 def _stage(**settings: object) -> Callable[..., Scenario]:
@@ -131,6 +181,34 @@ PRESETS: dict[str, Preset] = {
                 mask="sliding-window", window=4
             ),
             sized=True,
+        ),
+        Preset(
+            "llama-style",
+            "Llama-style: RoPE and GQA",
+            "8 tokens, d_model 8; RoPE turns Q and K by position; 4 query heads share 2 "
+            "key/value heads of d_k 4 (grouped-query attention)",
+            llama_style,
+        ),
+        Preset(
+            "sinks",
+            "Attention sinks (gpt-oss)",
+            "the worked example with a learned sink logit per head (0.5 and 2): the sink "
+            "takes a share of each row, so the weights sum to less than 1",
+            with_sinks,
+        ),
+        Preset(
+            "alibi",
+            "ALiBi (BLOOM, MPT)",
+            "8 tokens, 4 heads; no position encoding, but scores fall by slope × distance "
+            "(slopes 1/4, 1/16, 1/64, 1/256)",
+            alibi_example,
+        ),
+        Preset(
+            "cross-attention",
+            "Cross-attention (encoder-decoder)",
+            "3 queries (the cat sat) over 5 keys and values of their own (le chat est "
+            "assis .): scores are 3 × 5; no mask",
+            cross_attention,
         ),
         Preset(
             "gpt2-small",

@@ -32,8 +32,8 @@ TITLES = {
     "Q": "Q = X W_Q",
     "K": "K = X W_K",
     "V": "V = X W_V",
-    "Q_rot": "Q turned (QK-norm, RoPE)",
-    "K_rot": "K turned (QK-norm, RoPE)",
+    "Q_rot": "Q as scored",
+    "K_rot": "K as scored",
     "scores": "raw scores Q Kᵀ",
     "scaled": "scaled scores",
     "masked": "masked scores",
@@ -141,6 +141,12 @@ def _title(result: Result, view: str) -> str:
             return f"{view} = {source if view != 'Q' else 'X'} (no projections)"
         bias = f" + b_{view}" if f"b_{view}" in result.biases else ""
         return f"{view} = {'X' if view == 'Q' else source} W_{view}{bias}"
+    if view in ("Q_rot", "K_rot"):
+        st = result.settings
+        steps = [
+            s for s, on in (("norm", st.qk_norm == "rms"), ("RoPE", st.positional == "rope")) if on
+        ]
+        return f"{view[0]} after {', '.join(steps)}" if steps else TITLES[view]
     if view == "final" and "b_O" in result.biases:
         return "output (concat W_O + b_O)"
     return TITLES[view]

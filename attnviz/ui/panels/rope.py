@@ -3,10 +3,21 @@ position, and a live check that rotated scores depend only on the offset i − j
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from attnviz.core.figures.figure import make_spec
 from attnviz.core.maths.engine import Result
@@ -28,7 +39,15 @@ class RopePanel(ResultPanel):
         super().__init__(ws, parent)
         self.status = QLabel(OFF)
         self.status.setWordWrap(True)
-        self.table = HeatmapView("rope-frequencies")
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["features", "speed (rad/pos)", "one turn"])
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setToolTip(
+            "Each pair of features turns at its own speed, base^(−2i/r) radians per position: "
+            "the first pairs spin fast (they tell near positions apart), the last slowly"
+        )
         self.angle_view = HeatmapView("rope-angles")
         self.plot = pg.PlotWidget(background="w")
         self.plot.setAspectLocked(True)
@@ -68,10 +87,10 @@ class RopePanel(ResultPanel):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.status)
         layout.addWidget(top, 1)
-        layout.addLayout(controls)
-        layout.addWidget(self.plot, 1)
         layout.addLayout(shift_row)
         layout.addWidget(self.shift_result)
+        layout.addLayout(controls)
+        layout.addWidget(self.plot, 1)
         ws.view_state.headChanged.connect(lambda _: self.redraw())
 
     def show_result(self, result: Result) -> None:
@@ -96,28 +115,23 @@ class RopePanel(ResultPanel):
         if not count:
             return
         labels = tuple(f"{a + 1}&{b + 1}" for a, b in zip(p.first, p.second, strict=True))
-        table = np.stack([p.frequency, p.wavelength], axis=1)
-        self.table.set_spec(
-            make_spec(
-                "pairs: frequency (rad/position), wavelength (positions)",
-                table,
-                labels,
-                ("frequency", "wavelength"),
-                "pair",
-                "",
-                "sequential",
-            )
+        self.table.setRowCount(count)
+        for row, cells in enumerate(zip(labels, p.frequency, p.wavelength, strict=True)):
+            texts = (cells[0], f"{cells[1]:.4g}", f"{cells[2]:.4g} positions")
+            for col, text in enumerate(texts):
+                self.table.setItem(row, col, QTableWidgetItem(text))
+        theta = angles(s)
+        spec = make_spec(
+            "angle θ = position × speed",
+            theta,
+            tuple(s.tokens),
+            labels,
+            "query",
+            "pair",
+            "sequential",
         )
         self.angle_view.set_spec(
-            make_spec(
-                "angle θ = position × frequency (radians)",
-                angles(s),
-                tuple(s.tokens),
-                labels,
-                "query",
-                "pair",
-                "sequential",
-            )
+            dataclasses.replace(spec, levels=(0.0, max(float(theta.max()), 1e-12)))
         )
         self.token.setMaximum(s.n)
         self.pair.setMaximum(count)
