@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
 
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.core.maths.engine import Result
-    from attnviz.core.maths.scenario import Scenario
+    from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
 
@@ -198,50 +198,68 @@ def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -
 def format_result(s: Scenario, r: Result) -> str:
     import numpy as np
 
-    from attnviz.core.maths.engine import HEAD_MATRICES
+    from attnviz.core.figures.figure import variant_terms
 
     st = s.settings
-    toks = list(r.tokens)
+    toks, keys = list(r.tokens), list(r.keys)
     numbered = [str(i + 1) for i in range(max(r.d_k * r.n_heads, s.d_model))]
     window = f" of {st.window}" if st.mask == "sliding-window" else ""
     out = [
         f"attnviz: {r.n_heads} head(s), n = {s.n}, d_model = {s.d_model}, d_k = {r.d_k}; "
         f"mask {st.mask}{window}, scale {'on' if st.scale else 'off'}, projections "
         f"{'on' if st.projections else 'off'}, position {st.positional}"
-        + (f", dropout {st.dropout} (seed {st.dropout_seed})" if st.dropout else ""),
+        + (f", dropout {st.dropout} (seed {st.dropout_seed})" if st.dropout else "")
+        + "".join(f"; {long}" for _, long in variant_terms(r))
+        + (f"; {s.kv_heads} key/value head(s)" if s.kv_heads != s.n_heads else "")
+        + (f"; {s.m} keys of their own (cross-attention)" if s.cross else ""),
         "",
     ]
     for h in range(r.n_heads):
         out.append(f"== head {h + 1} ==")
-        for name in HEAD_MATRICES:
+        for name in head_fields(st):
             a = r.matrix(name, h)
-            cols = (
-                toks
-                if a.shape[1] == s.n and name in ("scores", "scaled", "masked", "weights")
-                else numbered[: a.shape[1]]
-            )
-            out += [table(f"{name}:", a, toks, cols), ""]
-        stats = np.stack([r.leak[h], r.row_sum[h], r.entropy[h]], axis=1)
-        out += [table("per row:", stats, toks, ["leak", "row sum", "entropy"]), ""]
+            rows = keys if name in ("K", "V", "K_rot") else toks
+            cols = keys if name in ("scores", "scaled", "masked", "weights") else numbered
+            out += [table(f"{name}:", a, rows, cols[: a.shape[1]]), ""]
+        columns = {"leak": r.leak[h], "row sum": r.row_sum[h], "entropy": r.entropy[h]}
+        if st.sinks is not None:
+            columns["sink"] = r.sink[h]
+        stats = np.stack(list(columns.values()), axis=1)
+        out += [table("per row:", stats, toks, list(columns)), ""]
     out += [table("concat:", r.concat, toks, numbered[: r.concat.shape[1]]), ""]
-    out += [table("final output (concat W_O):", r.final, toks, numbered[: r.final.shape[1]])]
+    bias = " + b_O" if "b_O" in r.biases else ""
+    out += [table(f"final output (concat W_O{bias}):", r.final, toks, numbered[: r.final.shape[1]])]
     return "\n".join(out)
 
 
+def head_fields(st: Settings) -> tuple[str, ...]:
+    """The per-head matrices the text and JSON give: Q_rot and K_rot too when QK-norm or
+    RoPE turn Q and K."""
+    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES
+
+    turned = st.qk_norm == "rms" or st.positional == "rope"
+    return HEAD_MATRICES[:3] + (TURNED_MATRICES if turned else ()) + HEAD_MATRICES[3:]
+
+
 def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
-    """The JSON form: the scenario as saved, per-head intermediates, concat and output."""
+    """The JSON form: the scenario as saved, per-head intermediates, concat and output.
+
+    K and V are given per query head (repeated across a group that shares them), Q_rot
+    and K_rot when QK-norm or RoPE is on, and each row's sink_weight when sinks are on.
+    """
     from attnviz.core.io.files import scenario_to_dict
-    from attnviz.core.maths.engine import HEAD_MATRICES
 
     def rows(a: np.ndarray) -> list[list[Any]]:
         return [["-inf" if v == -float("inf") else v for v in row] for row in a.tolist()]
 
     heads = []
     for h in range(r.n_heads):
-        head: dict[str, Any] = {name: rows(r.matrix(name, h)) for name in HEAD_MATRICES}
+        head: dict[str, Any] = {name: rows(r.matrix(name, h)) for name in head_fields(s.settings)}
         head.update(
             leak=r.leak[h].tolist(), row_sum=r.row_sum[h].tolist(), entropy=r.entropy[h].tolist()
         )
+        if s.settings.sinks is not None:
+            head["sink_weight"] = r.sink[h].tolist()
         heads.append(head)
     return {
         "scenario": scenario_to_dict(s),
@@ -362,7 +380,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.figures.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.io.files import atomic_write
-    from attnviz.core.maths.engine import HEAD_MATRICES, layer
+    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, layer
 
     if args.view not in VIEWS:
         raise UsageError(f"--view {args.view!r}: expected one of {', '.join(VIEWS)}")
@@ -373,7 +391,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     n_heads = s.n_heads if s.settings.projections else 1
     if args.head > n_heads:
         raise UsageError(f"--head {args.head}: the scenario has {n_heads} head(s)")
-    if args.view in (*HEAD_MATRICES, "X"):
+    if args.view in (*HEAD_MATRICES, *TURNED_MATRICES, "X"):
         spec = _one_head_spec(s, args.view, args.head - 1)
     else:  # concat and final mix every head; layer() stores no n × n matrix
         spec = spec_for(layer(s), args.view)

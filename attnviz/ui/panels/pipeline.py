@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for
+from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
 from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.view_state import Selection
@@ -61,42 +61,6 @@ def legend(result: Result, head: int) -> tuple[str, str]:
         "output = weights · V. Hover a cell for its exact value; click it for its arithmetic."
     )
     return line, tip
-
-
-def variant_terms(result: Result) -> list[tuple[str, str]]:
-    """What the scenario adds to the 2017 layer, short and long: biases, QK-norm, RoPE,
-    ALiBi, soft-cap, sinks, an alignment (one pair per term in use)."""
-    st = result.settings
-    terms = []
-    if result.biases:
-        terms.append(("+ biases", f"biases {', '.join(result.biases)} added"))
-    if st.qk_norm == "rms":
-        terms.append(("QK-norm", f"Q and K RMS-normalised over d_k (eps {st.qk_norm_eps:g})"))
-    if st.positional == "rope":
-        dims = "all" if st.rope_dims is None else str(st.rope_dims)
-        terms.append(
-            (
-                "RoPE",
-                f"Q and K rotated by position (RoPE, base {st.rope_base:g}, "
-                f"{st.rope_style} pairs, {dims} dims)",
-            )
-        )
-    if st.positional == "alibi":
-        terms.append(("ALiBi", "ALiBi adds −slope·|i − j| to the scores"))
-    if st.softcap is not None:
-        terms.append(
-            (
-                f"soft-cap {st.softcap:g}",
-                f"scores soft-capped: {st.softcap:g}·tanh(s/{st.softcap:g})",
-            )
-        )
-    if st.sinks is not None:
-        terms.append(
-            ("sink", "a sink logit joins each row's softmax denominator: rows sum below 1")
-        )
-    if st.causal_alignment == "bottom-right" and result.X_kv is not None:
-        terms.append(("bottom-right", "the last query lines up with the last key"))
-    return terms
 
 
 def best_columns(width: int, height: int, count: int) -> int:
