@@ -1,6 +1,7 @@
 """The building blocks of current attention variants against independent references:
 complex numbers for RoPE, the ALiBi paper's slopes by hand, masks by hand and against
-torch's lower-right causal bias, a softmax with the sink as an extra column."""
+torch's lower-right causal bias, a softmax with the sink as an extra column; and the
+engine, which composes them, against a plain loop, torch SDPA and flex_attention."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnviz.core.maths import variants as V
+from attnviz.core.maths.engine import Result, compute
+from attnviz.core.maths.scenario import Scenario, Settings
 
 RNG = np.random.default_rng(7)
 
@@ -163,7 +166,7 @@ def test_a_fully_masked_row_gives_its_weight_to_the_sink():
     np.testing.assert_array_equal(share, [1.0])
 
 
-# All of it together: against a plain loop here, torch SDPA and flex_attention ------------
+# All of it together in the engine: against a plain loop, torch SDPA and flex_attention -
 
 
 def loop_attention(Q, K, V_, scale, seen, cap=None, alibi=None, sinks=None):
@@ -199,6 +202,31 @@ def qkv(H, G, n, m, d, seed=0):
     return rng.normal(size=(H, n, d)), rng.normal(size=(G, m, d)), rng.normal(size=(G, m, d))
 
 
+def engine_on(Q, K, V_, **changes) -> Result:
+    """The engine on a cross-attention scenario whose projections are exactly Q, K and V:
+    X = [I_n | 0] and X_kv = [0 | I_m] pick the rows of W_Q = [Q; 0], W_K = [0; K] and
+    W_V = [0; V] (products with 1 and 0 only, so nothing rounds)."""
+    H, n, d = Q.shape
+    G, m, _ = K.shape
+    s = Scenario(
+        tokens=tuple(f"q{i}" for i in range(n)),
+        X=np.hstack([np.eye(n), np.zeros((n, m))]),
+        kv_tokens=tuple(f"k{j}" for j in range(m)),
+        X_kv=np.hstack([np.zeros((m, n)), np.eye(m)]),
+        W_Q=np.concatenate([Q, np.zeros((H, m, d))], axis=1),
+        W_K=np.concatenate([np.zeros((G, n, d)), K], axis=1),
+        W_V=np.concatenate([np.zeros((G, n, d)), V_], axis=1),
+        W_O=np.zeros((H * d, n + m)),
+        settings=Settings(**changes),
+    )
+    result = compute(s)
+    group = [V.kv_head_of(h, H, G) for h in range(H)]
+    np.testing.assert_array_equal(result.Q, Q)
+    np.testing.assert_array_equal(result.K, K[group])
+    np.testing.assert_array_equal(result.V, V_[group])
+    return result
+
+
 @pytest.mark.parametrize(
     ("H", "G", "n", "m", "mask", "alignment"),
     [
@@ -208,23 +236,24 @@ def qkv(H, G, n, m, d, seed=0):
         (3, 3, 4, 6, "none", "top-left"),
     ],
 )
-def test_attend_matches_the_loop_with_every_part(H, G, n, m, mask, alignment):
+def test_the_engine_matches_the_loop_with_every_part(H, G, n, m, mask, alignment):
     Q, K, V_ = qkv(H, G, n, m, 4)
     seen = V.visible(n, m, mask, window=2, alignment=alignment)
     slopes = V.alibi_slopes(H)
     offset = V.query_offset(n, m, alignment)
     alibi = np.stack([V.alibi_bias(a, np.arange(n) + offset, np.arange(m)) for a in slopes])
     sinks = np.linspace(-1.0, 1.0, H)
-    got = V.attend(Q, K, V_, 0.4, seen, softcap_at=1.5, alibi=alibi, sinks=sinks)
+    where = {"mask": mask, "window": 2, "causal_alignment": alignment, "scale_value": 0.4}
+    got = engine_on(Q, K, V_, **where, softcap=1.5, positional="alibi", sinks=tuple(sinks.tolist()))
     want, share = loop_attention(Q, K, V_, 0.4, seen, 1.5, alibi, sinks)
-    np.testing.assert_allclose(got["output"], want, atol=1e-13)
-    np.testing.assert_allclose(got["sink"], share, atol=1e-14)
-    plain = V.attend(Q, K, V_, 0.4, seen)
-    np.testing.assert_allclose(plain["output"], loop_attention(Q, K, V_, 0.4, seen)[0], atol=1e-13)
-    np.testing.assert_array_equal(plain["sink"], 0.0)
+    np.testing.assert_allclose(got.output, want, atol=1e-13)
+    np.testing.assert_allclose(got.sink, share, atol=1e-14)
+    plain = engine_on(Q, K, V_, **where)
+    np.testing.assert_allclose(plain.output, loop_attention(Q, K, V_, 0.4, seen)[0], atol=1e-13)
+    np.testing.assert_array_equal(plain.sink, 0.0)
 
 
-def test_attend_with_gqa_alibi_and_windows_is_torch_sdpa():
+def test_the_engine_with_gqa_alibi_and_windows_is_torch_sdpa():
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     H, G, n, m, d = 8, 2, 6, 9, 16
@@ -235,7 +264,16 @@ def test_attend_with_gqa_alibi_and_windows_is_torch_sdpa():
         alibi = np.stack(
             [V.alibi_bias(a, np.arange(n) + offset, np.arange(m)) for a in V.alibi_slopes(H)]
         )
-        got = V.attend(Q, K, V_, 0.125, seen, alibi=alibi)["output"]
+        got = engine_on(
+            Q,
+            K,
+            V_,
+            mask=mask,
+            window=3,
+            causal_alignment=alignment,
+            positional="alibi",
+            scale_value=0.125,
+        ).output
         bias = torch.from_numpy(np.where(seen, alibi, -np.inf))[None]
         t = [torch.from_numpy(a)[None] for a in (Q, K, V_)]
         want = F.scaled_dot_product_attention(*t, attn_mask=bias, scale=0.125, enable_gqa=True)
@@ -243,7 +281,7 @@ def test_attend_with_gqa_alibi_and_windows_is_torch_sdpa():
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-def test_attend_with_a_soft_cap_is_flex_attention():
+def test_the_engine_with_a_soft_cap_is_flex_attention():
     torch = pytest.importorskip("torch")
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     H, G, n, d, cap = 4, 2, 5, 8, 1.2
@@ -256,7 +294,7 @@ def test_attend_with_a_soft_cap_is_flex_attention():
 
     t = [torch.from_numpy(a)[None] for a in (Q, K, V_)]
     want = flex.flex_attention(*t, score_mod=score_mod, scale=0.5, enable_gqa=True)
-    got = V.attend(Q, K, V_, 0.5, seen.numpy(), softcap_at=cap)["output"]
+    got = engine_on(Q, K, V_, mask="causal", scale_value=0.5, softcap=cap).output
     np.testing.assert_allclose(got, want[0].numpy(), atol=1e-12)
 
 
