@@ -724,10 +724,6 @@ def test_extra_kv_heads_that_divide_the_heads_load():
     assert (s.n_heads, s.kv_heads) == (2, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the message prints the cell as np.float64(0.5) (numpy 2's repr), not 0.5",
-)
 def test_a_mask_cell_that_is_not_0_or_1_is_printed_as_written():
     doc = v2_doc()
     doc["settings"]["mask_matrix"][3][0] = 0.5

@@ -1003,10 +1003,6 @@ def test_bad_input_names_the_field():
             Settings(**{name: 0.0})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the message prints the cell as np.float64(0.5) (numpy 2's repr), not 0.5",
-)
 def test_a_mask_cell_that_is_not_0_or_1_is_printed_as_a_number():
     s = make(n=2, H=1, G=1, mask="custom")
     with pytest.raises(ScenarioError) as caught:

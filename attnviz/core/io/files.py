@@ -369,6 +369,13 @@ def scenario_from_dict(data: Any) -> Scenario:
     m = len(extra.get("kv_tokens", tokens))
 
     shared = "kv_heads" in data
+    if version == 1 and isinstance(data["heads"], list):
+        for h, head in enumerate(data["heads"]):
+            newer = [k for k in HEAD_KEYS if k not in V1_HEAD_KEYS and k in head]
+            if isinstance(head, dict) and newer:
+                raise FileFormatError(
+                    f"heads[{h + 1}].{newer[0]}: needs version 2 (the file says 1)"
+                )
     allowed = (Q_HEAD_KEYS if shared else HEAD_KEYS) if version == 2 else V1_HEAD_KEYS
     required = ("W_Q",) if shared else V1_HEAD_KEYS
     heads, d_k = _heads("heads", data["heads"], required, allowed, d_model, None)

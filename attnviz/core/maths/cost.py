@@ -14,9 +14,9 @@ class Cost:
     - ``scores``: n² per head, h·n² in all;
     - ``flops``: 4·n²·d_k per head (Q Kᵀ and weights·V, two FLOPs per multiply-add),
       half of it under a causal mask (FlashAttention's convention);
-    - ``kv_cache``: 2·n·h·d_k numbers per layer (K and V for every head), which is the
-      brief's 2·n·d_model when h·d_k = d_model; with a sliding window, min(n, window)
-      tokens instead of n.
+    - ``kv_cache``: 2·n·G·d_k numbers per layer (K and V for every key/value head; G =
+      h unless heads share them), which is the brief's 2·n·d_model when h·d_k = d_model;
+      with a sliding window, min(n, window) tokens instead of n.
     """
 
     n: int
@@ -24,6 +24,7 @@ class Cost:
     d_k: int
     causal: bool = False
     window: int | None = None  # a sliding window keeps only this many tokens' K and V
+    kv_heads: int | None = None  # key/value heads, when groups of heads share them
 
     def __post_init__(self) -> None:
         for name in ("n", "heads", "d_k"):
@@ -51,7 +52,7 @@ class Cost:
     @property
     def kv_cache_numbers(self) -> int:
         kept = self.n if self.window is None else min(self.n, self.window)
-        return 2 * kept * self.heads * self.d_k
+        return 2 * kept * (self.kv_heads or self.heads) * self.d_k
 
     def kv_cache_bytes(self, dtype: str = "float32") -> int:
         return self.kv_cache_numbers * BYTES_PER[dtype]

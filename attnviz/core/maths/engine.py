@@ -525,7 +525,8 @@ def _check_head(s: Scenario, h: int) -> None:
 
 
 def one_head(s: Scenario, h: int) -> Result:
-    """X and head h (0-based) of compute(s), bit for bit, without computing the other heads.
+    """X and head h (0-based) of compute(s), without computing the other heads: bit for bit,
+    except that BLAS may round a single-column product (d_k or n of 1) in another order.
 
     The Result holds that head alone, as its head 0; ``concat`` and ``final`` need every
     head and are left empty (0 × 0). For figures of one head at long sequences.

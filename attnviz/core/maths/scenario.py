@@ -359,7 +359,7 @@ class Scenario:
             if not np.isin(mask, (0.0, 1.0)).all():
                 r, c = np.argwhere(~np.isin(mask, (0.0, 1.0)))[0]
                 raise ScenarioError(
-                    f"settings.mask_matrix[{r + 1},{c + 1}]: {mask[r, c]!r} is not 0 or 1"
+                    f"settings.mask_matrix[{r + 1},{c + 1}]: {float(mask[r, c])!r} is not 0 or 1"
                 )
         for name in ("X", "X_kv", "W_O", "b_O"):
             if getattr(self, name) is not None:

@@ -140,12 +140,14 @@ class CostPanel(QWidget):
         d_k = s.d_k if s.settings.projections else s.d_model
         causal = s.settings.mask == "causal"  # only −∞ lets a kernel skip the future keys
         window = s.settings.window if s.settings.mask == "sliding-window" else None
-        now = Cost(s.n, heads, d_k, causal, window)
-        return now, Cost(self.length.value(), heads, d_k, causal, window)
+        kv = s.kv_heads if s.settings.projections else 1
+        now = Cost(s.n, heads, d_k, causal, window, kv)
+        return now, Cost(self.length.value(), heads, d_k, causal, window, kv)
 
     def refresh(self) -> None:
         now, what_if = self.costs()
-        self.now_box.setTitle(f"Now: n = {now.n}, {now.heads} × d_k {now.d_k}")
+        shared = f" ({now.kv_heads} K/V)" if now.kv_heads != now.heads else ""
+        self.now_box.setTitle(f"Now: n = {now.n}, {now.heads}{shared} × d_k {now.d_k}")
         self.what_box.setTitle(f"What if n = {what_if.n:,}")
         self._fill(self.now_form, describe(now))
         self._fill(self.what_form, describe(what_if))
