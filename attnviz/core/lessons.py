@@ -1,4 +1,4 @@
-"""The seven stages of the lesson: what each sets up, shows and asks the learner to try."""
+"""The eight stages of the lesson: what each sets up, shows and asks the learner to try."""
 
 from __future__ import annotations
 
@@ -113,5 +113,23 @@ STAGES: tuple[Stage, ...] = (
         "In Cost, type 128000 as the what-if length. In Experiments (the KV cache tab, "
         "opened for you), step the cache: each new row matches full causal attention.",
         tab=("Experiments", "KV cache"),
+    ),
+    Stage(
+        8,
+        "What current models change",
+        "llama-style",
+        ("Pipeline", "Weights", "RoPE"),
+        "Models of 2024–2026 keep this layer and change four things. <b>Grouped-query "
+        "attention</b>: groups of query heads share one key/value head (Llama-3-8B: 32 query "
+        "heads over 8), so the KV cache shrinks by the group size. <b>RoPE</b>: instead of "
+        "adding positions to X, Q and K are rotated by angles that grow with position, so a "
+        "score depends only on how far apart two tokens are. <b>Sliding windows</b> (Mistral, "
+        "Gemma) let each query see only the last W keys. <b>Sinks</b> (gpt-oss) add a learned "
+        "logit to each row's softmax denominator, so a head may attend to nothing.",
+        "In Weights, set <i>KV heads</i> to 1: all four heads now read one K and V "
+        "(multi-query attention) and the KV cache in Cost halves again. In RoPE, press "
+        "<i>Check the scores</i>: moving every position by 1000 changes no score. Then load "
+        "the <i>sliding-window</i> and <i>sinks</i> presets: the weights become a band of 4 "
+        "keys, and with sinks each row sums to less than 1.",
     ),
 )

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.engine import softmax_rows
 from attnviz.core.maths.experiments import scaling_variance
+from attnviz.core.presets import make_preset
 from attnviz.core.session import SetCells
 from attnviz.ui.view_state import Selection
 
@@ -184,3 +185,63 @@ def test_stage_7_opens_the_kv_cache_whose_rows_match_full_attention_and_prices_1
     qtbot.waitUntil(lambda: kv.cache.t >= 3, timeout=10000)
     match = re.search(r"max difference (\S+)<", kv.labels["match"].text())
     assert match and float(match[1].replace("−", "-")) <= 1e-12, kv.labels["match"].text()
+
+
+def rope_half(A: np.ndarray, pos: np.ndarray, base: float = 10000.0) -> np.ndarray:
+    """RoPE with half pairs over every feature, written out here."""
+    half = A.shape[-1] // 2
+    theta = pos[:, None] * base ** (-np.arange(half) * 2.0 / A.shape[-1])
+    a, b = A[..., :half], A[..., half:]
+    return np.concatenate(
+        [a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)], axis=-1
+    )
+
+
+def test_stage_8_mqa_halves_the_cache_rope_ignores_a_shift_then_window_and_sinks(stage, qtbot):
+    window = stage(8)
+    s = window.doc.scenario
+    assert (s.n_heads, s.kv_heads, s.settings.positional) == (4, 2, "rope")
+    cache = window.cost.costs()[0].kv_cache_numbers
+    assert cache == 2 * s.n * 2 * s.d_k  # K and V of 2 key/value heads per token
+
+    # Weights: KV heads 1. Every head now reads the first group's K (multi-query).
+    window.weights.kv_heads.setValue(1)
+    settle(qtbot, window)
+    s = window.doc.scenario
+    K = s.X @ s.W_K[0]
+    for h in range(4):
+        np.testing.assert_allclose(window.compute.result.K[h], K, atol=EXACT)
+    assert window.cost.costs()[0].kv_cache_numbers == cache // 2
+
+    # RoPE: every position moved by 1000 changes no score (rotated here, independently).
+    rope_panel = window.panel("RoPE")
+    window.bring_forward(("RoPE",))
+    settle(qtbot, window)
+    rope_panel.check_shift()
+    change = float(re.search(r"at most (\S+),", rope_panel.shift_result.text())[1])
+    assert change < 1e-12
+    pos = np.arange(s.n)
+    Q, K = s.X @ s.W_Q[0], s.X @ s.W_K[0]
+    moved = rope_half(Q, pos + 1000) @ rope_half(K, pos + 1000).T
+    np.testing.assert_allclose(moved, rope_half(Q, pos) @ rope_half(K, pos).T, atol=1e-12)
+    np.testing.assert_allclose(window.compute.result.scores[0], moved, atol=1e-12)
+
+    # The sliding-window preset: weights only on the last 4 keys of each row.
+    window.doc.replace(make_preset("sliding-window"), "Preset")
+    settle(qtbot, window)
+    n = window.doc.scenario.n
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    band = (j <= i) & (j > i - 4)
+    weights = window.compute.result.weights
+    assert (weights[:, ~band] == 0).all() and (weights[:, band] > 0).all()
+
+    # The sinks preset: each row sums to 1 − exp(sink) / (exp(sink) + Σ exp(scores)).
+    window.doc.replace(make_preset("sinks"), "Preset")
+    settle(qtbot, window)
+    s, r = window.doc.scenario, window.compute.result
+    for h, sink in enumerate(s.settings.sinks):
+        S = (s.X @ s.W_Q[h]) @ (s.X @ s.W_K[h]).T / np.sqrt(s.d_k)
+        S[np.triu_indices(s.n, 1)] = -np.inf
+        z = np.exp(S).sum(axis=1)
+        np.testing.assert_allclose(r.row_sum[h], z / (z + np.exp(sink)), atol=EXACT)
+        assert (r.row_sum[h] < 1).all()

@@ -680,14 +680,15 @@ STAGE_SETTINGS = {
     5: (True, True, "causal", "Masks"),
     6: (True, True, "causal", "Heads"),
     7: (True, True, "causal", "Cost"),
+    8: (True, True, "causal", "Pipeline"),
 }
 
 
-def test_lesson_walks_the_seven_stages(window):
+def test_lesson_walks_the_eight_stages(window):
     lesson, doc = window.lesson, window.doc
     assert not lesson.previous.isEnabled()
     start = doc.undo_stack.count()
-    for number in range(1, 8):
+    for number in range(1, 9):
         lesson.next.click()
         settle()
         projections, scale, mask, front = STAGE_SETTINGS[number]
@@ -697,7 +698,7 @@ def test_lesson_walks_the_seven_stages(window):
         assert doc.undo_stack.count() == start + number  # one undo step per stage
         assert doc.undo_stack.undoText() == f"Lesson stage {number}"
         assert on_front(window, front), (number, front)
-        assert f"Stage {number} of 7" in lesson.text.toPlainText()
+        assert f"Stage {number} of 8" in lesson.text.toPlainText()
         if number == 1:
             # softmax(X Xᵀ) X, by hand.
             S = ref.X @ ref.X.T
@@ -709,10 +710,16 @@ def test_lesson_walks_the_seven_stages(window):
         if number == 5:
             assert not on_front(window, "Pipeline")  # Masks is on top of its tab group
     assert not lesson.next.isEnabled()
-    s = doc.scenario
-    assert (s.n, s.d_model, s.n_heads, s.d_k) == (64, 768, 12, 64)  # GPT-2-small sizes
-    assert window.cost.now_box.title() == "Now: n = 64, 12 × d_k 64"
+    s = doc.scenario  # stage 8: llama-style, 4 query heads over 2 key/value heads
+    assert (s.n, s.d_model, s.n_heads, s.kv_heads, s.d_k) == (8, 8, 4, 2, 4)
+    assert s.settings.positional == "rope"
 
+    lesson.previous.click()
+    settle()
+    s = doc.scenario
+    assert lesson.index == 6 and (s.n, s.d_model, s.n_heads, s.d_k) == (64, 768, 12, 64)
+    assert window.cost.now_box.title() == "Now: n = 64, 12 × d_k 64"  # GPT-2-small sizes
+    assert doc.undo_stack.undoText() == "Lesson stage 7"
     lesson.previous.click()
     settle()
     assert lesson.index == 5 and doc.scenario.n == 4
@@ -720,7 +727,11 @@ def test_lesson_walks_the_seven_stages(window):
     assert on_front(window, "Heads")
     doc.undo_stack.undo()  # back to stage 7's scenario
     assert doc.scenario.n == 64
-    doc.undo_stack.undo()
+    doc.undo_stack.undo()  # stage 8's
+    assert doc.scenario.n == 8
+    doc.undo_stack.undo()  # stage 7's, the first time
+    assert doc.scenario.n == 64
+    doc.undo_stack.undo()  # stage 6's
     assert doc.scenario.n == 4 and doc.scenario.settings.mask == "causal"
 
     # Leave the lesson at stage 3 (projections, no scaling, no mask) and keep editing.

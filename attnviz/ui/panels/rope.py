@@ -23,7 +23,7 @@ from attnviz.core.figures.figure import make_spec
 from attnviz.core.maths.engine import Result
 from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair
 from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.panels.common import ResultPanel, int_spin, set_quietly
+from attnviz.ui.panels.common import ResultPanel, int_spin
 from attnviz.ui.workspace import Workspace
 
 OFF = (
@@ -133,9 +133,10 @@ class RopePanel(ResultPanel):
         self.angle_view.set_spec(
             dataclasses.replace(spec, levels=(0.0, max(float(theta.max()), 1e-12)))
         )
-        self.token.setMaximum(s.n)
-        self.pair.setMaximum(count)
-        set_quietly(self.token, min(self.token.value(), s.n))
+        for spin, most in ((self.token, s.n), (self.pair, count)):
+            spin.blockSignals(True)  # clamping to a new maximum would emit and redraw
+            spin.setMaximum(most)
+            spin.blockSignals(False)
         self._draw_pair(head, self.token.value() - 1, self.pair.value() - 1)
 
     def _draw_pair(self, head: int, token: int, pair: int) -> None:

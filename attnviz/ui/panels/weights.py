@@ -240,7 +240,9 @@ class WeightsPanel(QWidget):
     def sync(self) -> None:
         s = self.doc.scenario
         set_quietly(self.heads, s.n_heads)
+        self.kv_heads.blockSignals(True)  # a smaller maximum would clamp and emit
         self.kv_heads.setMaximum(s.n_heads)
+        self.kv_heads.blockSignals(False)
         set_quietly(self.kv_heads, s.kv_heads)
         set_quietly(self.d_k, s.d_k)
         key = (s.n_heads, s.kv_heads, s.settings.qk_norm)
