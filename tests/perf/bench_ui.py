@@ -2,7 +2,8 @@
 
     python tests/perf/bench_ui.py [--edits 60]
 
-For the worked example and for n = 512, d_model 768, 12 heads, it types a value into a
+For the worked example, for n = 512, d_model 768, 12 heads, and for that size with RoPE
+and 4 key/value heads shared by the 12 (GQA), it types a value into a
 cell of X (and of a head's W_K) through the grid's model, waits until the document has
 published the result of that edit for the shown head (at the large size a preview of
 that head comes first; the other heads and the mix follow on the worker thread, outside
@@ -31,7 +32,7 @@ os.environ.setdefault(
 from PySide6.QtCore import QEventLoop, QSettings
 from PySide6.QtWidgets import QApplication
 
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scenario import Scenario, with_kv_heads
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import make_app
 from attnviz.ui.main_window import MainWindow
@@ -83,6 +84,11 @@ def run_case(app: QApplication, scenario: Scenario, target: str, edits: int) -> 
     return times[3:]  # the first edits warm caches
 
 
+def rope_gqa() -> Scenario:
+    """GPT-2-small sizes at n = 512 with RoPE, the 12 query heads over 4 KV heads of 64."""
+    return with_kv_heads(make_preset("gpt2-small", n=512), 4).with_settings(positional="rope")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--edits", type=int, default=60)
@@ -93,6 +99,8 @@ def main() -> None:
         ("worked example, W_K cell", make_preset("worked-example"), "W_K", 16),
         ("n=512 d_model=768 h=12, X cell", make_preset("gpt2-small", n=512), "X", 50),
         ("n=512 d_model=768 h=12, W_K cell", make_preset("gpt2-small", n=512), "W_K", 50),
+        ("n=512 RoPE, 12 heads over 4 KV heads, X cell", rope_gqa(), "X", 50),
+        ("n=512 RoPE, 12 heads over 4 KV heads, W_K cell", rope_gqa(), "W_K", 50),
     ]
     for label, scenario, target, goal in cases:
         ms = sorted(t * 1e3 for t in run_case(app, scenario, target, args.edits))
