@@ -8,8 +8,8 @@ import pytest
 import reference as ref
 
 from attnviz.core.maths.kvcache import EndOfSequence, KVCache
-from attnviz.core.maths.scenario import Scenario
-from attnviz.core.presets import random_scenario, worked_example
+from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.presets import make_preset, random_scenario, worked_example
 
 TOL = 1e-12
 
@@ -170,3 +170,34 @@ def test_records_and_cache_are_read_only():
     q0 = step.q.copy()
     cache.step()
     np.testing.assert_array_equal(step.q, q0)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"qk_norm": "rms", "softcap": 1.5},
+        {"positional": "rope", "rope_style": "interleaved", "scale_value": 0.2},
+        {"positional": "alibi", "sinks": (0.5, -1.0, 2.0, 0.0)},
+    ],
+    ids=["rope-gqa", "qk-norm-softcap", "interleaved-scale", "alibi-sinks"],
+)
+def test_a_cache_of_shared_kv_heads_with_biases_matches_full_attention(changes):
+    s = make_preset("llama-style").with_settings(**changes)  # 4 query heads over 2 KV heads
+    rng = np.random.default_rng(5)
+    s = dataclasses.replace(
+        s,
+        b_Q=rng.normal(size=s.b_Q.shape),
+        b_V=rng.normal(size=s.b_V.shape),
+        b_O=rng.normal(size=s.b_O.shape),
+    )
+    steps = list(KVCache.start(s))
+    assert max(step.max_diff for step in steps) < 1e-12
+    # Only the 2 key/value heads are cached: half of what 4 heads would keep.
+    assert [step.cache_numbers for step in steps] == [2 * (t + 1) * 2 * s.d_k for t in range(s.n)]
+    assert steps[-1].k.shape == (2, s.d_k) and steps[-1].q.shape == (4, s.d_k)
+
+
+def test_cross_attention_has_no_cache_to_step():
+    with pytest.raises(ScenarioError, match="cross-attention"):
+        KVCache.start(make_preset("cross-attention"))

@@ -1,9 +1,13 @@
 """Causal generation with a KV cache: one new attention row per token (lesson stage 7).
 
 ``KVCache.start(scenario)`` then ``step()`` for token t = 0, 1, 2, …: project the token
-to q, k, v for every head, append k and v to the cache, attend from q to every cached
-key, and mix the heads with W_O. Each step is checked against row t of the full causal
-computation (``engine.compute``), which it must match to rounding.
+to q for every query head and k, v for every key/value head, append k and v to the
+cache, attend from q to every cached key, and mix the heads with W_O. What current
+models add follows the scenario: biases, QK-norm, RoPE (the cache keeps keys already
+rotated, as real caches do), ALiBi, the scale, soft-cap and sinks; with key/value heads
+shared by groups of query heads (GQA, MQA) the cache holds only G heads. Each step is
+checked against row t of the full causal computation (``engine.compute``), which it
+must match to rounding.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from types import MappingProxyType
 import numpy as np
 
 from attnviz.core.maths.cost import BYTES_PER
-from attnviz.core.maths.engine import Result, compute, kept_columns, sinusoidal
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.engine import Result, compute, kept_columns, rope_width, sinusoidal
+from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.variants import alibi_slopes, rms_norm, rope, softcap, softmax_with_sink
 
 CACHE_DTYPES = ("float64", "float32", "float16")
 
@@ -29,13 +34,14 @@ class EndOfSequence(IndexError):
 class Step:
     """What step t computed; arrays are read-only float64 with the head on axis 0.
 
-    - ``q``, ``k``, ``v``: (h, d_k), token t's query and the key and value rows it
-      appended to the cache;
+    - ``q``: (h, d_k), token t's query per query head; ``k``, ``v``: (G, d_k), the key
+      and value rows it appended to the cache per key/value head (before QK-norm and
+      RoPE; the cache keeps k as scored);
     - ``scores``: (h, t+1), q·k_j for every cached key j; ``scaled``: what softmax sees
       (scores / √d_k, or the scores themselves with scaling off);
     - ``weights``: (h, t+1) softmax of ``scaled``; ``output``: (h, d_k) weights · cached V;
     - ``final``: (d_model,) the heads' outputs concatenated in order, times W_O;
-    - ``cache_numbers``: 2·(t+1)·h·d_k numbers held after the step; ``cache_bytes``:
+    - ``cache_numbers``: 2·(t+1)·G·d_k numbers held after the step; ``cache_bytes``:
       that in bytes per dtype (float64, float32, float16);
     - ``max_diff``: largest |difference| of q, k, v, weights, output and final from row t
       of full causal attention (future weights there count against 0).
@@ -61,6 +67,7 @@ class KVCache:
 
     Generation is causal, so ``settings.mask`` is ignored (every step sees exactly the
     keys cached so far, which is the causal −∞ mask) and so is dropout (inference).
+    Cross-attention has no cache to grow (its keys are the encoder's, fixed): refused.
     Projections, scaling, the positional encoding and head ablation follow the settings,
     as in the engine: with projections off there is one head with q = k = v = x and no
     W_O; an ablated head is computed (``output``) but left out of the W_O mix (``final``).
@@ -69,6 +76,11 @@ class KVCache:
 
     def __init__(self, scenario: Scenario) -> None:
         st = scenario.settings
+        if scenario.cross:
+            raise ScenarioError(
+                "KV cache: generation runs over one sequence; under cross-attention the keys "
+                "are X_kv's, fixed. Switch cross-attention off to step a cache."
+            )
         self.scenario = scenario
         # What every step must reproduce, row by row.
         self.reference: Result = compute(scenario.with_settings(mask="causal", dropout=0.0))
@@ -76,7 +88,7 @@ class KVCache:
         if st.positional == "sinusoidal":
             X = X + sinusoidal(scenario.n, scenario.d_model)
         self._X = X
-        heads, d_k = (scenario.n_heads, scenario.d_k) if st.projections else (1, scenario.d_model)
+        heads, d_k = (scenario.kv_heads, scenario.d_k) if st.projections else (1, scenario.d_model)
         # Preallocated so that a step writes one row instead of copying the whole cache.
         self._K = np.zeros((heads, scenario.n, d_k))
         self._V = np.zeros((heads, scenario.n, d_k))
@@ -126,28 +138,44 @@ class KVCache:
         t, s = self._t, self.scenario
         if t >= self.n:
             raise EndOfSequence(f"step: all {self.n} tokens are already cached; start again")
+        st = s.settings
         x = self._X[t]
-        if s.settings.projections:
-            q, k, v = x @ s.W_Q, x @ s.W_K, x @ s.W_V  # (d_model,) @ (h, d_model, d_k)
+        if st.projections:
+            # (d_model,) @ (heads, d_model, d_k), plus each head's bias
+            q = x @ s.W_Q + s.b_Q[:, 0]
+            k, v = x @ s.W_K + s.b_K[:, 0], x @ s.W_V + s.b_V[:, 0]
+            q_norm, k_norm = s.q_norm[:, 0], s.k_norm[:, 0]
         else:
             q = k = v = x[None]
-        self._K[:, t] = k
+            q_norm = k_norm = None
+        self._K[:, t] = self._turn(k, k_norm, t)
         self._V[:, t] = v
-        K, V = self._K[:, : t + 1], self._V[:, : t + 1]
+        group = [h * self.n_heads // len(q) for h in range(len(q))]  # each query's KV head
+        K, V = self._K[group, : t + 1], self._V[group, : t + 1]
 
-        scores = np.einsum("hk,hjk->hj", q, K)
-        scaled = scores / np.sqrt(self.d_k) if s.settings.scale else scores
+        scores = np.einsum("hk,hjk->hj", self._turn(q, q_norm, t), K)
+        scaled = scores
+        if st.scale:
+            scaled = scores * st.scale_value if st.scale_value else scores / np.sqrt(self.d_k)
+        if st.softcap is not None:
+            scaled = softcap(scaled, st.softcap)
+        if st.positional == "alibi":
+            slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[: len(q)]
+            scaled = scaled - slopes[:, None] * (t - np.arange(t + 1))
         # Every cached key is at or before t: nothing to mask.
-        e = np.exp(scaled - scaled.max(axis=1, keepdims=True))
-        weights = e / e.sum(axis=1, keepdims=True)
+        if st.sinks is not None:
+            weights, _ = softmax_with_sink(scaled, np.asarray(st.sinks)[: len(q)])
+        else:
+            e = np.exp(scaled - scaled.max(axis=1, keepdims=True))
+            weights = e / e.sum(axis=1, keepdims=True)
         output = np.einsum("hj,hjk->hk", weights, V)
         concat = output.reshape(-1)  # head h fills columns [h·d_k, (h+1)·d_k)
-        if not s.settings.projections:
+        if not st.projections:
             final = concat
-        elif s.settings.ablated:
-            final = concat[self._kept] @ s.W_O[self._kept]
+        elif st.ablated:
+            final = concat[self._kept] @ s.W_O[self._kept] + s.b_O[0]
         else:
-            final = concat @ s.W_O
+            final = concat @ s.W_O + s.b_O[0]
         self._t = t + 1
 
         numbers = 2 * (t + 1) * self.n_heads * self.d_k
@@ -167,6 +195,16 @@ class KVCache:
             max_diff=self._difference(t, (q, k, v), weights, output, final),
         )
 
+    def _turn(self, a: np.ndarray, norm: np.ndarray | None, t: int) -> np.ndarray:
+        """Rows (heads, d_k) of token t as the scores see them: QK-norm, then RoPE."""
+        st = self.scenario.settings
+        if st.qk_norm == "rms":
+            a = rms_norm(a, norm, st.qk_norm_eps)
+        dims = min(rope_width(st, a.shape[-1]), a.shape[-1] - a.shape[-1] % 2)
+        if st.positional == "rope" and dims:
+            a = rope(a[:, None], np.array([t]), st.rope_base, st.rope_style, dims)[:, 0]
+        return a
+
     def __iter__(self) -> Iterator[Step]:
         """The remaining steps, up to the last token."""
         while not self.done:
@@ -182,9 +220,12 @@ class KVCache:
     ) -> float:
         """Largest |difference| of step t from row t of the full causal computation."""
         heads = self.reference.heads
+        # the first query head of each key/value head holds that head's K and V
+        readers = [g * len(heads) // self.n_heads for g in range(self.n_heads)]
         worst = 0.0
         for mine, name in zip(qkv, ("Q", "K", "V"), strict=True):
-            full = np.stack([getattr(h, name)[t] for h in heads])
+            rows = heads if name == "Q" else [heads[h] for h in readers]
+            full = np.stack([getattr(h, name)[t] for h in rows])
             worst = max(worst, float(np.abs(mine - full).max()))
         full_w = np.stack([h.weights[t] for h in heads])
         padded = np.zeros_like(full_w)

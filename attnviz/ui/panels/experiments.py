@@ -293,8 +293,9 @@ class KVCacheTab(QWidget):
         self.cache: KVCache | None = None
         text = QLabel(
             "Generation is causal: step t computes token t's query, key and value, appends the "
-            "key and value to each head's cache, and attends from the one new query to all "
-            "cached keys. The row must equal row t of full causal attention."
+            "key and value to each key/value head's cache (fewer heads under GQA: a smaller "
+            "cache), and attends from the one new query to all cached keys. The row must equal "
+            "row t of full causal attention."
         )
         text.setWordWrap(True)
         self.step_button, reset = QPushButton("Step"), QPushButton("Start over")
@@ -327,6 +328,7 @@ class KVCacheTab(QWidget):
         layout.addWidget(self.legend)
         self.worker = Background(self)
         self.worker.done.connect(self._started)
+        self.worker.failed.connect(self._refused)
         doc.scenarioChanged.connect(self.reset)
         doc.cellsChanged.connect(lambda *_: self.reset())
 
@@ -349,6 +351,10 @@ class KVCacheTab(QWidget):
         self.show_step(self.cache.step())
         self.step_button.setEnabled(not self.cache.done)
 
+    def _refused(self, error: str) -> None:
+        self.step_button.setEnabled(True)
+        self.labels["token"].setText(error.split(": ", 1)[-1])
+
     def _started(self, cache: KVCache) -> None:
         self.cache = cache
         self.step()
@@ -357,7 +363,7 @@ class KVCacheTab(QWidget):
         tokens = self.doc.scenario.tokens
         self.labels["token"].setText(f"t = {st.t + 1} of {len(tokens)}: {tokens[st.t]}")
         self.labels["cache"].setText(
-            f"{st.cache_numbers:,} numbers (2 × {st.t + 1} rows × heads × d_k)"
+            f"{st.cache_numbers:,} numbers (2 × {st.t + 1} rows × KV heads × d_k)"
         )
         self.labels["bytes"].setText(" · ".join(f"{v:,} B {k}" for k, v in st.cache_bytes.items()))
         ok = st.max_diff <= 1e-12 * max(1.0, float(np.abs(st.final).max()))
