@@ -101,8 +101,14 @@ def test_insert_remove_move_tokens():
 def test_presets():
     for name, p in PRESETS.items():
         s = make_preset(name) if not p.sized else make_preset(name, n=8, seed=1)
-        assert s.n >= 4, name
+        assert s.n >= 3 and s.m >= 4, name  # cross-attention: 3 queries over 5 keys
     assert make_preset("stage-1-simple").settings.projections is False
+    llama = make_preset("llama-style")
+    assert (llama.n_heads, llama.kv_heads, llama.settings.positional) == (4, 2, "rope")
+    cross = make_preset("cross-attention")
+    assert (cross.n, cross.m, cross.key_tokens[0]) == (3, 5, "le")
+    assert make_preset("sinks").settings.sinks == (0.5, 2.0)
+    assert make_preset("alibi").settings.positional == "alibi"
     assert make_preset("stage-1-simple").settings.scale is False
     g = make_preset("gpt2-small")
     assert (g.n, g.d_model, g.n_heads, g.d_k) == (64, 768, 12, 64)

@@ -61,12 +61,18 @@ class MatrixModel(QAbstractTableModel):
         if not index.isValid():
             return None
         if role in (_ROLE.DisplayRole, _ROLE.EditRole, _ROLE.ToolTipRole):
-            value = float(self.matrix()[index.row(), index.column()])
+            try:
+                value = float(self.matrix()[index.row(), index.column()])
+            except (ScenarioError, IndexError):
+                return None  # the matrix is gone (a paint queued before its grid went)
             return f"{value:.4g}" if role == _ROLE.DisplayRole else repr(value)
         if role == _ROLE.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == _ROLE.BackgroundRole and self.name == "mask_matrix":
-            seen = self.matrix()[index.row(), index.column()] != 0
+            try:
+                seen = self.matrix()[index.row(), index.column()] != 0
+            except (ScenarioError, IndexError):
+                return None
             return QColor(SEEN if seen else HIDDEN)
         return None
 

@@ -710,12 +710,6 @@ def own_vector(rope) -> tuple[float, float]:
     return float(x[-1]), float(y[-1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RoPE dock's pair plot turns the query by positions 0 … n − 1 and marks p = token "
-    "as its own (rope.py _draw_pair, rotary.turned_pair), ignoring the query offset m − n "
-    "of bottom-right alignment that the engine and the angle heatmap use",
-)
 def test_the_rope_pair_plot_marks_the_query_at_its_own_position_under_bottom_right(window, qtbot):
     s = make_preset("cross-attention").with_settings(
         positional="rope", causal_alignment="bottom-right", mask="causal"
@@ -731,12 +725,6 @@ def test_the_rope_pair_plot_marks_the_query_at_its_own_position_under_bottom_rig
     close([x, y], turned(Q, [2, 3, 4], 10000.0, "half", 2)[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="With projections off and Position rope, the engine still turns Q = K = X (the "
-    "Pipeline shows Q_rot and its legend says RoPE) but the RoPE dock says 'RoPE is off. "
-    "Choose Position → rope' (rope.py show_result: on = rope and projections)",
-)
 def test_the_rope_dock_does_not_call_rope_off_while_it_turns_q(window, qtbot):
     window.load_preset("llama-style")
     window.act_projections.setChecked(False)  # the toolbar's Projections box
@@ -744,18 +732,11 @@ def test_the_rope_dock_does_not_call_rope_off_while_it_turns_q(window, qtbot):
     assert not s.settings.projections and window.pos_box.currentText() == "rope"
     assert "Q_rot" in window.pipeline.names and "RoPE" in window.pipeline.legend.text()
     rope = dock(window, qtbot, "RoPE")
-    qtbot.waitUntil(lambda: not rope.table.isVisible())
+    qtbot.waitUntil(lambda: rope.table.isVisible())
     assert "Choose Position → rope" not in rope.status.text()
+    assert rope.table.rowCount() == s.d_model // 2  # Q = X: pairs of d_model features
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Undoing 'use a custom mask' restores a scenario with mask_matrix None; "
-    "VariantsPanel.sync only deleteLater()s the old grid, which stays in the visible mask "
-    "box, so a repaint queued before the deferred delete (two Ctrl+Z presses queued, as "
-    "when the key is held) calls MatrixModel.data -> scenario.matrix('mask_matrix') and "
-    "raises ScenarioError 'mask_matrix: this scenario has none' (matrix_model.py:64, 50)",
-)
 def test_undoing_the_custom_mask_never_paints_a_grid_without_its_matrix(window, qtbot):
     variants = dock(window, qtbot, "Variants")
     variants.use_custom.click()

@@ -140,6 +140,8 @@ class KVCache:
             raise EndOfSequence(f"step: all {self.n} tokens are already cached; start again")
         st = s.settings
         x = self._X[t]
+        q_norm: np.ndarray | None = None
+        k_norm: np.ndarray | None = None
         if st.projections:
             # (d_model,) @ (heads, d_model, d_k), plus each head's bias
             q = x @ s.W_Q + s.b_Q[:, 0]
@@ -147,7 +149,6 @@ class KVCache:
             q_norm, k_norm = s.q_norm[:, 0], s.k_norm[:, 0]
         else:
             q = k = v = x[None]
-            q_norm = k_norm = None
         self._K[:, t] = self._turn(k, k_norm, t)
         self._V[:, t] = v
         group = [h * self.n_heads // len(q) for h in range(len(q))]  # each query's KV head

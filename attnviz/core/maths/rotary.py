@@ -37,24 +37,32 @@ def pairs(st: Settings, d_k: int) -> Pairs:
     return Pairs(first, second, freq, 2 * np.pi / freq)
 
 
+def width(s: Scenario) -> int:
+    """The width of the rows RoPE turns: d_k, or d_model with projections off (Q = X)."""
+    return s.d_k if s.settings.projections else s.d_model
+
+
 def angles(s: Scenario) -> np.ndarray:
     """(n, pairs): the angle in radians by which each pair of query i turns."""
-    dims = len(pairs(s.settings, s.d_k).frequency) * 2
+    dims = len(pairs(s.settings, width(s)).frequency) * 2
     if not dims:
         return np.zeros((s.n, 0))
     return rope_angles(positions(s)[0], dims, s.settings.rope_base)
 
 
-def turned_pair(s: Scenario, head: int, token: int, pair: int) -> np.ndarray:
-    """(n, 2): query ``token``'s pair ``pair`` of head ``head`` (before RoPE), as it would
-    be turned at each position 0 … n − 1: the vector RoPE rotates with position."""
-    p = pairs(s.settings, s.d_k)
-    q = compute_head(s, head).Q[token]
+def turned_pair(s: Scenario, head: int, token: int, pair: int) -> tuple[np.ndarray, int]:
+    """Query ``token``'s pair ``pair`` of head ``head`` as RoPE receives it (after any
+    QK-norm), turned to each position from 0 to its own (and at least to n − 1):
+    (positions, 2), and the query's own position (offset under bottom-right alignment)."""
+    st = s.settings
+    p = pairs(st, width(s))
+    own = int(positions(s)[0][token])
+    turned = compute_head(s, head).Q_rot[token : token + 1]
+    q = rope(turned, np.array([-own]), st.rope_base, st.rope_style, len(p.frequency) * 2)[0]
     a, b = q[p.first[pair]], q[p.second[pair]]
-    theta = np.arange(s.n) * p.frequency[pair]
-    return np.stack(
-        [a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)], axis=1
-    )
+    theta = np.arange(max(s.n, own + 1)) * p.frequency[pair]
+    cos, sin = np.cos(theta), np.sin(theta)
+    return np.stack([a * cos - b * sin, a * sin + b * cos], axis=1), own
 
 
 def shift_change(s: Scenario, head: int, shift: int) -> float:
@@ -65,7 +73,7 @@ def shift_change(s: Scenario, head: int, shift: int) -> float:
     if st.positional != "rope":
         raise ValueError("the scenario does not use RoPE")
     qpos, kpos = positions(s)
-    dims = len(pairs(st, s.d_k).frequency) * 2
+    dims = len(pairs(st, width(s)).frequency) * 2
     # what RoPE received (Q and K after any QK-norm), turned at the shifted positions
     q, k = _unturned(h.Q_rot, qpos, st, dims), _unturned(h.K_rot, kpos, st, dims)
     shifted = (

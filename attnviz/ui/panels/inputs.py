@@ -109,6 +109,8 @@ class InputsPanel(QWidget):
             assert layout is not None
             layout.addWidget(self.kv_grid)
         elif not s.cross and self.kv_grid is not None:
+            self.kv_grid.hide()
+            self.kv_grid.setParent(None)
             self.kv_grid.model().deleteLater()
             self.kv_grid.deleteLater()
             self.kv_grid = None

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.figures.figure import make_spec
 from attnviz.core.maths.engine import Result
-from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair
+from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair, width
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel, int_spin
 from attnviz.ui.workspace import Workspace
@@ -96,14 +96,14 @@ class RopePanel(ResultPanel):
     def show_result(self, result: Result) -> None:
         s = self.doc.scenario
         st = s.settings
-        on = st.positional == "rope" and st.projections
+        on = st.positional == "rope"
         for widget in (self.table, self.angle_view, self.plot):
             widget.setVisible(on)
         self.shift_result.clear()
         if not on:
             self.status.setText(OFF)
             return
-        p = pairs(st, s.d_k)
+        p = pairs(st, width(s))
         count = len(p.frequency)
         head = min(self.view_state.head, s.n_heads - 1)
         self.status.setText(
@@ -141,11 +141,11 @@ class RopePanel(ResultPanel):
 
     def _draw_pair(self, head: int, token: int, pair: int) -> None:
         s = self.doc.scenario
-        points = turned_pair(s, head, token, pair)
+        points, own = turned_pair(s, head, token, pair)
         self.plot.clear()
         self.plot.plot(points[:, 0], points[:, 1], pen=pg.mkPen("#9e9ac8", width=1))
         for pos, (a, b) in enumerate(points):
-            current = pos == token
+            current = pos == own
             colour = "#e6550d" if current else "#3182bd"
             self.plot.plot([0, a], [0, b], pen=pg.mkPen(colour, width=3 if current else 1))
             label = pg.TextItem(f"p{pos}", color=colour, anchor=(0.5, 1.2))
@@ -153,7 +153,7 @@ class RopePanel(ResultPanel):
             self.plot.addItem(label)
         self.plot.setTitle(
             f"query {token + 1} ({s.tokens[token]}), pair {pair + 1}: the same vector "
-            "turned to each position (its own in orange)"
+            f"turned to each position (its own, {own}, in orange)"
         )
 
     def check_shift(self) -> None:

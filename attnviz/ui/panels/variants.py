@@ -224,6 +224,8 @@ class VariantsPanel(QWidget):
             layout.addWidget(grid)
             self.mask_grid = grid
         elif not custom and self.mask_grid is not None:
+            self.mask_grid.hide()  # now: a paint queued for it must not read the gone mask
+            self.mask_grid.setParent(None)
             self.mask_grid.model().deleteLater()
             self.mask_grid.deleteLater()
             self.mask_grid = None
