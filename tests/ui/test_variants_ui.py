@@ -751,3 +751,14 @@ def test_undoing_the_custom_mask_never_paints_a_grid_without_its_matrix(window, 
     assert window.doc.scenario.settings.mask == "causal"
     assert variants.mask_grid is None
     assert not errors, "".join(str(e[1]) for e in errors[:1])
+
+
+def test_the_alibi_view_shows_each_heads_bias(window, qtbot):
+    window.load_preset("alibi")  # 8 tokens, 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8
+    assert "alibi" in window.pipeline.names
+    i, j = np.arange(8)[:, None], np.arange(8)[None, :]
+    for head, slope in enumerate((2**-2, 2**-4, 2**-6, 2**-8)):
+        close(view(window, "alibi", head).values, -slope * np.abs(i - j))
+    window.change_setting(positional="none")
+    window.compute.wait()
+    assert "alibi" not in window.pipeline.names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
@@ -77,8 +78,8 @@ def best_columns(width: int, height: int, count: int) -> int:
     return max((2, 3, 4), key=room)
 
 
-ORDER = ("Q", "K", "V", *TURNED_MATRICES, *HEAD_MATRICES[3:7], "sink", "output")
-assert set(ORDER) == {*HEAD_MATRICES, *TURNED_MATRICES, "sink"}
+ORDER = ("Q", "K", "V", *TURNED_MATRICES, "scores", "alibi", *HEAD_MATRICES[4:7], "sink", "output")
+assert set(ORDER) == {*HEAD_MATRICES, *TURNED_MATRICES, "alibi", "sink"}
 
 
 def shown_views(result: Result) -> tuple[str, ...]:
@@ -89,7 +90,29 @@ def shown_views(result: Result) -> tuple[str, ...]:
     return tuple(
         name
         for name in ORDER
-        if (name not in TURNED_MATRICES or turned) and (name != "sink" or st.sinks is not None)
+        if (name not in TURNED_MATRICES or turned)
+        and (name != "sink" or st.sinks is not None)
+        and (name != "alibi" or st.positional == "alibi")
+    )
+
+
+def alibi_spec(result: Result, head: int) -> HeatmapSpec:
+    """The ALiBi term the head added to its scores, −slope·|i − j| (n × m): what the scaled
+    scores hold beyond the (soft-capped) scaled raw scores."""
+    st, h = result.settings, result.heads[head]
+    scaled = h.scores / result.scale_factor
+    if st.softcap is not None:
+        scaled = st.softcap * np.tanh(scaled / st.softcap)
+    bias = h.scaled - scaled
+    return make_spec(
+        f"head {head + 1} · ALiBi −slope·|i − j|",
+        bias,
+        tuple(result.tokens),
+        tuple(result.keys),
+        "query",
+        "key",
+        "diverging",
+        "ALiBi bias",
     )
 
 
@@ -182,7 +205,8 @@ class PipelinePanel(QWidget):
             size = self.size()
             self._place(names, best_columns(size.width(), size.height(), len(names)))
         for name in names:
-            spec = sink_spec(result, head) if name == "sink" else spec_for(result, name, head)
+            made = {"sink": sink_spec, "alibi": alibi_spec}.get(name)
+            spec = made(result, head) if made else spec_for(result, name, head)
             self.views[name].set_spec(spec)
         if not result.complete:
             # Tell the document once this preview is on screen (it waits to go on).
@@ -202,8 +226,8 @@ class PipelinePanel(QWidget):
             view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
-        if name == "sink":
-            return  # the sink's share is explained with each weight of its row
+        if name in ("sink", "alibi"):
+            return  # explained with each weight (the sink) and scaled score (ALiBi)
         for other, view in self.views.items():
             if other != name:
                 view.select(None)
