@@ -401,7 +401,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             svg_size(svg)  # well-formed XML, or an error and no file
             atomic_write(args.out, svg.encode("utf-8"))
         else:
-            os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
+            if not os.environ.get("QT_QPA_PLATFORM", "").startswith("offscreen"):
+                os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
             from PySide6.QtWidgets import QApplication
 
             from attnviz.ui.export import write_png
