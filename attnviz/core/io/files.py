@@ -371,8 +371,12 @@ def scenario_from_dict(data: Any) -> Scenario:
     shared = "kv_heads" in data
     if version == 1 and isinstance(data["heads"], list):
         for h, head in enumerate(data["heads"]):
-            newer = [k for k in HEAD_KEYS if k not in V1_HEAD_KEYS and k in head]
-            if isinstance(head, dict) and newer:
+            newer = (
+                [k for k in HEAD_KEYS if k not in V1_HEAD_KEYS and k in head]
+                if isinstance(head, dict)
+                else []
+            )
+            if newer:
                 raise FileFormatError(
                     f"heads[{h + 1}].{newer[0]}: needs version 2 (the file says 1)"
                 )
