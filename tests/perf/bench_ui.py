@@ -74,7 +74,8 @@ def run_case(app: QApplication, scenario: Scenario, target: str, edits: int) -> 
         # Paint as the event loop does (dirty regions only) until every heatmap has
         # painted since the edit, and the edited grid cell too.
         painted.clear()
-        while len(painted) < len(window.pipeline.views):
+        shown = {id(window.pipeline.views[name]) for name in window.pipeline.names}
+        while not shown <= painted:  # the views this scenario has (Q_rot, K_rot with RoPE)
             app.processEvents()
         times.append(time.perf_counter() - t0)
         while window.compute.busy:  # a typist's next keystroke comes later; do not queue behind it
