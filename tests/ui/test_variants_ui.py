@@ -169,6 +169,10 @@ def window(shared_window, qtbot):
 
 def test_a_typed_bias_shifts_q_by_exactly_that_and_undo_takes_it_back(window, qtbot):
     weights = window.weights
+    weights.biases.setChecked(False)  # a plain scenario: no bias rows until asked for
+    assert ("b_Q", 0) not in weights.grids and not weights.b_o.isVisible()
+    qtbot.mouseClick(weights.biases, Qt.MouseButton.LeftButton)
+    assert weights.biases.isChecked() and weights.b_o.isVisible()
     assert ("b_Q", 0) in weights.grids and ("b_K", 0) in weights.grids
     box_labels = [label.text() for label in weights.tabs.widget(0).findChildren(QLabel)]
     assert {"bias b_Q", "bias b_K", "bias b_V"} <= set(box_labels)
@@ -193,6 +197,7 @@ def test_a_typed_bias_shifts_q_by_exactly_that_and_undo_takes_it_back(window, qt
 
 def test_b_k_b_v_and_b_o_rows_shift_k_v_and_the_final_output(window, qtbot):
     weights = window.weights
+    weights.biases.setChecked(True)
     type_into(qtbot, weights.grids[("b_K", 0)], 0, 0, "-0.25")
     type_into(qtbot, weights.grids[("b_V", 0)], 0, 1, "1")
     type_into(qtbot, weights.grids[("b_O", None)], 0, 3, "0.125")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -91,12 +92,14 @@ class EvenRow(QLayout):
             )
 
 
-def row_grid(grid: MatrixGrid) -> MatrixGrid:
-    """A one-row grid (a bias or norm weights) no taller than its row and scrollbar."""
+def row_grid(grid: MatrixGrid, above: MatrixGrid) -> MatrixGrid:
+    """A one-row grid (a bias or norm weights) under the grid above: no taller than its
+    row, scrolling sideways with the grid above (so it needs no scrollbar of its own)."""
     grid.horizontalHeader().hide()
     grid.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-    bar = grid.horizontalScrollBar().sizeHint().height()
-    grid.setFixedHeight(grid.verticalHeader().defaultSectionSize() + bar + 2 * grid.frameWidth())
+    grid.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    grid.setFixedHeight(grid.verticalHeader().defaultSectionSize() + 2 * grid.frameWidth())
+    above.horizontalScrollBar().valueChanged.connect(grid.horizontalScrollBar().setValue)
     return grid
 
 
@@ -151,19 +154,27 @@ class WeightsPanel(QWidget):
         self.d_k = int_spin(1, LIMITS.d_k, "Width of each head's queries, keys and values")
         self.d_k.valueChanged.connect(lambda d: self._resize("d_k", d))
         bar.addWidget(self.d_k)
+        self.biases = QCheckBox("biases")
+        self.biases.setToolTip(
+            "Show a bias row under each weight grid and under W_O (on by itself when a "
+            "scenario has biases; zero rows are no bias)"
+        )
+        self.biases.toggled.connect(lambda _: self.sync())
+        bar.addWidget(self.biases)
         bar.addStretch(1)
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.currentChanged.connect(self._tab_chosen)
         self.w_o = self._grid("W_O", None)
-        self.b_o = row_grid(self._grid("b_O", None))
+        self.b_o = row_grid(self._grid("b_O", None), self.w_o)
         mix = QWidget()
         mix_layout = QVBoxLayout(mix)
         mix_layout.setContentsMargins(0, 0, 0, 0)
         mix_layout.setSpacing(2)
         mix_layout.addWidget(self.w_o)
-        mix_layout.addWidget(QLabel("bias b_O"))
+        self.b_o_label = QLabel("bias b_O")
+        mix_layout.addWidget(self.b_o_label)
         mix_layout.addWidget(self.b_o)
         align_columns([self.w_o, self.b_o])
         split = QSplitter(Qt.Orientation.Vertical)
@@ -196,10 +207,10 @@ class WeightsPanel(QWidget):
         column = QVBoxLayout(box)
         column.setContentsMargins(4, 4, 4, 4)
         column.setSpacing(2)
-        rows = [name, "b" + name[1:]]
+        rows = [name, "b" + name[1:]] if self.biases.isChecked() else [name]
         if self.doc.scenario.settings.qk_norm == "rms" and name != "W_V":
             rows.append("q_norm" if name == "W_Q" else "k_norm")
-        grids = []
+        grids: list[MatrixGrid] = []
         for part in rows:
             grid = self._grid(part, index)
             grid.set_column_width(48)
@@ -208,7 +219,7 @@ class WeightsPanel(QWidget):
                 label = QLabel(f"{caption} {part}")
                 label.setToolTip(ROW_TIPS[part[:1]])
                 column.addWidget(label)
-                row_grid(grid)
+                row_grid(grid, grids[0])
             column.addWidget(grid)
             self._tab_grids.append(grid)
             self.grids.setdefault((part, index), grid)
@@ -245,7 +256,11 @@ class WeightsPanel(QWidget):
         self.kv_heads.blockSignals(False)
         set_quietly(self.kv_heads, s.kv_heads)
         set_quietly(self.d_k, s.d_k)
-        key = (s.n_heads, s.kv_heads, s.settings.qk_norm)
+        if any(getattr(s, b).any() for b in ("b_Q", "b_K", "b_V", "b_O")):
+            self.biases.blockSignals(True)
+            self.biases.setChecked(True)
+            self.biases.blockSignals(False)
+        key = (s.n_heads, s.kv_heads, s.settings.qk_norm, self.biases.isChecked())
         if key != self._layout_key:
             self._layout_key = key
             self.tabs.blockSignals(True)
@@ -268,6 +283,8 @@ class WeightsPanel(QWidget):
         self.tabs.setEnabled(s.settings.projections)
         self.w_o.setEnabled(s.settings.projections)
         self.b_o.setEnabled(s.settings.projections)
+        self.b_o.setVisible(self.biases.isChecked())
+        self.b_o_label.setVisible(self.biases.isChecked())
 
     def _resize(self, what: str, value: int) -> None:
         s = self.doc.scenario
