@@ -1,0 +1,120 @@
+"""One attention layer of a Hugging Face transformers model, as an attnviz scenario.
+
+``import_layer(model, input_ids, layer)`` runs the model once (it must use the eager
+attention implementation, in float64 for exact agreement), takes the hidden state that
+enters the layer's attention as X, and the layer's weights in attnviz's row-vector
+convention (``nn.Linear`` stores W transposed; GPT-2's ``Conv1D`` does not) with their
+biases. It also returns the model's own attention weights and attention output for that
+layer, so that the scenario can be checked against the model itself.
+
+Supported so far: GPT-2 (causal) and the BERT family (bidirectional). Anything else is
+refused with a message naming it; nothing approximate is ever returned as the model.
+torch and transformers are imported by the caller; this module only reads the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads
+
+SUPPORTED = ("gpt2", "bert", "roberta")
+
+
+@dataclass(frozen=True, eq=False)
+class ImportedLayer:
+    """A layer as a scenario, with what the model itself computed for it."""
+
+    scenario: Scenario
+    model_weights: np.ndarray  # (heads, n, n): the model's attention weights
+    model_output: np.ndarray  # (n, d_model): the attention block's output before the residual
+    model_type: str
+    layer: int
+
+
+def _numpy(t: Any) -> np.ndarray:
+    return t.detach().to("cpu").double().numpy().copy()
+
+
+def _heads(W: np.ndarray, b: np.ndarray | None, heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """A (d_model, heads·d) row-vector weight and its bias as per-head stacks."""
+    d_model, width = W.shape
+    d = width // heads
+    stack = W.reshape(d_model, heads, d).transpose(1, 0, 2)
+    bias = np.zeros((heads, 1, d)) if b is None else b.reshape(heads, 1, d)
+    return stack, bias
+
+
+def _attention_module(model: Any, model_type: str, layer: int) -> Any:
+    if model_type == "gpt2":
+        blocks = model.transformer.h if hasattr(model, "transformer") else model.h
+        return blocks[layer].attn
+    encoder = model.encoder if hasattr(model, "encoder") else model.bert.encoder
+    return encoder.layer[layer].attention
+
+
+def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
+    """Layer ``layer`` (from 0) of the model on ``input_ids`` (1 × n), as a scenario whose
+    token labels are ``tokens``."""
+    import torch
+
+    config = model.config
+    model_type = getattr(config, "model_type", "?")
+    if model_type not in SUPPORTED:
+        raise ScenarioError(
+            f"model type {model_type!r}: not supported yet (supported: {', '.join(SUPPORTED)})"
+        )
+    layers = config.num_hidden_layers if model_type != "gpt2" else config.n_layer
+    if not 0 <= layer < layers:
+        raise ScenarioError(f"layer {layer}: the model has layers 0 to {layers - 1}")
+    if getattr(config, "_attn_implementation", "eager") != "eager":
+        raise ScenarioError("the model must use attn_implementation='eager' to be compared")
+    heads = config.num_attention_heads if model_type != "gpt2" else config.n_head
+    module = _attention_module(model, model_type, layer)
+    captured: dict[str, Any] = {}
+
+    def grab_input(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        captured["X"] = args[0] if args else kwargs["hidden_states"]
+
+    def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
+        captured["out"] = output[0] if isinstance(output, tuple) else output
+
+    inner = module if model_type == "gpt2" else module.self
+    projection = module.c_proj if model_type == "gpt2" else module.output.dense
+    handles = [
+        inner.register_forward_pre_hook(grab_input, with_kwargs=True),
+        projection.register_forward_hook(grab_output),
+    ]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=input_ids, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    X = _numpy(captured["X"][0])
+    if model_type == "gpt2":
+        W = _numpy(module.c_attn.weight)  # Conv1D: (d_model, 3·d_model), rows are inputs
+        b = _numpy(module.c_attn.bias)
+        d_model = X.shape[1]
+        parts = [
+            _heads(W[:, k * d_model : (k + 1) * d_model], b[k * d_model : (k + 1) * d_model], heads)
+            for k in range(3)
+        ]
+        W_O, b_O = _numpy(module.c_proj.weight), _numpy(module.c_proj.bias)
+        mask = "causal"
+    else:
+        linear = [inner.query, inner.key, inner.value]
+        parts = [_heads(_numpy(p.weight).T, _numpy(p.bias), heads) for p in linear]
+        W_O, b_O = _numpy(projection.weight).T, _numpy(projection.bias)
+        mask = "none"
+    (W_Q, b_Q), (W_K, b_K), (W_V, b_V) = parts
+    heads_list = [
+        {"W_Q": W_Q[h], "W_K": W_K[h], "W_V": W_V[h], "b_Q": b_Q[h], "b_K": b_K[h], "b_V": b_V[h]}
+        for h in range(heads)
+    ]
+    scenario = from_heads(tokens, X, heads_list, W_O, Settings(mask=mask), b_O=b_O)
+    weights = _numpy(out.attentions[layer][0])
+    return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), model_type, layer)
