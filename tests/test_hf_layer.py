@@ -72,3 +72,44 @@ def test_a_layer_out_of_range_and_an_unsupported_model_are_refused():
     model.config.model_type = "mamba"
     with pytest.raises(ScenarioError, match="'mamba': not supported"):
         import_layer(model, ids, 0, ("a", "b", "c"))
+
+
+def tiny_llama(kind: str):
+    torch.manual_seed(1)
+    common = dict(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    if kind == "llama":
+        model = transformers.LlamaModel(transformers.LlamaConfig(**common))
+    elif kind == "qwen2":
+        model = transformers.Qwen2Model(transformers.Qwen2Config(**common))
+    else:
+        model = transformers.MistralModel(transformers.MistralConfig(**common, sliding_window=3))
+    with torch.no_grad():  # initialised to zero: give Qwen2's biases values to check
+        for block in model.layers:
+            for proj in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
+                if proj.bias is not None:
+                    proj.bias.normal_()
+    return model.double().eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("layer", [0, 1])
+def test_llama_family_layers_match_the_model_in_float64(kind, layer):
+    model = tiny_llama(kind)
+    ids = torch.tensor([[3, 17, 5, 42, 8, 11, 2]])
+    got = import_layer(model, ids, layer, tuple(f"t{i}" for i in range(7)))
+    s = got.scenario
+    assert (s.n_heads, s.kv_heads, s.d_k, s.settings.positional) == (4, 2, 4, "rope")
+    assert s.settings.mask == ("sliding-window" if kind == "mistral" else "causal")
+    assert (kind == "qwen2") == bool(s.b_Q.any())  # Qwen2 has Q, K, V biases
+    r = compute(s)
+    np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
+    np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)

@@ -7,9 +7,15 @@ convention (``nn.Linear`` stores W transposed; GPT-2's ``Conv1D`` does not) with
 biases. It also returns the model's own attention weights and attention output for that
 layer, so that the scenario can be checked against the model itself.
 
-Supported so far: GPT-2 (causal) and the BERT family (bidirectional). Anything else is
-refused with a message naming it; nothing approximate is ever returned as the model.
-torch and transformers are imported by the caller; this module only reads the model.
+Supported so far: GPT-2 (causal), the BERT family (bidirectional), and Llama, Mistral
+and Qwen2 (RoPE, key/value heads shared by groups of query heads, Qwen2's biases,
+Mistral's sliding window). Anything else is refused with a message naming it; nothing
+approximate is ever returned as the model.
+
+The Llama family's code takes softmax and the rotary angles in float32 even in a float64
+model; for the comparison the import runs those two steps in float64 (a registered
+float64 eager attention and float64 angles), so that the model's own numbers are exact
+to float64 rounding too. torch and transformers are imported only when a layer is.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads
 
-SUPPORTED = ("gpt2", "bert", "roberta")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+SUPPORTED = ("gpt2", "bert", "roberta", *LLAMA_FAMILY)
+EAGER64 = "attnviz_eager64"
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +57,9 @@ def _heads(W: np.ndarray, b: np.ndarray | None, heads: int) -> tuple[np.ndarray,
 
 
 def _attention_module(model: Any, model_type: str, layer: int) -> Any:
+    if model_type in LLAMA_FAMILY:
+        base = model.model if hasattr(model, "model") else model
+        return base.layers[layer].self_attn
     if model_type == "gpt2":
         blocks = model.transformer.h if hasattr(model, "transformer") else model.h
         return blocks[layer].attn
@@ -70,6 +81,8 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     layers = config.num_hidden_layers if model_type != "gpt2" else config.n_layer
     if not 0 <= layer < layers:
         raise ScenarioError(f"layer {layer}: the model has layers 0 to {layers - 1}")
+    if model_type in LLAMA_FAMILY:
+        return _import_llama(model, input_ids, layer, tokens)
     if getattr(config, "_attn_implementation", "eager") != "eager":
         raise ScenarioError("the model must use attn_implementation='eager' to be compared")
     heads = config.num_attention_heads if model_type != "gpt2" else config.n_head
@@ -118,3 +131,117 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     scenario = from_heads(tokens, X, heads_list, W_O, Settings(mask=mask), b_O=b_O)
     weights = _numpy(out.attentions[layer][0])
     return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), model_type, layer)
+
+
+def _eager64(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float,
+    dropout: float = 0.0,
+    **_: Any,
+) -> tuple[Any, Any]:
+    """transformers' eager attention with the softmax in the tensors' own dtype."""
+    import torch
+
+    groups = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(groups, dim=1)
+    value = value.repeat_interleave(groups, dim=1)
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask[:, :, :, : key.shape[-2]]
+    weights = torch.softmax(weights, dim=-1)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def _rope64(rotary: Any, base: float) -> Any:
+    """A forward for a rotary embedding module that keeps its angles in float64."""
+    import torch
+
+    # transformers builds inv_freq in float32; recomputed here as base^(−2i/d) in float64
+    dims = 2 * rotary.inv_freq.shape[0]
+    inv_freq = torch.tensor(base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims))
+
+    def forward(x: Any, position_ids: Any) -> tuple[Any, Any]:
+        freqs = position_ids[..., None].double() * inv_freq.to(x.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scale = getattr(rotary, "attention_scaling", 1.0)
+        return (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
+
+    return forward
+
+
+def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type != "default":
+        raise ScenarioError(f"RoPE scaling {rope_type!r}: not supported yet")
+    theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    if not 0 <= layer < config.num_hidden_layers:
+        raise ScenarioError(
+            f"layer {layer}: the model has layers 0 to {config.num_hidden_layers - 1}"
+        )
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    module = _attention_module(model, config.model_type, layer)
+    base = model.model if hasattr(model, "model") else model
+    captured: dict[str, Any] = {}
+
+    def grab_input(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        captured["X"] = args[0] if args else kwargs["hidden_states"]
+
+    def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
+        captured["out"] = output
+
+    AttentionInterface.register(EAGER64, _eager64)
+    AttentionMaskInterface.register(EAGER64, eager_mask)  # the masks eager attention gets
+    was, rotary_forward = config._attn_implementation, base.rotary_emb.forward
+    handles = [
+        module.register_forward_pre_hook(grab_input, with_kwargs=True),
+        module.o_proj.register_forward_hook(grab_output),
+    ]
+    try:
+        config._attn_implementation = EAGER64
+        base.rotary_emb.forward = _rope64(base.rotary_emb, theta)
+        with torch.no_grad():
+            out = model(input_ids=input_ids, output_attentions=True)
+    finally:
+        config._attn_implementation = was
+        base.rotary_emb.forward = rotary_forward
+        for h in handles:
+            h.remove()
+    X = _numpy(captured["X"][0])
+
+    def part(linear: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
+        bias = None if linear.bias is None else _numpy(linear.bias)
+        return _heads(_numpy(linear.weight).T, bias, count)
+
+    W_Q, b_Q = part(module.q_proj, heads)
+    W_K, b_K = part(module.k_proj, kv)
+    W_V, b_V = part(module.v_proj, kv)
+    o = module.o_proj
+    b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
+    window = getattr(config, "sliding_window", None)
+    mask = {"mask": "sliding-window", "window": int(window)} if window else {"mask": "causal"}
+    settings = Settings(positional="rope", rope_base=theta, **mask)
+    scenario = Scenario(
+        tokens=tokens,
+        X=X,
+        W_Q=W_Q,
+        W_K=W_K,
+        W_V=W_V,
+        W_O=_numpy(o.weight).T,
+        settings=settings,
+        b_Q=b_Q,
+        b_K=b_K,
+        b_V=b_V,
+        b_O=b_O,
+    )
+    weights = _numpy(out.attentions[layer][0])
+    return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), config.model_type, layer)
