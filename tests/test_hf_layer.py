@@ -90,6 +90,8 @@ def tiny_llama(kind: str):
         model = transformers.LlamaModel(transformers.LlamaConfig(**common))
     elif kind == "qwen2":
         model = transformers.Qwen2Model(transformers.Qwen2Config(**common))
+    elif kind == "qwen3":
+        model = transformers.Qwen3Model(transformers.Qwen3Config(**common, head_dim=4))
     else:
         model = transformers.MistralModel(transformers.MistralConfig(**common, sliding_window=3))
     with torch.no_grad():  # initialised to zero: give Qwen2's biases values to check
@@ -97,10 +99,16 @@ def tiny_llama(kind: str):
             for proj in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
                 if proj.bias is not None:
                     proj.bias.normal_()
+            for norm in (
+                getattr(block.self_attn, "q_norm", None),
+                getattr(block.self_attn, "k_norm", None),
+            ):
+                if norm is not None:  # initialised to one: give QK-norm weights values too
+                    norm.weight.uniform_(0.5, 1.5)
     return model.double().eval()
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])
 @pytest.mark.parametrize("layer", [0, 1])
 def test_llama_family_layers_match_the_model_in_float64(kind, layer):
     model = tiny_llama(kind)
@@ -110,6 +118,7 @@ def test_llama_family_layers_match_the_model_in_float64(kind, layer):
     assert (s.n_heads, s.kv_heads, s.d_k, s.settings.positional) == (4, 2, 4, "rope")
     assert s.settings.mask == ("sliding-window" if kind == "mistral" else "causal")
     assert (kind == "qwen2") == bool(s.b_Q.any())  # Qwen2 has Q, K, V biases
+    assert s.settings.qk_norm == ("rms" if kind == "qwen3" else "none")
     r = compute(s)
     np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
     np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)

@@ -7,13 +7,14 @@ convention (``nn.Linear`` stores W transposed; GPT-2's ``Conv1D`` does not) with
 biases. It also returns the model's own attention weights and attention output for that
 layer, so that the scenario can be checked against the model itself.
 
-Supported so far: GPT-2 (causal), the BERT family (bidirectional), and Llama, Mistral
-and Qwen2 (RoPE, key/value heads shared by groups of query heads, Qwen2's biases,
-Mistral's sliding window). Anything else is refused with a message naming it; nothing
-approximate is ever returned as the model.
+Supported so far: GPT-2 (causal), the BERT family (bidirectional), and Llama, Mistral,
+Qwen2 and Qwen3 (RoPE, key/value heads shared by groups of query heads, Qwen2's biases,
+Mistral's sliding window, Qwen3's QK-norm). Anything else is refused with a message
+naming it; nothing approximate is ever returned as the model.
 
-The Llama family's code takes softmax and the rotary angles in float32 even in a float64
-model; for the comparison the import runs those two steps in float64 (a registered
+The Llama family's code takes softmax, the rotary angles and RMS norms in float32 even in
+a float64 model; for the comparison the import runs the softmax, the angles and the QK
+norms in float64 (a registered
 float64 eager attention and float64 angles), so that the model's own numbers are exact
 to float64 rounding too. torch and transformers are imported only when a layer is.
 """
@@ -27,7 +28,7 @@ import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 SUPPORTED = ("gpt2", "bert", "roberta", *LLAMA_FAMILY)
 EAGER64 = "attnviz_eager64"
 
@@ -173,6 +174,18 @@ def _rope64(rotary: Any, base: float) -> Any:
     return forward
 
 
+def _norm64(norm: Any) -> Any:
+    """A forward for an RMS norm module that stays in the tensor's own dtype."""
+    import torch
+
+    def forward(x: Any) -> Any:
+        return norm.weight * (
+            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        )
+
+    return forward
+
+
 def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     import torch
     from transformers import AttentionInterface
@@ -199,6 +212,8 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
         captured["out"] = output
 
+    norms = [getattr(module, n) for n in ("q_norm", "k_norm") if hasattr(module, n)]
+    norm_forwards = [n.forward for n in norms]
     AttentionInterface.register(EAGER64, _eager64)
     AttentionMaskInterface.register(EAGER64, eager_mask)  # the masks eager attention gets
     was, rotary_forward = config._attn_implementation, base.rotary_emb.forward
@@ -209,11 +224,15 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     try:
         config._attn_implementation = EAGER64
         base.rotary_emb.forward = _rope64(base.rotary_emb, theta)
+        for norm in norms:
+            norm.forward = _norm64(norm)
         with torch.no_grad():
             out = model(input_ids=input_ids, output_attentions=True)
     finally:
         config._attn_implementation = was
         base.rotary_emb.forward = rotary_forward
+        for norm, forward in zip(norms, norm_forwards, strict=True):
+            norm.forward = forward
         for h in handles:
             h.remove()
     X = _numpy(captured["X"][0])
@@ -229,6 +248,14 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
     window = getattr(config, "sliding_window", None)
     mask = {"mask": "sliding-window", "window": int(window)} if window else {"mask": "causal"}
+    qk: dict[str, Any] = {}
+    if norms:  # Qwen3: one weight per feature of d_k, shared by every head
+        d = W_Q.shape[2]
+        qk = {
+            "q_norm": np.tile(_numpy(module.q_norm.weight).reshape(1, 1, d), (heads, 1, 1)),
+            "k_norm": np.tile(_numpy(module.k_norm.weight).reshape(1, 1, d), (kv, 1, 1)),
+        }
+        mask = {**mask, "qk_norm": "rms", "qk_norm_eps": float(module.q_norm.variance_epsilon)}
     settings = Settings(positional="rope", rope_base=theta, **mask)
     scenario = Scenario(
         tokens=tokens,
@@ -242,6 +269,7 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
         b_K=b_K,
         b_V=b_V,
         b_O=b_O,
+        **qk,
     )
     weights = _numpy(out.attentions[layer][0])
     return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), config.model_type, layer)
