@@ -68,11 +68,35 @@ def _attention_module(model: Any, model_type: str, layer: int) -> Any:
     return encoder.layer[layer].attention
 
 
+def _run(model: Any, input_ids: Any, entry: Any, projection: Any) -> tuple[Any, Any, Any]:
+    """Run the model once; return the input of module ``entry`` (the attention's X), the
+    output of ``projection`` (the attention block's output) and the model's outputs."""
+    import torch
+
+    captured: dict[str, Any] = {}
+
+    def grab_input(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        captured["X"] = args[0] if args else kwargs["hidden_states"]
+
+    def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
+        captured["out"] = output[0] if isinstance(output, tuple) else output
+
+    handles = [
+        entry.register_forward_pre_hook(grab_input, with_kwargs=True),
+        projection.register_forward_hook(grab_output),
+    ]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=input_ids, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return captured["X"][0], captured["out"][0], out
+
+
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     """Layer ``layer`` (from 0) of the model on ``input_ids`` (1 × n), as a scenario whose
     token labels are ``tokens``."""
-    import torch
-
     config = model.config
     model_type = getattr(config, "model_type", "?")
     if model_type not in SUPPORTED:
@@ -88,27 +112,10 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         raise ScenarioError("the model must use attn_implementation='eager' to be compared")
     heads = config.num_attention_heads if model_type != "gpt2" else config.n_head
     module = _attention_module(model, model_type, layer)
-    captured: dict[str, Any] = {}
-
-    def grab_input(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        captured["X"] = args[0] if args else kwargs["hidden_states"]
-
-    def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
-        captured["out"] = output[0] if isinstance(output, tuple) else output
-
     inner = module if model_type == "gpt2" else module.self
     projection = module.c_proj if model_type == "gpt2" else module.output.dense
-    handles = [
-        inner.register_forward_pre_hook(grab_input, with_kwargs=True),
-        projection.register_forward_hook(grab_output),
-    ]
-    try:
-        with torch.no_grad():
-            out = model(input_ids=input_ids, output_attentions=True)
-    finally:
-        for h in handles:
-            h.remove()
-    X = _numpy(captured["X"][0])
+    X_t, attention_out, out = _run(model, input_ids, inner, projection)
+    X = _numpy(X_t)
     if model_type == "gpt2":
         W = _numpy(module.c_attn.weight)  # Conv1D: (d_model, 3·d_model), rows are inputs
         b = _numpy(module.c_attn.bias)
@@ -131,7 +138,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     ]
     scenario = from_heads(tokens, X, heads_list, W_O, Settings(mask=mask), b_O=b_O)
     weights = _numpy(out.attentions[layer][0])
-    return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), model_type, layer)
+    return ImportedLayer(scenario, weights, _numpy(attention_out), model_type, layer)
 
 
 def _eager64(
@@ -187,7 +194,6 @@ def _norm64(norm: Any) -> Any:
 
 
 def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
-    import torch
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -204,38 +210,23 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     module = _attention_module(model, config.model_type, layer)
     base = model.model if hasattr(model, "model") else model
-    captured: dict[str, Any] = {}
-
-    def grab_input(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        captured["X"] = args[0] if args else kwargs["hidden_states"]
-
-    def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
-        captured["out"] = output
-
     norms = [getattr(module, n) for n in ("q_norm", "k_norm") if hasattr(module, n)]
     norm_forwards = [n.forward for n in norms]
     AttentionInterface.register(EAGER64, _eager64)
     AttentionMaskInterface.register(EAGER64, eager_mask)  # the masks eager attention gets
     was, rotary_forward = config._attn_implementation, base.rotary_emb.forward
-    handles = [
-        module.register_forward_pre_hook(grab_input, with_kwargs=True),
-        module.o_proj.register_forward_hook(grab_output),
-    ]
     try:
         config._attn_implementation = EAGER64
         base.rotary_emb.forward = _rope64(base.rotary_emb, theta)
         for norm in norms:
             norm.forward = _norm64(norm)
-        with torch.no_grad():
-            out = model(input_ids=input_ids, output_attentions=True)
+        X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     finally:
         config._attn_implementation = was
         base.rotary_emb.forward = rotary_forward
         for norm, forward in zip(norms, norm_forwards, strict=True):
             norm.forward = forward
-        for h in handles:
-            h.remove()
-    X = _numpy(captured["X"][0])
+    X = _numpy(X_t)
 
     def part(linear: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
         bias = None if linear.bias is None else _numpy(linear.bias)
@@ -272,4 +263,4 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
         **qk,
     )
     weights = _numpy(out.attentions[layer][0])
-    return ImportedLayer(scenario, weights, _numpy(captured["out"][0]), config.model_type, layer)
+    return ImportedLayer(scenario, weights, _numpy(attention_out), config.model_type, layer)
