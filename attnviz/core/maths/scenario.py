@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.variants import alibi_slopes, visible
+from attnviz.core.models.provenance import Provenance
 
 MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window", "custom")
 MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −∞: weight 0
@@ -249,6 +250,7 @@ class Scenario:
     kv_tokens: tuple[str, ...] | None = None
     X_kv: np.ndarray | None = None
     mask_matrix: np.ndarray | None = None
+    provenance: Provenance | None = None  # set when imported from a model; kept by edits
 
     def __post_init__(self) -> None:
         for name in ("X", *WEIGHT_NAMES, "W_O"):
@@ -285,6 +287,8 @@ class Scenario:
         lim = LIMITS
         if not isinstance(self.settings, Settings):
             raise ScenarioError("settings: expected a Settings object")
+        if self.provenance is not None and not isinstance(self.provenance, Provenance):
+            raise ScenarioError("provenance: expected a Provenance object")
         if self.X.ndim != 2:
             raise ScenarioError(f"X: expected a 2-D matrix, got {self.X.ndim}-D")
         n, d_model = self.X.shape
