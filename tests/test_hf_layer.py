@@ -16,9 +16,24 @@ from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 EXACT = 1e-12
 
 
-def tiny(kind: str):
+def tiny(kind: str, dtype=None):
     torch.manual_seed(0)
-    if kind == "gpt2":
+    if kind == "distilbert":
+        config = transformers.DistilBertConfig(
+            vocab_size=50, dim=16, n_layers=3, n_heads=4, hidden_dim=32, max_position_embeddings=32
+        )
+        model = transformers.DistilBertModel(config)
+    elif kind == "roberta":
+        config = transformers.RobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=40,
+        )
+        model = transformers.RobertaModel(config, add_pooling_layer=False)
+    elif kind == "gpt2":
         config = transformers.GPT2Config(
             vocab_size=50,
             n_positions=32,
@@ -39,10 +54,10 @@ def tiny(kind: str):
             attn_implementation="eager",
         )
         model = transformers.BertModel(config, add_pooling_layer=False)
-    return model.double().eval()
+    return model.to(dtype or torch.float64).eval()
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "roberta", "distilbert"])
 @pytest.mark.parametrize("layer", [0, 1, 2])
 def test_every_layer_matches_the_models_own_attention(kind, layer):
     model = tiny(kind)
@@ -62,6 +77,21 @@ def test_every_layer_matches_the_models_own_attention(kind, layer):
         S[np.triu_indices(6, 1)] = -np.inf
     w = np.exp(S - S.max(axis=1, keepdims=True))
     np.testing.assert_allclose(w / w.sum(axis=1, keepdims=True), got.model_weights[0], atol=EXACT)
+    assert got.layers == 3 and got.every_layer[layer] is got.model_weights
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "distilbert", "llama", "qwen3", "mistral"])
+def test_a_float32_model_matches_to_float32_rounding(kind):
+    dtype = torch.float32
+    model = tiny_llama(kind, dtype) if kind in ("llama", "qwen3", "mistral") else tiny(kind, dtype)
+    ids = torch.tensor([[3, 17, 5, 42, 8, 11, 2]])
+    last = model.config.num_hidden_layers - 1
+    got = import_layer(model, ids, last, tuple(f"t{i}" for i in range(7)))
+    assert got.scenario.X.dtype == np.float64
+    r = compute(got.scenario)
+    np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=1e-5)
+    assert np.abs(r.weights - got.model_weights).max() > 0  # float32 is not float64
 
 
 def test_a_layer_out_of_range_and_an_unsupported_model_are_refused():
@@ -74,7 +104,7 @@ def test_a_layer_out_of_range_and_an_unsupported_model_are_refused():
         import_layer(model, ids, 0, ("a", "b", "c"))
 
 
-def tiny_llama(kind: str):
+def tiny_llama(kind: str, dtype=None):
     torch.manual_seed(1)
     common = dict(
         vocab_size=50,
@@ -105,7 +135,7 @@ def tiny_llama(kind: str):
             ):
                 if norm is not None:  # initialised to one: give QK-norm weights values too
                     norm.weight.uniform_(0.5, 1.5)
-    return model.double().eval()
+    return model.to(dtype or torch.float64).eval()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])

@@ -1,22 +1,24 @@
 """One attention layer of a Hugging Face transformers model, as an attnviz scenario.
 
-``import_layer(model, input_ids, layer)`` runs the model once (it must use the eager
-attention implementation, in float64 for exact agreement), takes the hidden state that
-enters the layer's attention as X, and the layer's weights in attnviz's row-vector
-convention (``nn.Linear`` stores W transposed; GPT-2's ``Conv1D`` does not) with their
-biases. It also returns the model's own attention weights and attention output for that
-layer, so that the scenario can be checked against the model itself.
+``import_layer(model, input_ids, layer, tokens)`` runs the model once, takes the hidden
+state that enters the layer's attention as X (the model's own, after any norm that
+precedes attention), and the layer's weights in attnviz's row-vector convention
+(``nn.Linear`` stores W transposed; GPT-2's ``Conv1D`` does not) with their biases. It
+also returns the model's own attention weights for every layer and the attention output
+for that layer, so that the scenario can be checked against the model itself.
 
-Supported so far: GPT-2 (causal), the BERT family (bidirectional), and Llama, Mistral,
-Qwen2 and Qwen3 (RoPE, key/value heads shared by groups of query heads, Qwen2's biases,
-Mistral's sliding window, Qwen3's QK-norm). Anything else is refused with a message
-naming it; nothing approximate is ever returned as the model.
+Supported: GPT-2 (causal), the BERT family (BERT, RoBERTa, DistilBERT, and MiniLM, which
+is a BERT; bidirectional), and Llama, Mistral, Qwen2 and Qwen3 (RoPE, key/value heads
+shared by groups of query heads, Qwen2's biases, Mistral's sliding window, Qwen3's
+QK-norm). Anything else is refused with a message naming it; nothing approximate is ever
+returned as the model.
 
-The Llama family's code takes softmax, the rotary angles and RMS norms in float32 even in
-a float64 model; for the comparison the import runs the softmax, the angles and the QK
-norms in float64 (a registered
-float64 eager attention and float64 angles), so that the model's own numbers are exact
-to float64 rounding too. torch and transformers are imported only when a layer is.
+The model runs with a registered eager attention that keeps the softmax in the model's
+own dtype (transformers' Llama code takes it, the rotary angles and the RMS norms in
+float32 even in a float64 model); for the Llama family the angles (recomputed as
+base^(−2i/d)) and the QK norms run in the model's dtype too. In float64 the model's
+numbers are then exact to float64 rounding. torch and transformers are imported only
+when a layer is.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as np
 from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
-SUPPORTED = ("gpt2", "bert", "roberta", *LLAMA_FAMILY)
+BERT_FAMILY = ("bert", "roberta", "distilbert")
+SUPPORTED = ("gpt2", *BERT_FAMILY, *LLAMA_FAMILY)
 EAGER64 = "attnviz_eager64"
 
 
@@ -42,6 +45,17 @@ class ImportedLayer:
     model_output: np.ndarray  # (n, d_model): the attention block's output before the residual
     model_type: str
     layer: int
+    every_layer: tuple[np.ndarray, ...]  # the model's weights (heads, n, n) in each layer
+
+    @property
+    def layers(self) -> int:
+        return len(self.every_layer)
+
+
+def layer_count(config: Any) -> int:
+    """How many attention layers a transformers config describes (GPT-2's n_layer and
+    DistilBERT's n_layers are aliases of num_hidden_layers)."""
+    return int(config.num_hidden_layers)
 
 
 def _numpy(t: Any) -> np.ndarray:
@@ -64,6 +78,9 @@ def _attention_module(model: Any, model_type: str, layer: int) -> Any:
     if model_type == "gpt2":
         blocks = model.transformer.h if hasattr(model, "transformer") else model.h
         return blocks[layer].attn
+    if model_type == "distilbert":
+        body = model.transformer if hasattr(model, "transformer") else model.distilbert.transformer
+        return body.layer[layer].attention
     encoder = model.encoder if hasattr(model, "encoder") else model.bert.encoder
     return encoder.layer[layer].attention
 
@@ -81,14 +98,23 @@ def _run(model: Any, input_ids: Any, entry: Any, projection: Any) -> tuple[Any, 
     def grab_output(_module: Any, _args: tuple[Any, ...], output: Any) -> None:
         captured["out"] = output[0] if isinstance(output, tuple) else output
 
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(EAGER64, _eager64)
+    AttentionMaskInterface.register(EAGER64, eager_mask)  # the masks eager attention gets
+    config = model.config
+    was = config._attn_implementation
     handles = [
         entry.register_forward_pre_hook(grab_input, with_kwargs=True),
         projection.register_forward_hook(grab_output),
     ]
     try:
+        config._attn_implementation = EAGER64
         with torch.no_grad():
             out = model(input_ids=input_ids, output_attentions=True)
     finally:
+        config._attn_implementation = was
         for h in handles:
             h.remove()
     return captured["X"][0], captured["out"][0], out
@@ -103,17 +129,22 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         raise ScenarioError(
             f"model type {model_type!r}: not supported yet (supported: {', '.join(SUPPORTED)})"
         )
-    layers = config.num_hidden_layers if model_type != "gpt2" else config.n_layer
+    layers = layer_count(config)
     if not 0 <= layer < layers:
         raise ScenarioError(f"layer {layer}: the model has layers 0 to {layers - 1}")
     if model_type in LLAMA_FAMILY:
         return _import_llama(model, input_ids, layer, tokens)
-    if getattr(config, "_attn_implementation", "eager") != "eager":
-        raise ScenarioError("the model must use attn_implementation='eager' to be compared")
-    heads = config.num_attention_heads if model_type != "gpt2" else config.n_head
+    heads = config.num_attention_heads
     module = _attention_module(model, model_type, layer)
-    inner = module if model_type == "gpt2" else module.self
-    projection = module.c_proj if model_type == "gpt2" else module.output.dense
+    if model_type == "gpt2":
+        inner, projection = module, module.c_proj
+        linear = []
+    elif model_type == "distilbert":
+        inner, projection = module, module.out_lin
+        linear = [module.q_lin, module.k_lin, module.v_lin]
+    else:
+        inner, projection = module.self, module.output.dense
+        linear = [inner.query, inner.key, inner.value]
     X_t, attention_out, out = _run(model, input_ids, inner, projection)
     X = _numpy(X_t)
     if model_type == "gpt2":
@@ -127,7 +158,6 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         W_O, b_O = _numpy(module.c_proj.weight), _numpy(module.c_proj.bias)
         mask = "causal"
     else:
-        linear = [inner.query, inner.key, inner.value]
         parts = [_heads(_numpy(p.weight).T, _numpy(p.bias), heads) for p in linear]
         W_O, b_O = _numpy(projection.weight).T, _numpy(projection.bias)
         mask = "none"
@@ -137,8 +167,14 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         for h in range(heads)
     ]
     scenario = from_heads(tokens, X, heads_list, W_O, Settings(mask=mask), b_O=b_O)
-    weights = _numpy(out.attentions[layer][0])
-    return ImportedLayer(scenario, weights, _numpy(attention_out), model_type, layer)
+    return _imported(scenario, out, attention_out, model_type, layer)
+
+
+def _imported(
+    scenario: Scenario, out: Any, attention_out: Any, model_type: str, layer: int
+) -> ImportedLayer:
+    every = tuple(_numpy(a[0]) for a in out.attentions)
+    return ImportedLayer(scenario, every[layer], _numpy(attention_out), model_type, layer, every)
 
 
 def _eager64(
@@ -194,35 +230,24 @@ def _norm64(norm: Any) -> Any:
 
 
 def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     config = model.config
     rope = getattr(config, "rope_parameters", None) or {}
     rope_type = rope.get("rope_type", "default")
     if rope_type != "default":
         raise ScenarioError(f"RoPE scaling {rope_type!r}: not supported yet")
     theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-    if not 0 <= layer < config.num_hidden_layers:
-        raise ScenarioError(
-            f"layer {layer}: the model has layers 0 to {config.num_hidden_layers - 1}"
-        )
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     module = _attention_module(model, config.model_type, layer)
     base = model.model if hasattr(model, "model") else model
     norms = [getattr(module, n) for n in ("q_norm", "k_norm") if hasattr(module, n)]
     norm_forwards = [n.forward for n in norms]
-    AttentionInterface.register(EAGER64, _eager64)
-    AttentionMaskInterface.register(EAGER64, eager_mask)  # the masks eager attention gets
-    was, rotary_forward = config._attn_implementation, base.rotary_emb.forward
+    rotary_forward = base.rotary_emb.forward
     try:
-        config._attn_implementation = EAGER64
         base.rotary_emb.forward = _rope64(base.rotary_emb, theta)
         for norm in norms:
             norm.forward = _norm64(norm)
         X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     finally:
-        config._attn_implementation = was
         base.rotary_emb.forward = rotary_forward
         for norm, forward in zip(norms, norm_forwards, strict=True):
             norm.forward = forward
@@ -262,5 +287,4 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
         b_O=b_O,
         **qk,
     )
-    weights = _numpy(out.attentions[layer][0])
-    return ImportedLayer(scenario, weights, _numpy(attention_out), config.model_type, layer)
+    return _imported(scenario, out, attention_out, config.model_type, layer)
