@@ -118,7 +118,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("png", "svg"), help="default: from the --out suffix")
     p.add_argument("--out", required=True, metavar="PATH", help="the image file to write")
     p.add_argument("--scale", type=_scale, default=2.0, help="PNG pixels per unit (default 2)")
+
+    p = sub.add_parser(
+        "import",
+        help="import one attention layer of a pretrained model as a scenario",
+        description="Import one attention layer of a pretrained transformers model (a folder "
+        "in Hugging Face layout, a model id in the local cache, an installed package that "
+        "bundles a model, or a model id fetched from the Hub) run on TEXT, and save it as "
+        "a scenario that remembers the model's own attention.",
+    )
+    p.add_argument("source", help="folder, model id (org/name) or installed package name")
+    p.add_argument("--text", required=True, help="the text to run through the model")
+    p.add_argument("--layer", type=_layer, default=0, help="layer number, from 0 (default 0)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="the scenario to write (.attn.json, or .attn.npz for large layers); "
+        "default: named after the model and layer, in the current folder",
+    )
     return parser
+
+
+def _layer(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a layer number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: layers are numbered from 0")
+    return value
 
 
 def _scale(text: str) -> float:
@@ -416,6 +445,45 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from attnviz.core.io.files import save_scenario
+    from attnviz.core.models.importer import Request, import_model_layer
+    from attnviz.core.models.sources import Cancelled
+
+    def report(what: str, fraction: float) -> None:
+        if fraction < 1:
+            print(f"  {what}…", file=sys.stderr, flush=True)
+
+    try:
+        got = import_model_layer(
+            Request(args.source, args.text, args.layer, args.dtype), report=report
+        )
+    except (Cancelled, KeyboardInterrupt):
+        print("attnviz: import cancelled", file=sys.stderr)
+        return 130
+    s, p = got.scenario, got.provenance
+    out = args.out or default_import_name(args.source, args.layer, s.W_Q.size + s.W_O.size)
+    try:
+        save_scenario(out, s)
+    except OSError as e:
+        raise UsageError(f"--out {out}: {e.strerror or e}") from None
+    print(
+        f"imported layer {p.layer} of {p.layers} from {p.source} ({p.model_type}, {p.kind}): "
+        f"{s.n} tokens, {s.n_heads} heads ({s.kv_heads} key/value), d_model {s.d_model}, "
+        f"d_k {s.d_k}, in {got.seconds:.1f} s\n"
+        f"agreement with the model ({got.dtype}): attention weights {got.agreement_weights:.1e}, "
+        f"attention output {got.agreement_output:.1e}\n"
+        f"wrote {out} ({os.path.getsize(out) / 2**20:.1f} MiB)"
+    )
+    return 0
+
+
+def default_import_name(source: str, layer: int, cells: int) -> str:
+    """``<model>-layer<L>.attn.json`` (``.attn.npz`` for layers of over a million weights)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(source.rstrip("/\\")) or "model")
+    return f"{name.strip('-.') or 'model'}-layer{layer}.attn.{'npz' if cells > 2**20 else 'json'}"
+
+
 def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
     """spec_for(compute(s), view, head) for a per-head view or X, computing that head only."""
     from dataclasses import replace
@@ -464,8 +532,17 @@ COMMANDS = {
     "explain": cmd_explain,
     "export": cmd_export,
     "code": cmd_code,
+    "import": cmd_import,
 }
-SUBCOMMANDS = ("compute", "presets", "bench", "explain", "code", "export")  # as --help lists them
+SUBCOMMANDS = (
+    "compute",
+    "presets",
+    "bench",
+    "explain",
+    "code",
+    "export",
+    "import",
+)  # as --help lists them
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,50 +11,11 @@ from attnviz.core.maths.scenario import ScenarioError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import tiny, tiny_llama  # noqa: E402
+
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 
 EXACT = 1e-12
-
-
-def tiny(kind: str, dtype=None):
-    torch.manual_seed(0)
-    if kind == "distilbert":
-        config = transformers.DistilBertConfig(
-            vocab_size=50, dim=16, n_layers=3, n_heads=4, hidden_dim=32, max_position_embeddings=32
-        )
-        model = transformers.DistilBertModel(config)
-    elif kind == "roberta":
-        config = transformers.RobertaConfig(
-            vocab_size=50,
-            hidden_size=16,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=32,
-            max_position_embeddings=40,
-        )
-        model = transformers.RobertaModel(config, add_pooling_layer=False)
-    elif kind == "gpt2":
-        config = transformers.GPT2Config(
-            vocab_size=50,
-            n_positions=32,
-            n_embd=16,
-            n_layer=3,
-            n_head=4,
-            attn_implementation="eager",
-        )
-        model = transformers.GPT2Model(config)
-    else:
-        config = transformers.BertConfig(
-            vocab_size=50,
-            hidden_size=16,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=32,
-            max_position_embeddings=32,
-            attn_implementation="eager",
-        )
-        model = transformers.BertModel(config, add_pooling_layer=False)
-    return model.to(dtype or torch.float64).eval()
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "bert", "roberta", "distilbert"])
@@ -102,40 +63,6 @@ def test_a_layer_out_of_range_and_an_unsupported_model_are_refused():
     model.config.model_type = "mamba"
     with pytest.raises(ScenarioError, match="'mamba': not supported"):
         import_layer(model, ids, 0, ("a", "b", "c"))
-
-
-def tiny_llama(kind: str, dtype=None):
-    torch.manual_seed(1)
-    common = dict(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
-    if kind == "llama":
-        model = transformers.LlamaModel(transformers.LlamaConfig(**common))
-    elif kind == "qwen2":
-        model = transformers.Qwen2Model(transformers.Qwen2Config(**common))
-    elif kind == "qwen3":
-        model = transformers.Qwen3Model(transformers.Qwen3Config(**common, head_dim=4))
-    else:
-        model = transformers.MistralModel(transformers.MistralConfig(**common, sliding_window=3))
-    with torch.no_grad():  # initialised to zero: give Qwen2's biases values to check
-        for block in model.layers:
-            for proj in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
-                if proj.bias is not None:
-                    proj.bias.normal_()
-            for norm in (
-                getattr(block.self_attn, "q_norm", None),
-                getattr(block.self_attn, "k_norm", None),
-            ):
-                if norm is not None:  # initialised to one: give QK-norm weights values too
-                    norm.weight.uniform_(0.5, 1.5)
-    return model.to(dtype or torch.float64).eval()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])

@@ -1,0 +1,287 @@
+"""Import one attention layer of a pretrained model: find it, tokenize, run, check.
+
+``import_model_layer(Request(source, text, layer))`` finds the model (``sources``), reads
+its tokenizer (``tokens``), loads it with transformers on the CPU in float64 (or float32
+when asked), runs it once on the text and returns the layer as a scenario carrying its
+``Provenance``, every layer's weights for the overview, and the agreement between
+attnviz's computation and the model's own. A layer whose agreement is not at rounding
+level is refused: nothing approximate is ever shown as the model. Steps report progress
+and can be cancelled between steps (and during a download). The last model loaded is
+kept, so that the next or previous layer imports with one run of the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
+from attnviz.core.models.provenance import Provenance
+from attnviz.core.models.sources import Cancelled, Located, locate
+from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
+
+DTYPES = ("float64", "float32")
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # refuse beyond this; expect 1e-12 / 1e-5
+OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
+
+Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to import."""
+
+    source: str
+    text: str
+    layer: int = 0
+    dtype: str = "float64"
+
+
+@dataclass(frozen=True, eq=False)
+class Imported:
+    """An imported layer."""
+
+    scenario: Scenario  # with its provenance
+    tokens: Tokens
+    overview: np.ndarray | None  # (layers, heads, n, n) float32, None when too large
+    agreement_weights: float  # max |attnviz − model| over the layer's attention weights
+    agreement_output: float  # … and over its attention output
+    seconds: float
+    dtype: str
+
+    @property
+    def provenance(self) -> Provenance:
+        assert self.scenario.provenance is not None
+        return self.scenario.provenance
+
+
+_lock = threading.Lock()
+_loaded: dict[tuple[str, str], Any] = {}  # (folder, dtype) → the last model loaded
+_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def peek_tokens(source: str, text: str) -> Tokens:
+    """The tokens of ``text`` for a model already on this machine (for a live preview);
+    nothing is downloaded."""
+    return tokenize(load_tokenizer(locate(source, download=False).folder), text)
+
+
+def import_model_layer(
+    request: Request,
+    *,
+    report: Report | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Imported:
+    """Import ``request.layer`` of the model; raises ScenarioError (a clear message) or
+    ``Cancelled``."""
+    started = time.perf_counter()
+    if request.dtype not in DTYPES:
+        raise ScenarioError(f"dtype {request.dtype!r}: expected one of {', '.join(DTYPES)}")
+
+    def step(what: str, fraction: float) -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled
+        if report is not None:
+            report(what, fraction)
+
+    def downloading(done: int, total: int) -> None:
+        step(
+            f"Fetching the model ({done / 2**20:.0f} of {total / 2**20:.0f} MB)",
+            0.4 * done / max(total, 1),
+        )
+
+    step("Finding the model", 0.0)
+    located = locate(request.source, progress=downloading, cancelled=cancelled)
+    config = _config(located.folder)
+    step("Reading the tokenizer", 0.4)
+    tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
+    step("Loading the weights", 0.45)
+    with _lock:
+        model = _model(located, request.dtype)
+        step("Running the model", 0.7)
+        layer = _import(model, tokens, request.layer)
+    step("Checking against the model", 0.9)
+    scenario, agreement = _checked(layer, request.dtype)
+    files = _file_hashes(located.folder)
+    provenance = Provenance(
+        source=located.source,
+        kind=located.kind,
+        model_type=layer.model_type,
+        layer=request.layer,
+        layers=layer.layers,
+        text=request.text,
+        token_ids=tokens.ids,
+        model_weights=layer.model_weights,
+        model_output=layer.model_output,
+        files=files,
+    )
+    step("Done", 1.0)
+    return Imported(
+        scenario=replace(scenario, provenance=provenance),
+        tokens=tokens,
+        overview=_overview(layer.every_layer),
+        agreement_weights=agreement[0],
+        agreement_output=agreement[1],
+        seconds=time.perf_counter() - started,
+        dtype=request.dtype,
+    )
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    from attnviz.core.models.hf_layer import SUPPORTED
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ScenarioError(f"{folder / 'config.json'}: not readable JSON ({e})") from e
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{folder / 'config.json'}: expected a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED:
+        raise ScenarioError(
+            f"model type {model_type!r}: attnviz cannot represent it exactly "
+            f"(supported: {', '.join(SUPPORTED)})"
+        )
+    return config
+
+
+def _most_tokens(config: dict[str, Any]) -> int:
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    if config.get("model_type") == "roberta" and isinstance(positions, int):
+        positions -= 2  # RoBERTa's positions start after its padding index
+    return min(LIMITS.tokens, positions) if isinstance(positions, int) else LIMITS.tokens
+
+
+def _model(located: Located, dtype: str) -> Any:
+    key = (str(located.folder.resolve()), dtype)
+    if key in _loaded:
+        return _loaded[key]
+    _loaded.clear()  # one model in memory at a time
+    _check_memory(located.folder, dtype)
+    import torch
+    from transformers import AutoModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # its notes and progress bars would go to the terminal
+    logging.disable_progress_bar()
+    try:
+        model = AutoModel.from_pretrained(
+            str(located.folder),
+            dtype=getattr(torch, dtype),
+            attn_implementation="eager",
+            local_files_only=True,
+            use_safetensors=True,
+        )
+    except Exception as e:  # transformers raises many kinds for a broken checkpoint
+        raise ScenarioError(f"{located.source}: transformers could not load it ({e})") from e
+    model.eval()
+    _loaded[key] = model
+    return model
+
+
+def forget_models() -> None:
+    """Drop the model kept in memory."""
+    with _lock:
+        _loaded.clear()
+
+
+def _import(model: Any, tokens: Tokens, layer: int) -> Any:
+    import torch
+
+    from attnviz.core.models.hf_layer import import_layer
+
+    ids = torch.tensor([list(tokens.ids)])
+    return import_layer(model, ids, layer, tokens.labels)
+
+
+def _checked(layer: Any, dtype: str) -> tuple[Scenario, tuple[float, float]]:
+    from attnviz.core.maths.engine import compute
+
+    scenario = layer.scenario
+    r = compute(scenario)
+    weights = float(np.abs(r.weights - layer.model_weights).max())
+    output = float(np.abs(r.final - layer.model_output).max())
+    worst = max(weights, output)
+    if not worst <= TOLERANCE[dtype]:
+        raise ScenarioError(
+            f"attnviz's numbers differ from the model's by {worst:.2g} (expected at most "
+            f"{TOLERANCE[dtype]:g} in {dtype}): this layer does something attnviz does not "
+            "represent, so it is not shown as the model"
+        )
+    return scenario, (weights, output)
+
+
+def _overview(every_layer: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    cells = sum(a.size for a in every_layer)
+    if cells > OVERVIEW_CELLS:
+        return None
+    return np.stack(every_layer).astype(np.float32)
+
+
+def _file_hashes(folder: Path) -> tuple[tuple[str, str], ...]:
+    """SHA-256 of each weights file (remembered by size and modification time)."""
+    hashes = []
+    for path in sorted(folder.glob("*.safetensors")):
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _hashes:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(2**22), b""):
+                    digest.update(block)
+            _hashes[key] = digest.hexdigest()
+        hashes.append((path.name, _hashes[key]))
+    return tuple(hashes)
+
+
+_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1}
+
+
+def _check_memory(folder: Path, dtype: str) -> None:
+    """Refuse a model whose weights in ``dtype`` would not fit in the free memory."""
+    params = 0
+    for path in folder.glob("*.safetensors"):
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > 2**27:
+                raise ScenarioError(f"{path.name}: not a safetensors file (header too large)")
+            try:
+                header = json.loads(f.read(size))
+            except ValueError as e:
+                raise ScenarioError(f"{path.name}: not a safetensors file ({e})") from e
+        for name, entry in header.items():
+            if name != "__metadata__" and isinstance(entry, dict):
+                start, end = entry.get("data_offsets", (0, 0))
+                params += (end - start) // _BYTES.get(str(entry.get("dtype")), 4)
+    needed = params * (8 if dtype == "float64" else 4)
+    free = _free_memory()
+    if free and needed > 0.8 * free:
+        raise ScenarioError(
+            f"the model has {params / 1e6:,.0f} M parameters: about {needed / 2**30:.1f} GiB "
+            f"in {dtype}, and {free / 2**30:.1f} GiB of memory are free"
+            + ("; try float32" if dtype == "float64" else "")
+        )
+
+
+def _free_memory() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -1,0 +1,181 @@
+"""Importing a layer from a model folder, the cache or a package, offline, end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from attnviz.core.maths.engine import compute
+from attnviz.core.maths.scenario import ScenarioError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from attnviz.core.models.importer import Request, import_model_layer  # noqa: E402
+from attnviz.core.models.sources import Cancelled, SourceError, locate  # noqa: E402
+from tiny_models import KINDS, LLAMA_KINDS, WORDS, save_tiny  # noqa: E402
+
+TEXT = "the cat sat on the mat"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def reference(folder, layer: int, ids: list[int]) -> np.ndarray:
+    """The model's own eager attention weights, loaded and run here independently."""
+    model = transformers.AutoModel.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return out.attentions[layer][0].numpy()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_layer_of_a_saved_model_imports_and_matches_the_model(kind, tmp_path):
+    folder = save_tiny(kind, tmp_path / kind)
+    bert = kind in ("bert", "roberta", "distilbert")
+    words = TEXT.split()
+    ids = [WORDS.index(w) + 3 for w in words]
+    if bert:
+        ids = [1, *ids, 2]
+    layers = json.loads((folder / "config.json").read_text()).get("num_hidden_layers") or 3
+    for layer in range(layers):
+        got = import_model_layer(Request(str(folder), TEXT, layer))
+        s, p = got.scenario, got.provenance
+        assert s.tokens == (("[CLS]", *words, "[SEP]") if bert else tuple(words))
+        assert got.tokens.special == ((True, *[False] * 6, True) if bert else (False,) * 6)
+        assert p.token_ids == tuple(ids) and p.layer == layer and p.layers == layers
+        assert (p.kind, p.source, p.text, p.model_type) == ("folder", str(folder), TEXT, kind)
+        digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+        assert p.files == (("model.safetensors", digest),)
+        r = compute(s)
+        assert got.agreement_weights <= 1e-12 and got.agreement_output <= 1e-12
+        np.testing.assert_allclose(r.weights, p.model_weights, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(r.final, p.model_output, rtol=0, atol=1e-12)
+        # transformers' own eager attention takes the Llama family's softmax in float32
+        tolerance = 1e-6 if kind in LLAMA_KINDS else 1e-12
+        np.testing.assert_allclose(r.weights, reference(folder, layer, ids), atol=tolerance)
+        assert got.overview.shape == (layers, s.n_heads, s.n, s.n)
+        np.testing.assert_allclose(got.overview[layer], p.model_weights, atol=1e-7)
+
+
+def test_a_float32_import_agrees_to_float32_rounding(tmp_path):
+    folder = save_tiny("llama", tmp_path / "llama")
+    got = import_model_layer(Request(str(folder), TEXT, 1, dtype="float32"))
+    assert 0 < got.agreement_weights <= 1e-5 and got.agreement_output <= 1e-5
+
+
+def test_wrong_requests_are_refused_with_a_message(tmp_path):
+    folder = save_tiny("bert", tmp_path / "bert")
+    with pytest.raises(ScenarioError, match="layers 0 to 2"):
+        import_model_layer(Request(str(folder), TEXT, 3))
+    with pytest.raises(ScenarioError, match="text is empty"):
+        import_model_layer(Request(str(folder), "   ", 0))
+    with pytest.raises(ScenarioError, match="makes 42 tokens; at most 32"):
+        import_model_layer(Request(str(folder), " ".join(["cat"] * 40), 0))
+    with pytest.raises(ScenarioError, match="dtype 'float16'"):
+        import_model_layer(Request(str(folder), TEXT, 0, dtype="float16"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    with pytest.raises(ScenarioError, match="model type 'mamba'"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_folders_that_are_not_models_are_named(tmp_path):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(SourceError, match="lacks tokenizer.json"):
+        locate(str(folder))
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(SourceError, match="pickled weights"):
+        locate(str(folder))
+    with pytest.raises(SourceError, match="not a folder"):
+        locate(str(folder / "config.json"))
+
+
+def test_offline_with_nothing_cached_is_one_clear_message():
+    with pytest.raises(SourceError, match="not in the Hugging Face cache, and downloads are off"):
+        locate("nobody/no-such-model")
+    with pytest.raises(SourceError, match="no such folder, and not a model id"):
+        locate("not a model id!")
+
+
+def test_an_unreachable_hub_is_a_message_not_a_hang(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(SourceError, match="could not fetch it from the Hugging Face Hub"):
+        locate("nobody/no-such-model")
+
+
+def test_a_model_in_the_hugging_face_cache_is_found_by_its_id(tmp_path):
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--someone--tiny-gpt2"
+    save_tiny("gpt2", repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    got = import_model_layer(Request("someone/tiny-gpt2", TEXT, 1))
+    assert (got.provenance.kind, got.provenance.source) == ("cache", "someone/tiny-gpt2")
+    assert got.agreement_weights <= 1e-12
+
+
+def fake_package(root, name: str, archive_entries: dict[str, bytes]):
+    """An installed distribution ``name`` whose package holds model.zip."""
+    package = root / name.replace("-", "_")
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('attnviz must not import this')\n")
+    with zipfile.ZipFile(package / "model.zip", "w") as z:
+        for entry, data in archive_entries.items():
+            z.writestr(entry, data)
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    files = [f"{package.name}/__init__.py", f"{package.name}/model.zip", f"{info.name}/METADATA"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+
+
+def test_an_installed_package_bundling_a_zipped_model_is_unpacked_once(tmp_path, monkeypatch):
+    folder = save_tiny("bert", tmp_path / "bert")
+    entries = {f"{p.name}": p.read_bytes() for p in folder.iterdir()}
+    entries["1_Pooling/config.json"] = b"{}"  # sentence-transformers' extra folder
+    fake_package(tmp_path / "site", "tiny-bert-model", entries)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    got = import_model_layer(Request("tiny-bert-model", TEXT, 2))
+    assert got.provenance.kind == "package" and got.agreement_weights <= 1e-12
+    unpacked = locate("tiny-bert-model").folder
+    assert unpacked.is_relative_to(tmp_path / "cache" / "attnviz")
+    stamp = (unpacked / "model.safetensors").stat().st_mtime_ns
+    assert locate("tiny-bert-model").folder == unpacked
+    assert (unpacked / "model.safetensors").stat().st_mtime_ns == stamp  # not unpacked again
+    assert [p.name for p in unpacked.parent.iterdir() if p.name.startswith(".")] == []
+    assert "tiny_bert_model" not in sys.modules
+
+
+def test_a_package_with_an_unsafe_archive_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    fake_package(tmp_path / "site", "evil-model", {"config.json": b"{}", "../escape": b"x"})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(SourceError, match="unsafe path"):
+        locate("evil-model")
+    assert not (tmp_path / "cache" / "escape").exists()
+    assert list((tmp_path / "cache" / "attnviz" / "packages").iterdir()) == []
+
+
+def test_cancelling_stops_the_import(tmp_path):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    steps = []
+    with pytest.raises(Cancelled):
+        import_model_layer(
+            Request(str(folder), TEXT, 0),
+            report=lambda what, _: steps.append(what),
+            cancelled=lambda: len(steps) >= 2,
+        )
+    assert steps == ["Finding the model", "Reading the tokenizer"]

@@ -1,0 +1,136 @@
+"""Tiny seeded transformers models, in memory or saved as Hugging Face folders.
+
+Each folder holds what a real checkpoint does: ``config.json``, ``model.safetensors``
+(float32, as checkpoints usually are) and a word-level ``tokenizer.json`` built with the
+``tokenizers`` library; the BERT family's tokenizer adds ``[CLS]`` and ``[SEP]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+LLAMA_KINDS = ("llama", "qwen2", "qwen3", "mistral")
+KINDS = ("gpt2", "bert", "roberta", "distilbert", *LLAMA_KINDS)
+WORDS = (
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "a",
+    "dog",
+    "ran",
+    "to",
+    "red",
+    "big",
+    "small",
+    "house",
+    "and",
+    "it",
+    "was",
+)
+
+
+def tiny(kind: str, dtype=None):
+    torch.manual_seed(0)
+    if kind == "distilbert":
+        config = transformers.DistilBertConfig(
+            vocab_size=50, dim=16, n_layers=3, n_heads=4, hidden_dim=32, max_position_embeddings=32
+        )
+        model = transformers.DistilBertModel(config)
+    elif kind == "roberta":
+        config = transformers.RobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=40,
+        )
+        model = transformers.RobertaModel(config, add_pooling_layer=False)
+    elif kind == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=50,
+            n_positions=32,
+            n_embd=16,
+            n_layer=3,
+            n_head=4,
+            attn_implementation="eager",
+        )
+        model = transformers.GPT2Model(config)
+    else:
+        config = transformers.BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=32,
+            attn_implementation="eager",
+        )
+        model = transformers.BertModel(config, add_pooling_layer=False)
+    return model.to(dtype or torch.float64).eval()
+
+
+def tiny_llama(kind: str, dtype=None):
+    torch.manual_seed(1)
+    common = dict(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    if kind == "llama":
+        model = transformers.LlamaModel(transformers.LlamaConfig(**common))
+    elif kind == "qwen2":
+        model = transformers.Qwen2Model(transformers.Qwen2Config(**common))
+    elif kind == "qwen3":
+        model = transformers.Qwen3Model(transformers.Qwen3Config(**common, head_dim=4))
+    else:
+        model = transformers.MistralModel(transformers.MistralConfig(**common, sliding_window=3))
+    with torch.no_grad():  # initialised to zero: give Qwen2's biases values to check
+        for block in model.layers:
+            for proj in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
+                if proj.bias is not None:
+                    proj.bias.normal_()
+            for norm in (
+                getattr(block.self_attn, "q_norm", None),
+                getattr(block.self_attn, "k_norm", None),
+            ):
+                if norm is not None:  # initialised to one: give QK-norm weights values too
+                    norm.weight.uniform_(0.5, 1.5)
+    return model.to(dtype or torch.float64).eval()
+
+
+def tiny_model(kind: str, dtype=None):
+    return tiny_llama(kind, dtype) if kind in LLAMA_KINDS else tiny(kind, dtype)
+
+
+def word_tokenizer(bert_style: bool):
+    """A word-level tokenizer over WORDS (ids 3…; 0 [UNK], 1 [CLS], 2 [SEP])."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["[UNK]", "[CLS]", "[SEP]"])
+    if bert_style:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+        )
+    return tokenizer
+
+
+def save_tiny(kind: str, folder: Path) -> Path:
+    """Save a tiny seeded model of ``kind`` with its tokenizer into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tiny_model(kind, torch.float32).save_pretrained(folder)
+    word_tokenizer(kind in ("bert", "roberta", "distilbert")).save(str(folder / "tokenizer.json"))
+    return folder
