@@ -13,7 +13,8 @@ import textwrap
 
 import numpy as np
 
-HEAVY = ("torch", "PySide6", "pyqtgraph", "shiboken6")
+MODEL_LIBRARIES = ("transformers", "tokenizers", "huggingface_hub", "safetensors")
+HEAVY = ("torch", "PySide6", "pyqtgraph", "shiboken6", *MODEL_LIBRARIES)
 CORE_MODULES = {
     "attnviz.core.io.codegen",
     "attnviz.core.figures.colors",
@@ -32,6 +33,11 @@ CORE_MODULES = {
     "attnviz.core.maths.torch_engine",
     "attnviz.core.figures.chart",
     "attnviz.core.session",
+    "attnviz.core.models.hf_layer",
+    "attnviz.core.models.importer",
+    "attnviz.core.models.provenance",
+    "attnviz.core.models.sources",
+    "attnviz.core.models.tokens",
     "attnviz.bench.cli",
     "attnviz.bench.plots",
     "attnviz.bench.sweep",
@@ -101,7 +107,8 @@ for argv in (
     with contextlib.redirect_stdout(out):
         rcs.append(main(argv))
     outs.append(out.getvalue())
-heavy = ("torch", "PySide6", "pyqtgraph", "shiboken6")
+heavy = ("torch", "PySide6", "pyqtgraph", "shiboken6", "transformers", "tokenizers",
+         "huggingface_hub", "safetensors")
 print(json.dumps({
     "core": core,
     "rcs": rcs,
@@ -115,7 +122,7 @@ print(json.dumps({
     assert report["rcs"] == [0, 0, 0, 0]
     assert report["loaded"] == []
     # the check means something only where torch is there to be imported
-    assert "torch" in report["installed"]
+    assert "torch" in report["installed"] and "transformers" in report["installed"]
     # explain ran for real: weight of "she" for query "cat", head 1
     assert report["explain"].startswith("  value = ")
     value = float(report["explain"].split("=")[1])
@@ -127,7 +134,8 @@ def test_core_works_with_qt_and_torch_blocked():
         """
 import importlib.abc, sys
 
-BLOCKED = {"PySide6", "pyqtgraph", "shiboken6", "torch"}
+BLOCKED = {"PySide6", "pyqtgraph", "shiboken6", "torch", "transformers", "tokenizers",
+           "huggingface_hub", "safetensors"}
 
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

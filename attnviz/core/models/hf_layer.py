@@ -231,7 +231,7 @@ def _norm64(norm: Any) -> Any:
 
 def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
-    rope = getattr(config, "rope_parameters", None) or {}
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     rope_type = rope.get("rope_type", "default")
     if rope_type != "default":
         raise ScenarioError(f"RoPE scaling {rope_type!r}: not supported yet")
