@@ -179,3 +179,20 @@ def test_cancelling_stops_the_import(tmp_path):
             cancelled=lambda: len(steps) >= 2,
         )
     assert steps == ["Finding the model", "Reading the tokenizer"]
+
+
+def test_peek_previews_tokens_and_problems_without_reading_weights(tmp_path):
+    from attnviz.core.models.importer import peek
+
+    folder = save_tiny("distilbert", tmp_path / "distilbert")
+    got = peek(str(folder), "the red cat")
+    assert (got.model_type, got.layers, got.problem) == ("distilbert", 3, "")
+    assert got.tokens.labels == ("[CLS]", "the", "red", "cat", "[SEP]")
+    assert peek(str(folder), "  ").tokens is None
+    assert "makes 42 tokens" in peek(str(folder), " ".join(["cat"] * 40)).problem
+    (folder / "model.safetensors").write_bytes(b"not read by a peek")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
+    assert "model type 't5'" in peek(str(folder), "the cat").problem
+    with pytest.raises(SourceError, match="downloads are off"):
+        peek("nobody/nothing", "the cat")

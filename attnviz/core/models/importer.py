@@ -32,6 +32,7 @@ from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
 
 DTYPES = ("float64", "float32")
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # refuse beyond this; expect 1e-12 / 1e-5
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers")  # config.json's names for it
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
 
 Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
@@ -70,10 +71,30 @@ _loaded: dict[tuple[str, str], Any] = {}  # (folder, dtype) → the last model l
 _hashes: dict[tuple[str, int, int], str] = {}
 
 
-def peek_tokens(source: str, text: str) -> Tokens:
-    """The tokens of ``text`` for a model already on this machine (for a live preview);
-    nothing is downloaded."""
-    return tokenize(load_tokenizer(locate(source, download=False).folder), text)
+@dataclass(frozen=True)
+class Peek:
+    """What a model on this machine makes of a text, before importing (a live preview)."""
+
+    model_type: str
+    layers: int
+    tokens: Tokens | None  # None when the text is empty
+    problem: str  # why importing would be refused ('' when it would not)
+
+
+def peek(source: str, text: str) -> Peek:
+    """The model's type, layer count and the tokens of ``text``; nothing is downloaded
+    and no weights are read. Raises ScenarioError when the model is not on this machine."""
+    folder = locate(source, download=False).folder
+    config = _read_config(folder)
+    problem = _unsupported(config)
+    layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), 0)
+    tokens = None
+    if text.strip():
+        try:
+            tokens = tokenize(load_tokenizer(folder), text, _most_tokens(config))
+        except ScenarioError as e:
+            problem = problem or str(e)
+    return Peek(str(config.get("model_type", "?")), layers, tokens, problem)
 
 
 def import_model_layer(
@@ -137,21 +158,34 @@ def import_model_layer(
     )
 
 
-def _config(folder: Path) -> dict[str, Any]:
-    from attnviz.core.models.hf_layer import SUPPORTED
-
+def _read_config(folder: Path) -> dict[str, Any]:
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ScenarioError(f"{folder / 'config.json'}: not readable JSON ({e})") from e
     if not isinstance(config, dict):
         raise ScenarioError(f"{folder / 'config.json'}: expected a JSON object")
+    return config
+
+
+def _unsupported(config: dict[str, Any]) -> str:
+    """Why attnviz cannot import this model ('' when it can)."""
+    from attnviz.core.models.hf_layer import SUPPORTED
+
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED:
-        raise ScenarioError(
-            f"model type {model_type!r}: attnviz cannot represent it exactly "
-            f"(supported: {', '.join(SUPPORTED)})"
-        )
+    if model_type in SUPPORTED:
+        return ""
+    return (
+        f"model type {model_type!r}: attnviz cannot represent it exactly "
+        f"(supported: {', '.join(SUPPORTED)})"
+    )
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    config = _read_config(folder)
+    problem = _unsupported(config)
+    if problem:
+        raise ScenarioError(problem)
     return config
 
 
