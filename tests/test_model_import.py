@@ -194,5 +194,5 @@ def test_peek_previews_tokens_and_problems_without_reading_weights(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
     assert "model type 't5'" in peek(str(folder), "the cat").problem
-    with pytest.raises(SourceError, match="downloads are off"):
-        peek("nobody/nothing", "the cat")
+    with pytest.raises(SourceError, match="not in the Hugging Face cache; no installed package"):
+        peek("nobody/nothing", "the cat")  # and nothing is fetched
