@@ -49,6 +49,7 @@ from attnviz.ui.panels.heads import HeadsPanel
 from attnviz.ui.panels.inputs import InputsPanel
 from attnviz.ui.panels.inspector import InspectorPanel
 from attnviz.ui.panels.lesson import LessonPanel
+from attnviz.ui.panels.lines import LinesPanel
 from attnviz.ui.panels.masks import MasksPanel
 from attnviz.ui.panels.mix import MixPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
@@ -67,6 +68,7 @@ DOCK_ORDER = (
     "RoPE",
     "Masks",
     "Heads",
+    "Lines",
     "Mix",
     "Experiments",
     "GPU timing",
@@ -87,6 +89,7 @@ LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
     "RoPE": RopePanel,
     "Masks": MasksPanel,
     "Heads": HeadsPanel,
+    "Lines": LinesPanel,
     "Mix": MixPanel,
     "Experiments": ExperimentsPanel,
     "GPU timing": _bench_panel,
@@ -229,7 +232,16 @@ class MainWindow(QMainWindow):
         ):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
         self.tabifyDockWidget(d["Inspector"], d["Cost"])
-        for title in ("Variants", "Masks", "Heads", "Mix", "RoPE", "Experiments", "GPU timing"):
+        for title in (
+            "Variants",
+            "Masks",
+            "Heads",
+            "Lines",
+            "Mix",
+            "RoPE",
+            "Experiments",
+            "GPU timing",
+        ):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
         d["Inspector"].raise_()
