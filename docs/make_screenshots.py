@@ -20,6 +20,7 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
+from attnviz.core.figures.lines import Isolated
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import make_app
@@ -91,6 +92,13 @@ def main() -> None:
     llama.docks["RoPE"].raise_()
     settle(app)
     llama.docks["RoPE"].grab().save(str(OUT / "dock-rope.png"))
+    llama.docks["Lines"].raise_()  # all four heads, the query "and" isolated
+    settle(app)
+    lines = llama.panel("Lines")
+    lines.show_all_heads()
+    lines.canvas.set_isolated(Isolated("query", 6))
+    settle(app)
+    llama.docks["Lines"].grab().save(str(OUT / "dock-lines.png"))
     llama.change_setting(mask="custom")
     variants = llama.panel("Variants")
     llama.docks["Variants"].raise_()

@@ -42,6 +42,12 @@ def head_color(head: int) -> str:
     return HEAD_COLORS[head % len(HEAD_COLORS)]
 
 
+def strand(position: int, heads: int, row: float) -> float:
+    """How far (up or down) the lines of the head at this position among those shown sit
+    from the row's centre: overlaid heads run side by side, each colour visible."""
+    return (position - (heads - 1) / 2) * min(2.0, 0.5 * row / max(heads, 1))
+
+
 def weight_text(weight: float) -> str:
     """A weight as printed beside a label."""
     return f"{weight:.2f}"
@@ -109,8 +115,8 @@ class _Layout:
         """The baseline of row k's label (QtSvg ignores dy: centred by hand)."""
         return self.top + (k + 0.5) * self.ROW + 0.35 * self.FONT
 
-    def line_y(self, k: int) -> float:
-        return self.top + (k + 0.5) * self.ROW
+    def line_y(self, k: int, offset: float) -> float:
+        return self.top + (k + 0.5) * self.ROW + offset
 
 
 def _layout(
@@ -182,10 +188,11 @@ def lines_svg(
         '<g id="lines" fill="none" stroke-width="1.5">',
     ]
     x1, x2 = L.q_x + 6.0, L.k_x - 6.0
-    for h, qs, ks, ws in shown_lines(weights, heads, isolated, threshold):
+    for c, (h, qs, ks, ws) in enumerate(shown_lines(weights, heads, isolated, threshold)):
+        d = strand(c, len(heads), L.ROW)
         out.append(f'<g id="head-{h + 1}" stroke="{head_color(h)}">')
         out += [
-            f'<line x1="{x1:.1f}" y1="{L.line_y(i):.1f}" x2="{x2:.1f}" y2="{L.line_y(j):.1f}"'
+            f'<line x1="{x1:.1f}" y1="{L.line_y(i, d):.1f}" x2="{x2:.1f}" y2="{L.line_y(j, d):.1f}"'
             f' stroke-opacity="{min(w, 1.0):.4f}" data-query="{i}" data-key="{j}"/>'
             for i, j, w in zip(qs.tolist(), ks.tolist(), ws.tolist(), strict=True)
         ]

@@ -52,6 +52,7 @@ from attnviz.core.figures.lines import (
     isolated_weights,
     lines_svg,
     shown_lines,
+    strand,
     weight_text,
 )
 from attnviz.core.io.files import printable
@@ -268,8 +269,9 @@ class LinesCanvas(QWidget):
     ) -> None:
         """Each head's lines at or above floor that cross area, one call per opacity step."""
         x1, x2 = g.q_x + 6.0, g.k_x - 6.0
-        for h, qs, ks, ws in shown_lines(self.weights, self.heads, isolated, floor):
-            y1, y2 = g.top + (qs + 0.5) * g.row, g.top + (ks + 0.5) * g.row
+        for c, (h, qs, ks, ws) in enumerate(shown_lines(self.weights, self.heads, isolated, floor)):
+            d = g.top + 0.5 * g.row + strand(c, len(self.heads), g.row)
+            y1, y2 = d + qs * g.row, d + ks * g.row
             seen = (np.minimum(y1, y2) <= area.bottom()) & (np.maximum(y1, y2) >= area.top())
             alpha = np.clip(np.rint(ws[seen] * 255), 1, 255).astype(int) // 4 * 4 + 3
             y1, y2 = y1[seen], y2[seen]
