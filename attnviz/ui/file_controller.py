@@ -27,7 +27,12 @@ from attnviz.ui.export import ImageExport
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.workspace import Workspace
 
-SCENARIO_FILTER = "attnviz scenario (*.attn.json);;JSON (*.json);;All files (*)"
+JSON_FILTER = "attnviz scenario (*.attn.json)"
+NPZ_FILTER = "attnviz scenario, binary for large layers (*.attn.npz)"
+OPEN_FILTER = ";;".join(
+    ("attnviz scenarios (*.attn.json *.attn.npz)", JSON_FILTER, NPZ_FILTER, "All files (*)")
+)
+SAVE_FILTER = ";;".join((JSON_FILTER, NPZ_FILTER, "JSON (*.json)", "All files (*)"))
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
 IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
 MAX_RECENT = 8
@@ -106,7 +111,7 @@ class FileController(QObject):
         if not self.maybe_save():
             return
         path, _ = QFileDialog.getOpenFileName(
-            self.parent_widget, "Open scenario", self._folder(), SCENARIO_FILTER
+            self.parent_widget, "Open scenario", self._folder(), OPEN_FILTER
         )
         if path:
             self.open_path(Path(path), ask=False)
@@ -132,13 +137,20 @@ class FileController(QObject):
         return self._write(self.ws.doc.path)
 
     def save_as(self) -> bool:
-        path, _ = QFileDialog.getSaveFileName(
-            self.parent_widget, "Save scenario", self._folder("scenario.attn.json"), SCENARIO_FILTER
+        """Ask for a name; the form (text or binary) follows its suffix, else the filter."""
+        binary = self.ws.doc.path is not None and files.is_binary(self.ws.doc.path)
+        suffix = files.NPZ_SUFFIX if binary else files.SUFFIX
+        path, chosen = QFileDialog.getSaveFileName(
+            self.parent_widget,
+            "Save scenario",
+            self._folder("scenario" + suffix),
+            SAVE_FILTER,
+            NPZ_FILTER if binary else JSON_FILTER,
         )
         if not path:
             return False
-        if not path.endswith(".json"):
-            path += files.SUFFIX
+        if not path.lower().endswith((".json", ".npz")):
+            path += files.NPZ_SUFFIX if chosen == NPZ_FILTER else files.SUFFIX
         return self._write(Path(path))
 
     def _write(self, path: Path) -> bool:
@@ -146,6 +158,9 @@ class FileController(QObject):
             files.save_scenario(path, self.ws.doc.scenario)
         except OSError as e:
             self.error("Cannot save", f"{files.printable(path)}: {e.strerror or e}")
+            return False
+        except ScenarioError as e:  # e.g. an imported model's text the file cannot hold
+            self.error("Cannot save", f"{files.printable(path.name)}: {e}")
             return False
         self.ws.doc.set_path(path.resolve())
         self._add_recent(path.resolve())
