@@ -64,6 +64,8 @@ from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
 
 MAX_LINES = 4000  # drawn at once without isolation: the strongest (painting costs per line)
+SMOOTH_LINES = 1500  # antialiased up to this many lines (drawn once, then cached)
+SMOOTH_HOVER = 500  # the same while hovering (drawn on every move)
 HEAD_COLUMNS = 8  # head check boxes per row
 MAX_ROW = 30.0  # rows grow to fill the height up to this (few tokens)
 HEADING = 16.0  # the "queries" and "keys" headings above the columns
@@ -232,8 +234,7 @@ class LinesCanvas(QWidget):
             p.drawImage(area.topLeft(), image)
         else:
             p.fillRect(event.rect(), QColor("white"))
-            p.setRenderHint(QPainter.RenderHint.Antialiasing)
-            self._draw_lines(p, g, QRectF(event.rect()), self.isolated, THRESHOLD)
+            self._draw_lines(p, g, QRectF(event.rect()), self.isolated, THRESHOLD, SMOOTH_HOVER)
         if event.rect().top() < g.top:
             self._draw_headings(p, g)
         self._draw_labels(p, g, event.rect())
@@ -257,19 +258,28 @@ class LinesCanvas(QWidget):
         image.setDevicePixelRatio(ratio)
         image.fill(QColor("white"))
         p = QPainter(image)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
         p.translate(-area.left(), -area.top())
-        self._draw_lines(p, g, QRectF(area), None, self._floor)
+        self._draw_lines(p, g, QRectF(area), None, self._floor, SMOOTH_LINES)
         p.end()
         self._cache = (key, area, image)
         return area, image
 
     def _draw_lines(
-        self, p: QPainter, g: Geometry, area: QRectF, isolated: Isolated | None, floor: float
+        self,
+        p: QPainter,
+        g: Geometry,
+        area: QRectF,
+        isolated: Isolated | None,
+        floor: float,
+        smooth: int,
     ) -> None:
-        """Each head's lines at or above floor that cross area, one call per opacity step."""
+        """Each head's lines at or above floor that cross area, one call per opacity step;
+        antialiased when there are at most ``smooth`` lines: smooth edges cost Qt's
+        rasteriser several times the time, and among thousands of lines nobody misses them."""
         x1, x2 = g.q_x + 6.0, g.k_x - 6.0
-        for c, (h, qs, ks, ws) in enumerate(shown_lines(self.weights, self.heads, isolated, floor)):
+        found = shown_lines(self.weights, self.heads, isolated, floor)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, sum(len(f[1]) for f in found) <= smooth)
+        for c, (h, qs, ks, ws) in enumerate(found):
             d = g.top + 0.5 * g.row + strand(c, len(self.heads), g.row)
             y1, y2 = d + qs * g.row, d + ks * g.row
             seen = (np.minimum(y1, y2) <= area.bottom()) & (np.maximum(y1, y2) >= area.top())
