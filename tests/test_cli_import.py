@@ -1,0 +1,65 @@
+"""`attnviz import`: a tiny saved model's layer, written as a scenario that keeps its origin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz.cli import default_import_name, main
+from attnviz.core.io.files import load_scenario
+from attnviz.core.maths.engine import compute
+
+pytest.importorskip("transformers")
+
+from tiny_models import save_tiny
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def test_import_writes_a_scenario_that_reopens_with_its_provenance(tmp_path, capsys):
+    folder = save_tiny("qwen2", tmp_path / "qwen2")
+    out = tmp_path / "layer1.attn.json"
+    text = "a big dog ran to the house"
+    assert main(["import", str(folder), "--text", text, "--layer", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "imported layer 1 of 2" in printed and f"wrote {out}" in printed
+    s = load_scenario(out)
+    p = s.provenance
+    assert (p.source, p.kind, p.layer, p.text, p.model_type) == (
+        str(folder),
+        "folder",
+        1,
+        text,
+        "qwen2",
+    )
+    assert s.tokens == tuple(text.split())
+    r = compute(s)
+    np.testing.assert_allclose(r.weights, p.model_weights, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.final, p.model_output, rtol=0, atol=1e-12)
+    assert (s.n_heads, s.kv_heads, s.settings.positional) == (4, 2, "rope")
+
+
+def test_import_errors_are_one_line_and_write_nothing(tmp_path, capsys):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    out = tmp_path / "x.attn.json"
+    assert (
+        main(["import", str(folder), "--text", "the cat", "--layer", "9", "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "attnviz: layer 9: the model has layers 0 to 2"
+    assert main(["import", str(tmp_path / "missing"), "--text", "x"]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing: no such folder")
+    assert main(["import", "nobody/nothing", "--text", "x"]) == 2
+    assert "downloads are off" in capsys.readouterr().err
+    assert main(["import", str(folder), "--text", "x", "--layer", "-1"]) == 2
+    assert not out.exists()
+
+
+def test_default_names_follow_the_model_and_layer():
+    assert default_import_name("org/tiny-bert", 3, 1000) == "tiny-bert-layer3.attn.json"
+    assert default_import_name("/models/gpt2/", 0, 5_000_000) == "gpt2-layer0.attn.npz"
+    assert default_import_name("../..", 1, 10) == "model-layer1.attn.json"
