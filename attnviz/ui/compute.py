@@ -23,14 +23,23 @@ from attnviz.ui.document import Document
 from attnviz.ui.view_state import ENGINES, ViewState
 from attnviz.ui.workers import SerialQueue
 
-# Scenarios with at most this many score cells (heads × n²) are computed on the UI thread.
+# Scenarios with at most this many score cells (heads × n²), weights, and multiply-adds in
+# the projections are computed on the UI thread.
 SYNC_SCORE_CELLS = 1 << 16
+SYNC_WEIGHTS = 1 << 22
+SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
 
 
 def computes_at_once(s: Scenario) -> bool:
-    """Small enough to compute on the UI thread before the next frame."""
-    return s.n_heads * s.n * s.m <= SYNC_SCORE_CELLS
+    """Small enough to compute on the UI thread before the next frame (a layer of a large
+    model has few score cells but millions of weights to copy and multiply)."""
+    weights = s.W_Q.size + s.W_K.size + s.W_V.size + s.W_O.size
+    return (
+        s.n_heads * s.n * s.m <= SYNC_SCORE_CELLS
+        and weights <= SYNC_WEIGHTS
+        and weights * max(s.n, s.m) <= SYNC_PROJECTION_WORK
+    )
 
 
 @dataclass

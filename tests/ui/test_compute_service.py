@@ -113,3 +113,22 @@ def test_serial_queues_keep_order_and_close_cleanly():
     queue.close()  # waits for the running job, drops the queued one
     assert dropped.cancelled() and 99 not in order
     assert queue.submit(lambda: order.append(100)).cancelled()
+
+
+def test_a_layer_with_few_tokens_but_millions_of_weights_computes_off_the_ui_thread():
+    from attnviz.core.maths.scenario import Scenario
+
+    rng = np.random.default_rng(0)
+    few = make_preset("gpt2-small", n=4)  # 12 × 4² scores, 2.4 M weights: a frame's work
+    assert computes_at_once(few)
+    d_model, heads, kv, d_k = 2048, 16, 4, 128  # 12.6 M weights: copying them alone is slow
+    large = Scenario(
+        tokens=("a", "b", "c", "d"),
+        X=rng.standard_normal((4, d_model)),
+        W_Q=rng.standard_normal((heads, d_model, d_k)) * 0.01,
+        W_K=rng.standard_normal((kv, d_model, d_k)) * 0.01,
+        W_V=rng.standard_normal((kv, d_model, d_k)) * 0.01,
+        W_O=rng.standard_normal((heads * d_k, d_model)) * 0.01,
+    )
+    assert large.n_heads * large.n**2 <= compute_module.SYNC_SCORE_CELLS
+    assert not computes_at_once(large)
