@@ -17,7 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog
 
 from attnviz.core.figures.lines import Isolated
-from attnviz.core.presets import make_preset, worked_example
+from attnviz.core.presets import make_preset, random_scenario, worked_example
 from attnviz.ui.export import png_size
 from attnviz.ui.panels.lines import LinesPanel
 
@@ -155,6 +155,21 @@ def test_arrow_keys_pick_a_token_and_escape_shows_every_line(panel):
     assert canvas.isolated == Isolated("key", 2)
     QTest.keyClick(canvas, Qt.Key.Key_Escape)
     assert canvas.isolated is None
+
+
+def test_a_token_picked_with_the_keys_is_scrolled_into_view(window, panel):
+    window.doc.reset(random_scenario(n=90, d_model=8, heads=2, d_k=4), None)
+    window.compute.wait()
+    settle()
+    bar = panel.view.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == 0  # 90 rows do not fit
+    g, seen = panel.canvas.geometry_now(), panel.view.viewport().height()
+    QTest.keyClick(panel.canvas, Qt.Key.Key_End)
+    assert panel.canvas.isolated == Isolated("query", 89)
+    assert bar.value() > 0
+    assert bar.value() < g.centre(89) < bar.value() + seen
+    QTest.keyClick(panel.canvas, Qt.Key.Key_Home)
+    assert bar.value() < g.centre(0) < bar.value() + seen
 
 
 def test_head_boxes_pick_the_heads_and_shown_head_follows_the_toolbar_again(window, panel):

@@ -96,6 +96,7 @@ class LinesCanvas(QWidget):
     """The token columns and the lines, painted; the lines are cached as an image."""
 
     isolatedChanged = Signal(object)  # Isolated or None
+    reveal = Signal(int, int, int)  # x, y, margin: a token picked with the keys, to scroll to
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -412,7 +413,11 @@ class LinesCanvas(QWidget):
             side, index = moves[key]  # type: ignore[index]
             count = len(self.tokens if side == "query" else self.keys)
             if count:
-                self.set_isolated(Isolated(side, max(0, min(index, count - 1))))
+                index = max(0, min(index, count - 1))
+                self.set_isolated(Isolated(side, index))
+                g = self.geometry_now()
+                x = g.q_x if side == "query" else g.k_x
+                self.reveal.emit(round(x), round(g.centre(index)), round(g.row))
         else:
             super().keyPressEvent(event)
 
@@ -465,6 +470,7 @@ class LinesPanel(ResultPanel):
         self.view.setWidgetResizable(True)
         self.view.setFrameShape(QFrame.Shape.StyledPanel)
         self.view.setWidget(self.canvas)
+        self.canvas.reveal.connect(lambda x, y, margin: self.view.ensureVisible(x, y, 0, margin))
         bar = QHBoxLayout()
         for button in (self.shown_button, self.all_button, self.export_button):
             bar.addWidget(button)
@@ -549,20 +555,17 @@ class LinesPanel(ResultPanel):
     def _isolated(self, iso: Isolated | None) -> None:
         if iso is None:
             return
-        labels = self.canvas.tokens if iso.side == "query" else self.canvas.keys
-        g = self.canvas.geometry_now()
-        x = round(g.q_x if iso.side == "query" else g.k_x)
-        self.view.ensureVisible(x, round(g.centre(iso.index)), 0, round(g.row))
-        if not self.canvas.heads:
+        c = self.canvas
+        if not c.heads:
             return
-        head = self.canvas.heads[0]
-        w = isolated_weights(self.canvas.weights, head, iso)
-        top = int(np.argmax(w))
-        other = self.canvas.keys if iso.side == "query" else self.canvas.tokens
-        self.canvas.setAccessibleDescription(
-            f"{iso.side} {labels[iso.index]}: head {head + 1} weighs {other[top]} most, "
-            f"{weight_text(float(w[top]))}"
-        )
+        # What a screen reader says of the token picked (the weights are only painted).
+        w = isolated_weights(c.weights, c.heads[0], iso)
+        top, most = int(np.argmax(w)), weight_text(float(np.max(w)))
+        if iso.side == "query":
+            text = f"query {c.tokens[iso.index]}: most weight on key {c.keys[top]}, {most}"
+        else:
+            text = f"key {c.keys[iso.index]}: most weight from query {c.tokens[top]}, {most}"
+        c.setAccessibleDescription(f"{text} (head {c.heads[0] + 1})")
 
     # Export ----------------------------------------------------------------------------------
 
