@@ -206,3 +206,5 @@ def test_no_heads_draws_no_lines_and_bad_shapes_are_refused():
         lines_svg(r.tokens, r.keys, r.weights, [3])
     with pytest.raises(ValueError, match="expected heads"):
         lines_svg(r.tokens[:4], r.keys, r.weights, [0])
+    with pytest.raises(ValueError, match="key 6: there are 5"):
+        lines_svg(r.tokens, r.keys, r.weights, [0], Isolated("key", 5))

@@ -77,9 +77,14 @@ def shown_lines(
 
 
 def check_shapes(
-    tokens: Sequence[str], key_tokens: Sequence[str], weights: np.ndarray, heads: Sequence[int]
+    tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    weights: np.ndarray,
+    heads: Sequence[int],
+    isolated: Isolated | None = None,
 ) -> None:
-    """ValueError unless weights is heads × queries × keys and every head exists."""
+    """ValueError unless weights is heads × queries × keys and every head (and the
+    isolated token) exists."""
     if weights.ndim != 3 or weights.shape[1:] != (len(tokens), len(key_tokens)):
         raise ValueError(
             f"weights of shape {weights.shape}: expected heads × {len(tokens)} × {len(key_tokens)}"
@@ -87,6 +92,10 @@ def check_shapes(
     bad = [h for h in heads if not 0 <= h < weights.shape[0]]
     if bad:
         raise ValueError(f"head {bad[0] + 1}: there are {weights.shape[0]} heads")
+    if isolated is not None:
+        count = len(tokens if isolated.side == "query" else key_tokens)
+        if not 0 <= isolated.index < count:
+            raise ValueError(f"{isolated.side} {isolated.index + 1}: there are {count}")
 
 
 def _short(label: str, most: int = 24) -> str:
@@ -158,7 +167,7 @@ def lines_svg(
     """The lines view as an SVG document: weights is heads × queries × keys; heads are the
     (0-based) heads drawn, in order; isolated keeps one token's lines and prints them."""
     weights = np.asarray(weights, dtype=np.float64)
-    check_shapes(tokens, key_tokens, weights, heads)
+    check_shapes(tokens, key_tokens, weights, heads, isolated)
     note = f"line opacity = weight; weights below {threshold:g} have no line"
     if isolated is not None:
         labels = tokens if isolated.side == "query" else key_tokens
