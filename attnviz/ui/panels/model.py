@@ -41,8 +41,10 @@ class ModelPanel(ResultPanel):
         self.about.setWordWrap(True)
         self.about.setTextFormat(Qt.TextFormat.RichText)
         self.about.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.previous = QPushButton("◀ Previous layer")
-        self.next = QPushButton("Next layer ▶")
+        self.previous = QPushButton("◀")
+        self.next = QPushButton("▶")
+        for button in (self.previous, self.next):
+            button.setFixedWidth(36)
         self.previous.setToolTip("Import the previous layer, same model and text (Ctrl+Alt+[)")
         self.next.setToolTip("Import the next layer, same model and text (Ctrl+Alt+])")
         self.previous.clicked.connect(lambda: imports.step(-1))
@@ -82,7 +84,8 @@ class ModelPanel(ResultPanel):
             self.about.setText(NOT_IMPORTED)
             return
         self.about.setText(describe(p))
-        self.where.setText(f"layer {p.layer} of {p.layers} (0 to {p.layers - 1})")
+        self.about.setToolTip("\n".join(f"{name}: SHA-256 {digest}" for name, digest in p.files))
+        self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1})")
         self.previous.setEnabled(p.layer > 0)
         self.next.setEnabled(p.layer < p.layers - 1)
 
@@ -114,7 +117,7 @@ class ModelPanel(ResultPanel):
                 "query",
                 "sequential",
                 (0.0, colors.nice_ceiling(top)),
-                caption="max |Δ weight| per head and query row",
+                caption="max |Δ weight| per row",
             )
         )
         h = min(self.view_state.head, p.heads - 1)
@@ -130,7 +133,7 @@ class ModelPanel(ResultPanel):
                 "key",
                 "diverging",
                 (-edge, edge),
-                caption=f"head {h + 1}: weights now − the model's",
+                caption=f"head {h + 1}: Δ weights",
             )
         )
 
@@ -138,8 +141,7 @@ class ModelPanel(ResultPanel):
 def describe(p: Provenance) -> str:
     """The provenance as a few lines of rich text."""
     files = "".join(
-        f"<br>&nbsp;&nbsp;{html.escape(name)}: <code>{digest[:16]}…</code>"
-        for name, digest in p.files
+        f"<br>{html.escape(name)}:<br><code>{digest[:24]}…</code>" for name, digest in p.files
     )
     ids = ", ".join(map(str, p.token_ids[:24])) + (" …" if len(p.token_ids) > 24 else "")
     return (

@@ -162,7 +162,7 @@ class OverviewPanel(QWidget):
         else:
             self.note.setText(
                 f"{p.source} on “{p.text[:80]}”: the attention weights of every layer (rows) "
-                f"and head (columns), all on the same 0–1 scale (white 0, dark 1), from the "
+                f"and head (columns), all on the same 0–1 scale (pale 0, dark blue 1), from the "
                 "model's own run. Click a map to import that layer and show that head."
             )
         self.grid.set_maps(maps if same else None)
