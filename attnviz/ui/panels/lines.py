@@ -181,8 +181,11 @@ class LinesCanvas(QWidget):
         fm = QFontMetricsF(font)
         rows = max(len(self.tokens), len(self.keys), 1)
         row = max(self._least_row(fm), min(MAX_ROW, (self.height() - 16 - HEADING) / rows))
+        strong = QFont(font)
+        strong.setBold(True)  # an isolated token's label is bold: room for that
+        bold = QFontMetricsF(strong)
         widest = [
-            min(240.0, max([fm.horizontalAdvance(t) for t in labels] + [fm.averageCharWidth()]))
+            min(240.0, max([bold.horizontalAdvance(t) for t in labels] + [fm.averageCharWidth()]))
             for labels in (self.tokens, self.keys)
         ]
         shown = min(len(self.heads), MAX_WEIGHT_TEXTS)
