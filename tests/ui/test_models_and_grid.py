@@ -412,3 +412,21 @@ def test_single_pasted_value_fills_the_selection(window, qtbot):
     assert grid.paste_text("-0.25")
     np.testing.assert_array_equal(doc.scenario.X[0], [0.9, -0.25, -0.25, 0.2])
     assert doc.undo_stack.count() == 2
+
+
+def test_head_tabs_are_built_when_first_shown(make_window):
+    from attnviz.core.presets import make_preset
+    from attnviz.ui.grid import MatrixGrid
+
+    window = make_window(scenario=make_preset("gpt2-small", n=4))  # 12 heads
+    tabs = window.weights.tabs
+
+    def built(head: int) -> int:
+        return len(tabs.widget(head).findChildren(MatrixGrid))
+
+    assert built(0) == 3 and all(built(h) == 0 for h in range(1, 12))
+    window.view_state.set_head(4)  # the toolbar's head, or a click on a tab
+    assert tabs.currentIndex() == 4 and built(4) == 3
+    grid = window.weights.grids[("W_V", 7)]  # asked for by name: its tab is built
+    assert built(7) == 3 and grid.matrix_model().rowCount() == 768
+    assert built(6) == 0

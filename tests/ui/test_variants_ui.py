@@ -224,6 +224,8 @@ def test_b_k_b_v_and_b_o_rows_shift_k_v_and_the_final_output(window, qtbot):
 
 
 def group_titles(window, head: int) -> list[str]:
+    """The titles of a head's grids, as its tab shows them once chosen."""
+    window.weights.tabs.setCurrentIndex(head)
     return [box.title() for box in window.weights.tabs.widget(head).findChildren(QGroupBox)]
 
 

@@ -123,6 +123,25 @@ def heads_of(s: Scenario, kv: int) -> str:
     return f"head {group[0]}" if len(group) == 1 else f"heads {group[0]}–{group[-1]}"
 
 
+class Grids(dict[tuple[str, int | None], MatrixGrid]):
+    """The panel's grids by (matrix, head); asking for one on a head tab not built yet
+    builds that tab."""
+
+    def __init__(self, build: Callable[[tuple[str, int | None]], None]):
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, key: tuple[str, int | None]) -> MatrixGrid:
+        if key in self:
+            return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        if not dict.__contains__(self, key) and isinstance(key, tuple) and len(key) == 2:
+            self._build(key)
+        return dict.__contains__(self, key)
+
+
 class WeightsPanel(QWidget):
     """Per query head: W_Q, W_K, W_V with a bias row under each (and QK-norm weights when
     on); the key/value heads shared by groups say which; W_O with b_O; H, G and d_k."""
@@ -132,8 +151,10 @@ class WeightsPanel(QWidget):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
-        self.grids: dict[tuple[str, int | None], MatrixGrid] = {}
+        self.grids = Grids(self._build_tab_of)
         self._tab_grids: list[MatrixGrid] = []
+        self._built: set[int] = set()  # head tabs are built when first shown: a 32-head
+        # layer of d_model 4096 would otherwise make 96 grids of 4096 rows at once
         self._layout_key: tuple[object, ...] = ()
 
         bar = QHBoxLayout()
@@ -192,7 +213,28 @@ class WeightsPanel(QWidget):
 
     def _tab_chosen(self, index: int) -> None:
         if index >= 0:  # -1 while the tabs are rebuilt
+            self._build_tab(index)
             self.view_state.set_head(index)
+
+    def _build_tab(self, head: int) -> None:
+        if head not in self._built and 0 <= head < self.tabs.count():
+            self._built.add(head)
+            tab = self.tabs.widget(head)
+            assert tab is not None
+            self._fill_head_tab(head, tab)
+
+    def _build_tab_of(self, key: tuple[str, int | None]) -> None:
+        """Build the head tab that shows grid ``key`` (a query or key/value head's)."""
+        name, index = key
+        if index is None:
+            return
+        s = self.doc.scenario
+        if name in ("W_Q", "b_Q", "q_norm"):
+            self._build_tab(index)
+        else:
+            heads = [h for h in range(s.n_heads) if s.kv_head_of(h) == index]
+            if heads:
+                self._build_tab(heads[0])
 
     def _grid(self, name: str, head: int | None) -> MatrixGrid:
         grid = MatrixGrid(MatrixModel(self.doc, name, head))
@@ -227,9 +269,8 @@ class WeightsPanel(QWidget):
         align_columns(grids)
         return box
 
-    def _head_tab(self, head: int) -> QWidget:
+    def _fill_head_tab(self, head: int, tab: QWidget) -> None:
         s = self.doc.scenario
-        tab = QWidget()
         row = EvenRow(tab)
         row.setContentsMargins(0, 4, 0, 0)
         row.setSpacing(6)
@@ -246,7 +287,6 @@ class WeightsPanel(QWidget):
                     "editing it changes every head of the group"
                 )
             row.addWidget(self._column(name, index, title, tip))
-        return tab
 
     def sync(self) -> None:
         s = self.doc.scenario
@@ -267,17 +307,21 @@ class WeightsPanel(QWidget):
             for grid in self._tab_grids:
                 grid.model().deleteLater()
             self._tab_grids.clear()
-            self.grids = {k: g for k, g in self.grids.items() if k[1] is None}
+            for k in [k for k in self.grids if k[1] is not None]:
+                del self.grids[k]
+            self._built.clear()
             while self.tabs.count():
                 tab = self.tabs.widget(0)
                 self.tabs.removeTab(0)
                 if tab is not None:
                     tab.deleteLater()
             for head in range(s.n_heads):
-                self.tabs.addTab(self._head_tab(head), f"head {head + 1}")
+                self.tabs.addTab(QWidget(), f"head {head + 1}")
                 if s.kv_heads != s.n_heads:
                     self.tabs.setTabToolTip(head, f"reads KV head {s.kv_head_of(head) + 1}")
-            self.tabs.setCurrentIndex(min(self.view_state.head, s.n_heads - 1))
+            current = min(self.view_state.head, s.n_heads - 1)
+            self.tabs.setCurrentIndex(current)
+            self._build_tab(current)
             self.tabs.blockSignals(False)
         self.grids[("W_O", None)], self.grids[("b_O", None)] = self.w_o, self.b_o
         self.tabs.setEnabled(s.settings.projections)
