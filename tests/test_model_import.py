@@ -196,3 +196,19 @@ def test_peek_previews_tokens_and_problems_without_reading_weights(tmp_path):
     assert "model type 't5'" in peek(str(folder), "the cat").problem
     with pytest.raises(SourceError, match="not in the Hugging Face cache; no installed package"):
         peek("nobody/nothing", "the cat")  # and nothing is fetched
+
+
+def test_download_progress_reports_bytes_and_cancel_stops_it():
+    from attnviz.core.models.sources import _bar
+
+    seen, stop = [], []
+    Bar = _bar(lambda done, total: seen.append((done, total)), lambda: bool(stop))
+    bar = Bar(total=2000, unit="B")  # as huggingface_hub makes one per file
+    bar.update(500)
+    bar.update(700)
+    assert seen == [(500, 2000), (1200, 2000)]
+    stop.append(True)
+    with pytest.raises(Cancelled):
+        bar.update(100)
+    bar.close()
+    assert seen[-1] == (1200, 2000)
