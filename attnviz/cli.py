@@ -34,14 +34,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, least: int, why: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: {why}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1, "must be 1 or more")
 
 
 def _seed(text: str) -> int:
@@ -141,13 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _layer(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a layer number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: layers are numbered from 0")
-    return value
+    return _whole(text, 0, "layers are numbered from 0")
 
 
 def _scale(text: str) -> float:

@@ -27,6 +27,7 @@ from typing import Any
 
 from attnviz.bench.config import MAX_N, Config
 from attnviz.bench.report import Record, Report
+from attnviz.core.system import available_memory
 
 BACKENDS = {
     "flash": "FLASH_ATTENTION",
@@ -89,14 +90,7 @@ def free_bytes(device: str) -> int:
 
     if device == "cuda":
         return int(torch.cuda.mem_get_info()[0])
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 2**62  # unknown: no guard beyond out-of-memory errors
+    return available_memory() or 2**62  # unknown: no guard beyond out-of-memory errors
 
 
 def describe_device(device: str) -> dict[str, Any]:

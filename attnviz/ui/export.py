@@ -17,6 +17,7 @@ import numpy as np
 from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QRectF, QSize, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QWidget
 
 from attnviz.core.figures.figure import (
     HeatmapSpec,
@@ -31,6 +32,27 @@ from attnviz.core.io.files import atomic_write, printable
 from attnviz.ui.workers import SerialQueue
 
 MAX_PNG_PIXELS = 100_000_000
+
+
+IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
+
+
+def ask_image_path(parent: QWidget, title: str, default: str) -> tuple[Path, float] | None:
+    """Ask where to export an image (PNG or SVG, by the name or the chosen filter) and, for
+    a PNG, its scale; None when the user cancels."""
+    path, chosen = QFileDialog.getSaveFileName(parent, title, default, IMAGE_FILTER)
+    if not path:
+        return None
+    if Path(path).suffix.lower() not in (".png", ".svg"):
+        path += ".svg" if "svg" in chosen.lower() else ".png"
+    scale = 2.0
+    if path.lower().endswith(".png"):
+        scale, ok = QInputDialog.getDouble(
+            parent, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
+        )
+        if not ok:
+            return None
+    return Path(path), scale
 
 
 def render(spec: HeatmapSpec, scale: float = 2.0) -> QImage:

@@ -16,14 +16,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QObject, QSettings, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
 from attnviz.core.maths.engine import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
-from attnviz.ui.export import ImageExport
+from attnviz.ui.export import ImageExport, ask_image_path
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.workspace import Workspace
 
@@ -34,7 +34,6 @@ OPEN_FILTER = ";;".join(
 )
 SAVE_FILTER = ";;".join((JSON_FILTER, NPZ_FILTER, "JSON (*.json)", "All files (*)"))
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
-IMAGE_FILTER = "PNG image (*.png);;SVG vector image (*.svg)"
 MAX_RECENT = 8
 
 
@@ -251,21 +250,9 @@ class FileController(QObject):
     def export_heatmap(self) -> None:
         name, spec = self.targets.figure()
         default = self._folder(f"head{self.ws.view_state.head + 1}-{name}.png")
-        path, chosen = QFileDialog.getSaveFileName(
-            self.parent_widget, f"Export {spec.title}", default, IMAGE_FILTER
-        )
-        if not path:
-            return
-        if Path(path).suffix.lower() not in (".png", ".svg"):
-            path += ".svg" if "svg" in chosen.lower() else ".png"
-        scale = 2.0
-        if path.lower().endswith(".png"):
-            scale, ok = QInputDialog.getDouble(
-                self.parent_widget, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
-            )
-            if not ok:
-                return
-        self.export_images([(spec, Path(path), scale)])
+        answer = ask_image_path(self.parent_widget, f"Export {spec.title}", default)
+        if answer is not None:
+            self.export_images([(spec, *answer)])
 
     def export_images(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
         """Write (spec, path, scale) images on the export thread, progress in the status bar."""

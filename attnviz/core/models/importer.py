@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import threading
 import time
@@ -29,6 +28,7 @@ from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
 from attnviz.core.models.provenance import Provenance
 from attnviz.core.models.sources import Cancelled, Located, locate
 from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
+from attnviz.core.system import available_memory
 
 DTYPES = ("float64", "float32")
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # refuse beyond this; expect 1e-12 / 1e-5
@@ -298,24 +298,10 @@ def _check_memory(folder: Path, dtype: str) -> None:
                 start, end = entry.get("data_offsets", (0, 0))
                 params += (end - start) // _BYTES.get(str(entry.get("dtype")), 4)
     needed = params * (8 if dtype == "float64" else 4)
-    free = _free_memory()
+    free = available_memory()
     if free and needed > 0.8 * free:
         raise ScenarioError(
             f"the model has {params / 1e6:,.0f} M parameters: about {needed / 2**30:.1f} GiB "
             f"in {dtype}, and {free / 2**30:.1f} GiB of memory are free"
             + ("; try float32" if dtype == "float64" else "")
         )
-
-
-def _free_memory() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0

@@ -29,11 +29,9 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QCheckBox,
-    QFileDialog,
     QFrame,
     QGridLayout,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QMenu,
     QMessageBox,
@@ -57,8 +55,7 @@ from attnviz.core.figures.lines import (
 )
 from attnviz.core.io.files import printable
 from attnviz.core.maths.engine import Result
-from attnviz.ui.export import export_error, save_svg
-from attnviz.ui.file_controller import IMAGE_FILTER
+from attnviz.ui.export import ask_image_path, export_error, save_svg
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
@@ -587,21 +584,11 @@ class LinesPanel(ResultPanel):
     def export(self) -> None:
         heads = "-".join(str(h + 1) for h in self.canvas.heads) or "none"
         folder = self.doc.path.parent if self.doc.path else Path.home()
-        path, chosen = QFileDialog.getSaveFileName(
-            self, "Export the lines view", str(folder / f"lines-head{heads}.png"), IMAGE_FILTER
+        answer = ask_image_path(
+            self, "Export the lines view", str(folder / f"lines-head{heads}.png")
         )
-        if not path:
-            return
-        if Path(path).suffix.lower() not in (".png", ".svg"):
-            path += ".svg" if "svg" in chosen.lower() else ".png"
-        scale = 2.0
-        if path.lower().endswith(".png"):
-            scale, ok = QInputDialog.getDouble(
-                self, "PNG scale", "Pixels per unit (1 = 100%):", 2.0, 0.25, 8.0, 2
-            )
-            if not ok:
-                return
-        self.export_to(Path(path), scale)
+        if answer is not None:
+            self.export_to(*answer)
 
     def export_to(self, path: Path, scale: float = 2.0) -> None:
         """Write the view as SVG or PNG (by the suffix) on a worker thread: a PNG of many
