@@ -452,6 +452,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         if fraction < 1:
             print(f"  {what}…", file=sys.stderr, flush=True)
 
+    if args.out is not None:
+        _check_out(args.out)
     try:
         got = import_model_layer(
             Request(args.source, args.text, args.layer, args.dtype), report=report
@@ -474,6 +476,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"wrote {out} ({os.path.getsize(out) / 2**20:.1f} MiB)"
     )
     return 0
+
+
+def _check_out(out: str) -> None:
+    """Before a long import: a scenario name, in a folder that exists."""
+    if not out.lower().endswith((".json", ".npz")):
+        raise UsageError(f"--out {out}: name it .attn.json (text) or .attn.npz (binary)")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--out {out}: no folder {folder}")
 
 
 def default_import_name(source: str, layer: int, cells: int) -> str:

@@ -63,3 +63,14 @@ def test_default_names_follow_the_model_and_layer():
     assert default_import_name("org/tiny-bert", 3, 1000) == "tiny-bert-layer3.attn.json"
     assert default_import_name("/models/gpt2/", 0, 5_000_000) == "gpt2-layer0.attn.npz"
     assert default_import_name("../..", 1, 10) == "model-layer1.attn.json"
+
+
+def test_a_bad_out_name_is_refused_before_the_import_runs(tmp_path, capsys):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    args = ["import", str(folder), "--text", "the cat"]
+    assert main([*args, "--out", str(tmp_path / "a.txt")]) == 2
+    assert "name it .attn.json (text) or .attn.npz (binary)" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "no" / "x.attn.json")]) == 2
+    err = capsys.readouterr().err
+    assert "no folder" in err and "Finding the model" not in err  # nothing was run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]

@@ -16,9 +16,10 @@ from attnviz.core.maths.scenario import ScenarioError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import KINDS, LLAMA_KINDS, WORDS, save_tiny  # noqa: E402
+
 from attnviz.core.models.importer import Request, import_model_layer  # noqa: E402
 from attnviz.core.models.sources import Cancelled, SourceError, locate  # noqa: E402
-from tiny_models import KINDS, LLAMA_KINDS, WORDS, save_tiny  # noqa: E402
 
 TEXT = "the cat sat on the mat"
 
@@ -94,7 +95,7 @@ def test_wrong_requests_are_refused_with_a_message(tmp_path):
 def test_folders_that_are_not_models_are_named(tmp_path):
     folder = save_tiny("gpt2", tmp_path / "gpt2")
     (folder / "tokenizer.json").unlink()
-    with pytest.raises(SourceError, match="lacks tokenizer.json"):
+    with pytest.raises(SourceError, match=r"lacks tokenizer\.json"):
         locate(str(folder))
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
     with pytest.raises(SourceError, match="pickled weights"):
@@ -212,3 +213,148 @@ def test_download_progress_reports_bytes_and_cancel_stops_it():
         bar.update(100)
     bar.close()
     assert seen[-1] == (1200, 2000)
+
+
+# What an adversarial review found -------------------------------------------------------
+
+
+def test_a_checkpoint_missing_weights_is_refused_not_filled_with_random_numbers(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = save_tiny("bert", tmp_path / "bert")
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in weights if "layer.1.attention.self.query.weight" in k)
+    del weights[name]
+    save_file(weights, folder / "model.safetensors")
+    with pytest.raises(ScenarioError, match=r"missing: .*layer\.1\.attention\.self\.query"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+    more = save_tiny("gpt2", tmp_path / "gpt2")  # a config asking for more layers than saved
+    config = json.loads((more / "config.json").read_text())
+    (more / "config.json").write_text(json.dumps({**config, "n_layer": 5}))
+    with pytest.raises(ScenarioError, match="does not hold every weight"):
+        import_model_layer(Request(str(more), TEXT, 4))
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"abcd", b"\x10\x00\x00\x00\x00\x00\x00\x00[1, 2, 3]       "]
+)
+def test_a_damaged_safetensors_header_is_named(tmp_path, content):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    (folder / "model.safetensors").write_bytes(content)
+    with pytest.raises(ScenarioError, match=r"model\.safetensors: not a safetensors file"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_named(tmp_path):
+    folder = save_tiny("bert", tmp_path / "bert")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["cat"] = 4000
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ScenarioError, match="token 'cat' has id 4000; the model's vocabulary"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_zero_layers_and_typos_in_local_paths_are_named(tmp_path, monkeypatch):
+    folder = save_tiny("bert", tmp_path / "bert")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 0}))
+    with pytest.raises(ScenarioError, match="number of layers is 0"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceError, match="bertt: no such folder"):
+        locate("bert/bertt")  # "bert" is a folder here: not a Hub id
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(SourceError, match="a link that leads to no folder"):
+        locate("loop")
+
+
+def test_changed_weights_are_read_again_not_served_from_memory(tmp_path):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    first = import_model_layer(Request(str(folder), TEXT, 0))
+    other = save_tiny("gpt2", tmp_path / "other")  # the same seed: change the weights
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(other / "model.safetensors")
+    for k in weights:
+        if k.endswith("c_attn.weight"):
+            weights[k] = weights[k] * 2
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    second = import_model_layer(Request(str(folder), TEXT, 0))
+    np.testing.assert_allclose(second.scenario.W_Q, 2 * first.scenario.W_Q, rtol=1e-12)
+    assert second.provenance.files != first.provenance.files
+
+
+def test_qwen2_windows_only_the_layers_its_config_names(tmp_path):
+    import torch
+
+    torch.manual_seed(3)
+    config = transformers.Qwen2Config(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        use_sliding_window=True,
+        sliding_window=2,
+        max_window_layers=1,
+    )
+    folder = tmp_path / "qwen2"
+    transformers.Qwen2Model(config).save_pretrained(folder)
+    from tiny_models import word_tokenizer
+
+    word_tokenizer(False).save(str(folder / "tokenizer.json"))
+    masks = []
+    for layer in range(3):
+        got = import_model_layer(Request(str(folder), TEXT, layer))
+        assert got.agreement_weights <= 1e-12
+        masks.append((got.scenario.settings.mask, got.scenario.settings.window))
+    types = config.layer_types
+    expected = [
+        ("sliding-window", 2) if t == "sliding_attention" else ("causal", None) for t in types
+    ]
+    assert [(m, w if m == "sliding-window" else None) for m, w in masks] == expected
+    assert {m for m, _ in masks} == {"causal", "sliding-window"}  # both kinds were tried
+
+
+def test_a_corrupt_bundled_zip_and_concurrent_unpacking(tmp_path, monkeypatch):
+    import threading
+
+    fake_package(tmp_path / "site", "broken-model", {})
+    (tmp_path / "site" / "broken_model" / "model.zip").write_bytes(b"not a zip at all")
+    folder = save_tiny("bert", tmp_path / "bert")
+    fake_package(
+        tmp_path / "site", "tiny-model", {p.name: p.read_bytes() for p in folder.iterdir()}
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(SourceError, match=r"bundled model\.zip is not a readable zip"):
+        locate("broken-model")
+    found, errors = [], []
+
+    def one():
+        try:
+            found.append(locate("tiny-model").folder)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(found)) == 1
+    assert (found[0] / "model.safetensors").read_bytes() == (
+        folder / "model.safetensors"
+    ).read_bytes()
+
+
+def test_labels_escape_invisible_characters_and_keep_a_literal_metaspace():
+    from attnviz.core.models.tokens import Tokenizer, label_text, readable
+
+    assert label_text("a\u202eb\u200b") == "a<U+202E>b<U+200B>"
+    gpt2 = Tokenizer(backend=None, byte_level=True, continuing_prefix="")
+    assert readable("âĸģ", gpt2) == "▁"  # GPT-2's bytes of "▁" are not a space
+    sentencepiece = Tokenizer(backend=None, byte_level=False, continuing_prefix="", metaspace=True)
+    assert readable("▁cat", sentencepiece) == " cat"

@@ -395,7 +395,11 @@ class ImportDialog(QDialog):
 
 
 def _peek_or_reason(peek: Callable[[str, str], Any], source: str, text: str) -> Any:
+    from attnviz.core.models.sources import SourceError
+
     try:
         return peek(source, text)
-    except ScenarioError as e:
+    except SourceError as e:
         return f"{e}. Its tokens show once it is on this machine; Import fetches it if it can."
+    except ScenarioError as e:  # on this machine, but unreadable: Import would say so too
+        return str(e)

@@ -152,3 +152,20 @@ def test_a_failed_or_cancelled_import_changes_nothing(
     qtbot.waitUntil(lambda: not window.models.busy, timeout=60_000)
     assert window.doc.scenario is before
     assert "cancelled" in window.statusBar().currentMessage()
+
+
+def test_vs_model_says_when_the_output_can_no_longer_be_compared(make_window, qtbot, bert_folder):
+    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.scenario import resized
+    from attnviz.core.models.provenance import vs_model
+    from attnviz.ui.panels.model import verdict
+
+    window = make_window()
+    imported(window, qtbot, Request(str(bert_folder), TEXT, 0))
+    wider = resized(window.doc.scenario, d_model=17)
+    r = compute(wider)
+    text = verdict(vs_model(wider.provenance, r.weights, r.final))
+    assert "Matches" not in text and "cannot be compared" in text
+    fewer = resized(window.doc.scenario, n=5)
+    r = compute(fewer)
+    assert "not comparable" in vs_model(fewer.provenance, r.weights, r.final)

@@ -45,7 +45,8 @@ class ImportedLayer:
     model_output: np.ndarray  # (n, d_model): the attention block's output before the residual
     model_type: str
     layer: int
-    every_layer: tuple[np.ndarray, ...]  # the model's weights (heads, n, n) in each layer
+    every_layer: tuple[np.ndarray, ...]  # the model's weights (heads, n, n) in each layer,
+    # in float32 (for the overview) but for this layer's own, which is model_weights
 
     @property
     def layers(self) -> int:
@@ -173,8 +174,12 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
 def _imported(
     scenario: Scenario, out: Any, attention_out: Any, model_type: str, layer: int
 ) -> ImportedLayer:
-    every = tuple(_numpy(a[0]) for a in out.attentions)
-    return ImportedLayer(scenario, every[layer], _numpy(attention_out), model_type, layer, every)
+    own = _numpy(out.attentions[layer][0])
+    every = tuple(
+        own if k == layer else a[0].detach().to("cpu").float().numpy()
+        for k, a in enumerate(out.attentions)
+    )
+    return ImportedLayer(scenario, own, _numpy(attention_out), model_type, layer, every)
 
 
 def _eager64(
@@ -263,6 +268,9 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     o = module.o_proj
     b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
     window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)  # Qwen2/3 window only some layers
+    if types is not None and layer < len(types):
+        window = window if types[layer] == "sliding_attention" else None
     mask = {"mask": "sliding-window", "window": int(window)} if window else {"mask": "causal"}
     qk: dict[str, Any] = {}
     if norms:  # Qwen3: one weight per feature of d_k, shared by every head

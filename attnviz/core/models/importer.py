@@ -31,7 +31,10 @@ from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
 from attnviz.core.system import available_memory
 
 DTYPES = ("float64", "float32")
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # refuse beyond this; expect 1e-12 / 1e-5
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}  # refuse beyond this; expect 1e-12 / 1e-6
+# transformers' own eager attention against the run the import compares with: the Llama
+# family's code keeps the rotary angles in float32 even in a float64 model (about 1e-7).
+OWN_EAGER_TOLERANCE = 1e-5
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers")  # config.json's names for it
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
 
@@ -67,7 +70,7 @@ class Imported:
 
 
 _lock = threading.Lock()
-_loaded: dict[tuple[str, str], Any] = {}  # (folder, dtype) → the last model loaded
+_loaded: dict[tuple[object, ...], Any] = {}  # (folder, dtype, files' stamps) → the model
 _hashes: dict[tuple[str, int, int], str] = {}
 
 
@@ -126,12 +129,16 @@ def import_model_layer(
     config = _config(located.folder)
     step("Reading the tokenizer", 0.4)
     tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
+    _check_vocabulary(tokens, config)
+    _check_layers(config, request.layer)
     step("Loading the weights", 0.45)
     with _lock:
         model = _model(located, request.dtype)
+        _check_attention_memory(model, len(tokens.ids), request.dtype)
         step("Running the model", 0.7)
         layer = _import(model, tokens, request.layer)
-    step("Checking against the model", 0.9)
+        step("Checking against the model", 0.85)
+        _check_own_eager(model, tokens, layer, request.dtype)
     scenario, agreement = _checked(layer, request.dtype)
     files = _file_hashes(located.folder)
     provenance = Provenance(
@@ -197,7 +204,11 @@ def _most_tokens(config: dict[str, Any]) -> int:
 
 
 def _model(located: Located, dtype: str) -> Any:
-    key = (str(located.folder.resolve()), dtype)
+    """The model in ``dtype``, kept until another (or changed files) is asked for; every
+    weight must come from the checkpoint (transformers would fill missing ones with
+    random numbers)."""
+    files = [*sorted(located.folder.glob("*.safetensors")), located.folder / "config.json"]
+    key = (str(located.folder.resolve()), dtype, tuple(_stamp(f) for f in files))
     if key in _loaded:
         return _loaded[key]
     _loaded.clear()  # one model in memory at a time
@@ -209,18 +220,63 @@ def _model(located: Located, dtype: str) -> Any:
     logging.set_verbosity_error()  # its notes and progress bars would go to the terminal
     logging.disable_progress_bar()
     try:
-        model = AutoModel.from_pretrained(
+        model, info = AutoModel.from_pretrained(
             str(located.folder),
             dtype=getattr(torch, dtype),
             attn_implementation="eager",
             local_files_only=True,
             use_safetensors=True,
+            output_loading_info=True,
         )
     except Exception as e:  # transformers raises many kinds for a broken checkpoint
-        raise ScenarioError(f"{located.source}: transformers could not load it ({e})") from e
+        raise ScenarioError(
+            f"{located.source}: transformers could not load it ({_first(e)})"
+        ) from e
+    # BERT's pooler reads the output of the last layer, never the attention
+    missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
+    mismatched = sorted(str(k[0]) for k in info.get("mismatched_keys") or ())
+    if missing or mismatched:
+        names = missing or mismatched
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise ScenarioError(
+            f"{located.source}: the checkpoint does not hold every weight the config describes "
+            f"({'missing' if missing else 'of another shape'}: {shown}); transformers would "
+            "fill them with random numbers, so it is not imported"
+        )
     model.eval()
     _loaded[key] = model
     return model
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _first(e: BaseException) -> str:
+    """An exception's first line, with its type."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def _check_layers(config: dict[str, Any], layer: int) -> None:
+    layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), None)
+    if layers is None or layers < 1:
+        raise ScenarioError(f"config.json: the number of layers is {layers!r}; expected 1 or more")
+    if not 0 <= layer < layers:
+        raise ScenarioError(f"layer {layer}: the model has layers 0 to {layers - 1}")
+
+
+def _check_vocabulary(tokens: Tokens, config: dict[str, Any]) -> None:
+    size = config.get("vocab_size")
+    if not isinstance(size, int):
+        return
+    for label, i in zip(tokens.labels, tokens.ids, strict=True):
+        if not 0 <= i < size:
+            raise ScenarioError(
+                f"token {label!r} has id {i}; the model's vocabulary has {size} ids "
+                "(its tokenizer and its weights do not match)"
+            )
 
 
 def forget_models() -> None:
@@ -235,7 +291,32 @@ def _import(model: Any, tokens: Tokens, layer: int) -> Any:
     from attnviz.core.models.hf_layer import import_layer
 
     ids = torch.tensor([list(tokens.ids)])
-    return import_layer(model, ids, layer, tokens.labels)
+    try:
+        return import_layer(model, ids, layer, tokens.labels)
+    except ScenarioError:
+        raise
+    except Exception as e:  # the model failed on this input: say so, in one line
+        raise ScenarioError(f"the model failed on this text ({_first(e)})") from e
+
+
+def _check_own_eager(model: Any, tokens: Tokens, layer: Any, dtype: str) -> None:
+    """transformers' own eager attention, unchanged, must give the layer's weights too
+    (to OWN_EAGER_TOLERANCE): the import's exact run may differ from it by rounding only."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([list(tokens.ids)]), output_attentions=True)
+        own = out.attentions[layer.layer][0].detach().double().numpy()
+    except Exception as e:
+        raise ScenarioError(f"the model failed on this text ({_first(e)})") from e
+    gap = float(np.abs(own - layer.model_weights).max())
+    if not gap <= OWN_EAGER_TOLERANCE:
+        raise ScenarioError(
+            f"transformers' own attention differs from the import's run by {gap:.2g} "
+            f"(expected at most {OWN_EAGER_TOLERANCE:g}): this model does something the "
+            "import does not reproduce, so it is not shown as the model"
+        )
 
 
 def _checked(layer: Any, dtype: str) -> tuple[Scenario, tuple[float, float]]:
@@ -253,6 +334,20 @@ def _checked(layer: Any, dtype: str) -> tuple[Scenario, tuple[float, float]]:
             "represent, so it is not shown as the model"
         )
     return scenario, (weights, output)
+
+
+def _check_attention_memory(model: Any, n: int, dtype: str) -> None:
+    """Every layer's n × n weights are kept by the model's run: refuse a text whose weights
+    would not fit in the free memory."""
+    config = model.config
+    cells = config.num_hidden_layers * config.num_attention_heads * n * n
+    needed = cells * (8 if dtype == "float64" else 4) * 2 + cells * 4  # the run, and ours
+    free = available_memory()
+    if free and needed > 0.5 * free:
+        raise ScenarioError(
+            f"{n} tokens: every layer's attention weights take about {needed / 2**30:.1f} GiB, "
+            f"and {free / 2**30:.1f} GiB of memory are free; use a shorter text"
+        )
 
 
 def _overview(every_layer: tuple[np.ndarray, ...]) -> np.ndarray | None:
@@ -281,22 +376,33 @@ def _file_hashes(folder: Path) -> tuple[tuple[str, str], ...]:
 _BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1}
 
 
+def _parameters(path: Path) -> int:
+    """How many numbers a safetensors file holds, from its header."""
+    problem = f"{path.name}: not a safetensors file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ScenarioError(f"{problem} (shorter than its header)")
+            (size,) = struct.unpack("<Q", head)
+            if size > 2**27:
+                raise ScenarioError(f"{problem} (header of {size:,} bytes)")
+            header = json.loads(f.read(size))
+        count = 0
+        for name, entry in header.items():
+            if name != "__metadata__":
+                start, end = entry["data_offsets"]
+                count += (int(end) - int(start)) // _BYTES.get(str(entry.get("dtype")), 4)
+        return count
+    except ScenarioError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ScenarioError(f"{problem} ({_first(e)})") from e
+
+
 def _check_memory(folder: Path, dtype: str) -> None:
     """Refuse a model whose weights in ``dtype`` would not fit in the free memory."""
-    params = 0
-    for path in folder.glob("*.safetensors"):
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > 2**27:
-                raise ScenarioError(f"{path.name}: not a safetensors file (header too large)")
-            try:
-                header = json.loads(f.read(size))
-            except ValueError as e:
-                raise ScenarioError(f"{path.name}: not a safetensors file ({e})") from e
-        for name, entry in header.items():
-            if name != "__metadata__" and isinstance(entry, dict):
-                start, end = entry.get("data_offsets", (0, 0))
-                params += (end - start) // _BYTES.get(str(entry.get("dtype")), 4)
+    params = sum(_parameters(path) for path in folder.glob("*.safetensors"))
     needed = params * (8 if dtype == "float64" else 4)
     free = available_memory()
     if free and needed > 0.8 * free:

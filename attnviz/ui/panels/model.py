@@ -155,7 +155,13 @@ def describe(p: Provenance) -> str:
 
 def verdict(vs: VsModel) -> str:
     """One line on how far the layer is from the model."""
-    moved = max(vs.weights, vs.output if np.isfinite(vs.output) else 0.0)
+    if not np.isfinite(vs.output):
+        return (
+            '<span style="color:#b35806"><b>Moved from the model</b></span>: the attention '
+            "output has another shape now (d_model changed), so it cannot be compared; the "
+            f"weights are within {vs.weights:.3g} of the model's."
+        )
+    moved = max(vs.weights, vs.output)
     if moved <= ROUNDING:
         return (
             '<span style="color:#1a7f37"><b>Matches the model</b></span>: largest difference '
