@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from attnviz.core.io import checks, json_files
 from attnviz.core.io import files as F
 from attnviz.core.io.files import (
     FileFormatError,
@@ -647,7 +648,7 @@ def test_file_over_the_size_limit_is_rejected_unread(tmp_path):
 
 def test_text_over_the_size_limit_is_rejected(monkeypatch):
     text = json.dumps(worked_doc())
-    monkeypatch.setattr(F, "MAX_FILE_BYTES", len(text) - 1)
+    monkeypatch.setattr(json_files, "MAX_FILE_BYTES", len(text) - 1)
     with pytest.raises(FileFormatError):
         scenario_from_json(text)
     with pytest.raises(FileFormatError):
@@ -655,7 +656,7 @@ def test_text_over_the_size_limit_is_rejected(monkeypatch):
 
 
 def test_matrix_over_the_cell_limit_is_rejected(monkeypatch):
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 15)  # X is 4×4 = 16 cells
+    monkeypatch.setattr(checks, "MAX_MATRIX_CELLS", 15)  # X is 4×4 = 16 cells
     with pytest.raises(FileFormatError) as e:
         scenario_from_json(json.dumps(worked_doc()))
     assert has_location(str(e.value), "X")

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnviz.core.io import files as F
+from attnviz.core.io import npz_files
 from attnviz.core.io.files import (
     FileFormatError,
     load_scenario,
@@ -418,27 +419,27 @@ def test_the_limits_admit_a_llama_3_8b_shaped_layer():
 
 def test_the_cell_limit_is_per_matrix_and_per_head(tmp_path, monkeypatch):
     save_scenario(tmp_path / "w.attn.npz", worked())
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 16)  # X, W_O 4 × 4 and each stack: at it
+    monkeypatch.setattr(npz_files, "MAX_MATRIX_CELLS", 16)  # X, W_O 4 × 4 and each stack: at it
     assert_same_scenario(load_scenario(tmp_path / "w.attn.npz"), worked())
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 15)
+    monkeypatch.setattr(npz_files, "MAX_MATRIX_CELLS", 15)
     assert refusal(tmp_path / "w.attn.npz") == "X: 4×4 is over 15 cells"
     # d_model 1: X and W_O are small; each head of W_Q is 1 × 8
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 7)
+    monkeypatch.setattr(npz_files, "MAX_MATRIX_CELLS", 7)
     wide = np.zeros((2, 1, 8))
     members = valid_members(X=X[:, :1], W_O=np.zeros((16, 1)))
     members.update({"heads.W_Q": wide, "heads.W_K": wide, "heads.W_V": wide})
     write_archive(tmp_path / "q.attn.npz", npz_doc(), members)
     assert refusal(tmp_path / "q.attn.npz") == "heads.W_Q: 2×1×8 is over 7 cells per head"
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 8)  # heads of 8 pass; W_O 16 × 1 does not
+    monkeypatch.setattr(npz_files, "MAX_MATRIX_CELLS", 8)  # heads of 8 pass; W_O 16 × 1 does not
     assert refusal(tmp_path / "q.attn.npz") == "W_O: 16×1 is over 8 cells"
-    monkeypatch.setattr(F, "MAX_MATRIX_CELLS", 16)
+    monkeypatch.setattr(npz_files, "MAX_MATRIX_CELLS", 16)
     assert load_scenario(tmp_path / "q.attn.npz").d_k == 8
 
 
 def test_a_file_over_the_size_limit_is_refused_unread(tmp_path, monkeypatch):
     save_scenario(tmp_path / "big.attn.npz", worked())
-    monkeypatch.setattr(F, "MAX_NPZ_BYTES", 2**10)
-    monkeypatch.setattr(F.zipfile, "ZipFile", None)  # never reached
+    monkeypatch.setattr(npz_files, "MAX_NPZ_BYTES", 2**10)
+    monkeypatch.setattr(zipfile, "ZipFile", None)  # never reached
     with pytest.raises(FileFormatError) as e:
         load_scenario(tmp_path / "big.attn.npz")
     assert str(e.value) == "big.attn.npz: larger than 1 KiB"
@@ -726,7 +727,7 @@ def test_members_that_unpack_past_the_limit_together_are_refused(tmp_path, monke
     members = {"a": np.zeros(1000), "b": np.zeros(1000)}  # 8 KiB each, deflated to little
     write_archive(path, npz_doc(), members, method=zipfile.ZIP_DEFLATED)
     assert path.stat().st_size < 2000
-    monkeypatch.setattr(F, "MAX_NPZ_BYTES", 10_000)  # the file and each member fit
+    monkeypatch.setattr(npz_files, "MAX_NPZ_BYTES", 10_000)  # the file and each member fit
     assert refusal(path) == (
         "member 'b': unpacks to 7 KiB; an .attn.npz unpacks to at most 9 KiB in all"
     )

@@ -1,0 +1,200 @@
+"""The scenario document both file forms share: the format's versions and fields, what
+decides the version a save writes, and the checks that both readers apply alike to a
+parsed document (its top, tokens and settings), each message naming its field.
+
+Version 1 holds tokens, X, the heads' W_Q/W_K/W_V, W_O and the basic settings; version 2
+adds cross-attention, shared key/value heads, biases, QK-norm weights and the newer
+settings and values (custom masks, RoPE, ALiBi, …); version 3 adds ``provenance``
+(``provenance_files``). A save writes the oldest version that holds the scenario.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnviz.core.io.checks import FileFormatError, clip, key_text
+from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, Scenario, ScenarioError, Settings
+
+FORMAT = "attnviz-scenario"
+VERSION = 3  # the newest this attnviz reads; a save writes the oldest that holds the scenario
+VERSIONS = (1, 2, 3)
+V1_TOP_KEYS = ("format", "version", "tokens", "X", "heads", "W_O", "settings")
+V2_TOP_KEYS = ("kv_tokens", "X_kv", "kv_heads", "b_O")
+V3_TOP_KEYS = ("provenance",)
+TOP_KEYS = set(V1_TOP_KEYS + V2_TOP_KEYS + V3_TOP_KEYS)
+V1_SETTINGS = ("projections", "scale", "mask", "positional", "dropout", "dropout_seed", "ablated")
+V2_SETTINGS = (
+    "window",
+    "mask_matrix",
+    "causal_alignment",
+    "rope_base",
+    "rope_style",
+    "rope_dims",
+    "alibi_slopes",
+    "scale_value",
+    "qk_norm",
+    "qk_norm_eps",
+    "softcap",
+    "sinks",
+)
+SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS
+SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
+V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
+Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
+KV_HEAD_KEYS = ("W_K", "b_K", "W_V", "b_V", "k_norm")
+HEAD_KEYS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "q_norm", "k_norm")
+VECTORS = ("b_Q", "b_K", "b_V", "q_norm", "k_norm", "b_O")  # written as one list of numbers
+V2_VALUES = {"mask": ("custom",), "positional": ("rope", "alibi")}  # values version 1 lacks
+_DEFAULTS = Settings()
+
+
+# Scenario -> document: the settings, and the version a save writes ---------------------
+
+
+def in_use(s: Scenario, name: str) -> bool:
+    """Whether an optional per-head array differs from its neutral value (0, or 1 for
+    norm weights; norm weights also whenever QK-norm is on)."""
+    if name.endswith("norm"):
+        return s.settings.qk_norm != "none" or bool((getattr(s, name) != 1.0).any())
+    return bool(getattr(s, name).any())
+
+
+def settings_to_dict(st: Settings) -> dict[str, Any]:
+    """Settings as saved; ablated heads are numbered from 1, as everywhere users see them.
+    A version-2 setting is written only where it has an effect or differs from its
+    default (the window only with a sliding-window mask), so that plain scenarios stay
+    version 1."""
+    d: dict[str, Any] = {name: getattr(st, name) for name in V1_SETTINGS}
+    d["ablated"] = [h + 1 for h in st.ablated]
+    for name in V2_SETTINGS:
+        value = getattr(st, name, None)
+        if name == "window":
+            if st.mask == "sliding-window":
+                d[name] = value
+        elif name != "mask_matrix" and value != getattr(_DEFAULTS, name):
+            d[name] = list(value) if isinstance(value, tuple) else value
+    return d
+
+
+def version_for(s: Scenario) -> int:
+    """3 with a provenance; else 1, unless the scenario uses something only version 2
+    can hold."""
+    if s.provenance is not None:
+        return 3
+    optional = (n for n in HEAD_KEYS if n not in WEIGHT_NAMES)
+    uses_v2 = (
+        s.cross
+        or s.kv_heads != s.n_heads
+        or s.b_O.any()
+        or any(in_use(s, n) for n in optional)
+        or set(settings_to_dict(s.settings)) & set(V2_SETTINGS)
+        or any(getattr(s.settings, k) in values for k, values in V2_VALUES.items())
+    )
+    return 2 if uses_v2 else 1
+
+
+# Document -> Scenario: the fields both forms check alike ------------------------------
+
+
+def check_document(data: Any) -> int:
+    """Check the top of a document (format, version, which fields); its version."""
+    if not isinstance(data, dict):
+        raise FileFormatError("expected a JSON object at the top")
+    if data.get("format") != FORMAT:
+        raise FileFormatError(f"format: expected {FORMAT!r}, got {clip(data.get('format'))}")
+    version = data.get("version")
+    if type(version) is not int or version not in VERSIONS:
+        readable = ", ".join(map(str, VERSIONS[:-1])) + f" and {VERSIONS[-1]}"
+        raise FileFormatError(
+            f"version: {clip(version, 20)} is not supported (this attnviz reads {readable})"
+        )
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise FileFormatError(f"{key_text(unknown[0])}: unknown field")
+    for needs, keys in ((2, V2_TOP_KEYS), (3, V3_TOP_KEYS)):
+        newer = [k for k in keys if k in data]
+        if version < needs and newer:
+            raise FileFormatError(f"{newer[0]}: needs version {needs} (the file says {version})")
+    for key in ("tokens", "X", "heads", "W_O"):
+        if key not in data:
+            raise FileFormatError(f"{key}: missing")
+    return version
+
+
+def tokens_field(where: str, tokens: Any) -> list[str]:
+    """A non-empty list of at most LIMITS.tokens text labels."""
+    if not isinstance(tokens, list) or not tokens:
+        raise FileFormatError(f"{where}: expected a non-empty list of text labels")
+    if len(tokens) > LIMITS.tokens:
+        raise FileFormatError(f"{where}: {len(tokens)} tokens; the limit is {LIMITS.tokens}")
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str):
+            raise FileFormatError(f"{where}[{i + 1}]: expected text, got {clip(t)}")
+    return tokens
+
+
+def head_keys(version: int, shared: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The fields each query head must have and may have, for a version and whether the
+    document has kv_heads."""
+    allowed = (Q_HEAD_KEYS if shared else HEAD_KEYS) if version >= 2 else V1_HEAD_KEYS
+    return ("W_Q",) if shared else V1_HEAD_KEYS, allowed
+
+
+def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
+    """Settings from their saved object (mask_matrix apart: the caller reads it)."""
+    if not isinstance(value, dict):
+        raise FileFormatError("settings: expected an object")
+    if version < 2:
+        newer = sorted(set(value) & set(V2_SETTINGS))
+        if newer:
+            raise FileFormatError(f"settings.{newer[0]}: needs version 2 (the file says 1)")
+        for name, values in V2_VALUES.items():
+            if value.get(name) in values:
+                raise FileFormatError(
+                    f"settings.{name}: {value[name]!r} needs version 2 (the file says 1)"
+                )
+    unknown = sorted(set(value) - SETTINGS_KEYS)
+    if unknown:
+        raise FileFormatError(
+            f"settings.{key_text(unknown[0])}: unknown setting; "
+            f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
+        )
+    value = {k: v for k, v in value.items() if k != "mask_matrix"}
+    if "ablated" in value:
+        heads = value["ablated"]
+        if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
+            raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
+        if len(set(heads)) != len(heads):
+            raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
+        value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
+    for name in ("alibi_slopes", "sinks"):
+        if name in value:
+            numbers = value[name]
+            if not isinstance(numbers, list) or not all(type(v) in (int, float) for v in numbers):
+                raise FileFormatError(f"settings.{name}: expected a list of numbers, one per head")
+            value = {**value, name: tuple(float(v) for v in numbers)}
+    for name in ("dropout", "rope_base", "scale_value", "qk_norm_eps", "softcap"):
+        if name in value and type(value[name]) is int:
+            try:
+                value = {**value, name: float(value[name])}
+            except OverflowError:
+                raise FileFormatError(f"settings.{name}: the number is too large") from None
+    try:
+        return Settings(**value)
+    except ScenarioError as e:
+        raise FileFormatError(str(e)) from None
+
+
+def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any]:
+    """The document's settings, and its settings object, whose mask_matrix the caller
+    reads when the mask is custom (it is there then, and only then)."""
+    value = data.get("settings", {})
+    settings = settings_from_dict(value, version)
+    if settings.mask == "custom":
+        if "mask_matrix" not in value:
+            raise FileFormatError("settings.mask_matrix: missing (the custom mask needs it)")
+    elif "mask_matrix" in value:
+        raise FileFormatError(
+            f"settings.mask_matrix: only for the custom mask (mask is {settings.mask!r})"
+        )
+    return settings, value
