@@ -37,6 +37,8 @@ CORE_MODULES = {
     "attnviz.core.maths.scenario",
     "attnviz.core.maths.torch_engine",
     "attnviz.core.figures.chart",
+    "attnviz.core.figures.lines",
+    "attnviz.core.system",
     "attnviz.core.session",
     "attnviz.core.models.hf_layer",
     "attnviz.core.models.importer",
