@@ -124,6 +124,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=_scale, default=2.0, help="PNG pixels per unit (default 2)")
 
     p = sub.add_parser(
+        "tiles",
+        help="step through FlashAttention's tiled forward pass over one head",
+        description="FlashAttention-2's forward pass over one head, a tile at a time: "
+        "each step's running row maximum m, running denominator l and unnormalised "
+        "output; the output, the log-sum-exp and the weights rebuilt from it, which equal "
+        "dense attention; and the slow-memory traffic of dense and tiled attention.",
+    )
+    _add_source(p)
+    p.add_argument("--head", type=_positive, default=1, help="head number (from 1), default 1")
+    p.add_argument(
+        "--block-q", type=_positive, default=2, metavar="BR", help="query rows a block (2)"
+    )
+    p.add_argument(
+        "--block-k", type=_positive, default=2, metavar="BC", help="key columns a block (2)"
+    )
+    p.add_argument(
+        "--precision", choices=("float64", "float32", "float16", "bfloat16"), default="float64"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser(
         "import",
         help="import one attention layer of a pretrained model as a scenario",
         description="Import one attention layer of a pretrained transformers model (a folder "
@@ -443,6 +464,89 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _span(pair: tuple[int, int]) -> list[int]:
+    """0-based [start, stop) as a 1-based inclusive [first, last]."""
+    return [pair[0] + 1, pair[1]]
+
+
+def _finite(a: Any) -> Any:
+    """An array as JSON lists, with null for −∞ (JSON has no infinities)."""
+    import numpy as np
+
+    values = np.asarray(a, dtype=np.float64)
+    listed = values.tolist()
+    if np.isfinite(values).all():
+        return listed
+    return json.loads(json.dumps(listed).replace("-Infinity", "null").replace("NaN", "null"))
+
+
+def cmd_tiles(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from attnviz.core.maths.engine import compute_head
+    from attnviz.core.maths.tiling import tiles
+
+    s = load_source(args)
+    heads = s.n_heads if s.settings.projections else 1
+    if args.head > heads:
+        raise UsageError(f"--head {args.head}: the scenario has {heads} head(s)")
+    t = tiles(s, args.head - 1, args.block_q, args.block_k, args.precision)
+    error = float(np.abs(t.output - compute_head(s, args.head - 1).output).max())
+    traffic = t.traffic()
+    if args.format == "json":
+        doc = {
+            "head": args.head,
+            "block_q": args.block_q,
+            "block_k": args.block_k,
+            "precision": args.precision,
+            "steps": [
+                {
+                    "q_rows": _span(step.rows),
+                    "k_cols": _span(step.cols),
+                    "skipped": step.skipped,
+                    "m": _finite(step.m_new),
+                    "l": _finite(step.l_new),
+                    "O": _finite(step.O),
+                }
+                for step in t.steps
+            ],
+            "output": _finite(t.output),
+            "lse": _finite(t.lse),
+            "weights_from_lse": _finite(t.weights_from_lse),
+            "max_error_vs_dense": error,
+            "traffic": {
+                "dense_reads": traffic.dense_reads,
+                "dense_writes": traffic.dense_writes,
+                "tiled_reads": traffic.tiled_reads,
+                "tiled_writes": traffic.tiled_writes,
+            },
+        }
+        print(json.dumps(doc))
+        return 0
+    print(
+        f"head {args.head}: {len(t.steps)} tiles of {args.block_q} query rows × "
+        f"{args.block_k} key columns, {t.skipped} skipped by the mask ({args.precision})"
+    )
+    for step in t.steps:
+        where = f"rows {step.rows[0] + 1}–{step.rows[1]}, keys {step.cols[0] + 1}–{step.cols[1]}"
+        if step.skipped:
+            print(f"  {where}: skipped (the mask hides every key)")
+            continue
+        m = " ".join(f"{v:.4g}" for v in step.m_new)
+        l = " ".join(f"{v:.4g}" for v in step.l_new)
+        print(f"  {where}: m = [{m}]  l = [{l}]" + ("  (block done)" if step.last else ""))
+    columns = [str(j + 1) for j in range(t.output.shape[1])]
+    print(table("output O / l", t.output, s.tokens, columns))
+    print(f"log-sum-exp: {' '.join(f'{v:.6g}' for v in t.lse)}")
+    print(f"largest difference from dense attention's output: {error:.2e}")
+    print(
+        f"slow-memory traffic (numbers): dense {traffic.dense:,} ({traffic.dense_reads:,} "
+        f"read, {traffic.dense_writes:,} written); tiled {traffic.tiled:,} "
+        f"({traffic.tiled_reads:,} read, {traffic.tiled_writes:,} written)"
+    )
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from attnviz.core.io.files import save_scenario
     from attnviz.core.models.importer import Request, import_model_layer
@@ -541,6 +645,7 @@ COMMANDS = {
     "explain": cmd_explain,
     "export": cmd_export,
     "code": cmd_code,
+    "tiles": cmd_tiles,
     "import": cmd_import,
 }
 SUBCOMMANDS = (
@@ -550,6 +655,7 @@ SUBCOMMANDS = (
     "explain",
     "code",
     "export",
+    "tiles",
     "import",
 )  # as --help lists them
 

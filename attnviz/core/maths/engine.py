@@ -543,6 +543,21 @@ def one_head(s: Scenario, h: int) -> Result:
     return _result(s, X, heads, future, concat=empty, final=empty)
 
 
+def head_inputs(s: Scenario, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Query head h's Q and K as the scores see them (after QK-norm and RoPE), and its V:
+    (n, d), (m, d), (m, d); nothing n × m is computed."""
+    _check_head(s, h)
+    return _head_inputs(s, h, *_inputs(s))
+
+
+def _head_inputs(
+    s: Scenario, h: int, X: np.ndarray, X_kv: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    _, Q_rot = _queries(s, X, [h])
+    _, V, K_rot = _keys(s, X_kv, _kv_of(s, [h]))
+    return Q_rot[0], K_rot[0], V[0]
+
+
 def _head_output(
     s: Scenario,
     h: int,
@@ -556,14 +571,13 @@ def _head_output(
     a block's products differently in the last bit), a block of query rows at a time: no
     n × n intermediate is stored."""
     st = s.settings
-    _, Q_rot = _queries(s, X, [h])
-    _, V, K_rot = _keys(s, X_kv, _kv_of(s, [h]))
-    Kt = np.ascontiguousarray(K_rot[0].T)
+    Q_rot, K_rot, V = _head_inputs(s, h, X, X_kv)
+    Kt = np.ascontiguousarray(K_rot.T)
     qpos = positions(s)[0]
-    out = np.empty((s.n, V.shape[2]))
+    out = np.empty((s.n, V.shape[1]))
     for a in range(0, s.n, block):
         rows = slice(a, min(s.n, a + block))
-        scores = (Q_rot[0, rows] @ Kt)[None]
+        scores = (Q_rot[rows] @ Kt)[None]
         _, _, (weights, *_), _ = _weights(s, scores, [h], future[rows], qpos[rows])
         weights = weights[0]
         if st.mask == "drop-after-softmax":
@@ -571,7 +585,7 @@ def _head_output(
         if keep is not None:
             weights *= keep[rows]
             weights /= 1.0 - st.dropout
-        out[rows] = weights @ V[0]
+        out[rows] = weights @ V
     return out
 
 

@@ -1,0 +1,269 @@
+"""FlashAttention-2's forward pass over one head of a scenario, step by step.
+
+The queries go in blocks of ``block_q`` rows; for each block the keys go in blocks of
+``block_k`` columns. A step scores one tile (Q_i K_jᵀ, scaled, soft-capped, with the
+ALiBi bias and the mask: exactly what the engine does, for those rows and columns), then
+updates each row's running maximum m, its running denominator l and its unnormalised
+output O:
+
+    m_new = max(m_old, rowmax(S))        P = exp(S − m_new)
+    l_new = e^(m_old − m_new)·l_old + rowsum(P)
+    O_new = e^(m_old − m_new)·O_old + P·V_j
+
+A tile the mask hides entirely is skipped (no scores, no reads of K_j and V_j). After a
+block's last tile, O / l is that block's output and m + log l its rows' log-sum-exp
+(LSE). The n × m score matrix is never stored; from Q, K and the LSE alone,
+P = exp(S − LSE) gives back the dense weights, which is how a fused kernel's backward
+pass gets them. A sink (gpt-oss) is one more logit in the denominator: the running state
+starts at m = sink, l = 1.
+
+``precision`` other than float64 runs the steps as the GPU kernels do: Q, K, V and P
+rounded to float16, bfloat16 or float32, products and m, l, O accumulated in float32.
+
+``traffic`` counts the reads and writes of the slow memory (HBM) for dense attention and
+for the tiled pass, after the FlashAttention paper's analysis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.core.maths.engine import head_inputs, hidden_keys, positions, scale_of
+from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.variants import alibi_slopes, softcap
+
+PRECISIONS = ("float64", "float32", "float16", "bfloat16")
+SUPPORTED_MASKS = ("none", "causal", "sliding-window", "custom")  # −∞ masks, as kernels do
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One tile: query rows ``rows`` (start, stop) against key columns ``cols``."""
+
+    q_block: int
+    k_block: int
+    rows: tuple[int, int]  # 0-based, stop exclusive
+    cols: tuple[int, int]
+    skipped: bool  # the mask hides the whole tile: nothing computed, nothing read
+    scores: np.ndarray  # (rows, cols) as softmax sees them (−∞ where masked); empty if skipped
+    m_old: np.ndarray  # (rows,) running maximum before the step
+    m_new: np.ndarray
+    l_old: np.ndarray  # (rows,) running denominator before the step
+    l_new: np.ndarray
+    rescale: np.ndarray  # (rows,) e^(m_old − m_new), what the old l and O are multiplied by
+    P: np.ndarray  # (rows, cols) exp(S − m_new); empty if skipped
+    O: np.ndarray  # (rows, d) unnormalised output after the step
+    last: bool  # the block's last tile: O / l and the LSE are final after it
+
+
+@dataclass(frozen=True, eq=False)
+class Tiling:
+    """The whole pass over one head."""
+
+    head: int
+    block_q: int
+    block_k: int
+    precision: str
+    steps: tuple[Step, ...]
+    output: np.ndarray  # (n, d) O / l
+    lse: np.ndarray  # (n,) m + log l (−∞ for a row that sees no key)
+    weights_from_lse: np.ndarray  # (n, m) exp(S − LSE), rebuilt after the pass
+
+    @property
+    def skipped(self) -> int:
+        return sum(step.skipped for step in self.steps)
+
+    @property
+    def computed(self) -> int:
+        return len(self.steps) - self.skipped
+
+    @property
+    def kv_columns(self) -> int:
+        """Key columns read (of K and of V) over the computed tiles."""
+        return sum(step.cols[1] - step.cols[0] for step in self.steps if not step.skipped)
+
+    def traffic(self) -> Traffic:
+        n, d = self.output.shape
+        m = self.weights_from_lse.shape[1]
+        return traffic(n, m, d, self.block_q, self.kv_columns)
+
+
+def check_supported(s: Scenario) -> None:
+    """Refuse what a tiled kernel does not do, naming it."""
+    st = s.settings
+    if st.mask not in SUPPORTED_MASKS:
+        raise ScenarioError(
+            f"mask {st.mask!r}: the tiled pass masks with −∞ as the kernels do "
+            f"(masks {', '.join(SUPPORTED_MASKS)}); {st.mask} is a teaching strategy only"
+        )
+    if st.dropout:
+        raise ScenarioError("dropout: switch it off to step through the tiles")
+
+
+def tiles(
+    s: Scenario,
+    head: int = 0,
+    block_q: int = 4,
+    block_k: int = 4,
+    precision: str = "float64",
+) -> Tiling:
+    """FlashAttention-2's forward pass over query head ``head`` (0-based) of ``s``."""
+    check_supported(s)
+    if precision not in PRECISIONS:
+        raise ScenarioError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    for name, value in (("block_q", block_q), ("block_k", block_k)):
+        if not isinstance(value, int) or value < 1:
+            raise ScenarioError(f"{name}: {value!r}; expected a whole number from 1")
+    Q, K, V = head_inputs(s, head)  # Q and K as the scores see them (QK-norm, RoPE)
+    hidden = hidden_keys(s) if s.settings.mask != "none" else np.zeros((s.n, s.m), bool)
+    low = precision != "float64"
+    if low:
+        Q, K, V = (_rounded(a, precision) for a in (Q, K, V))
+    acc = np.float32 if low else np.float64
+    sink = _sink(s, head)
+    steps: list[Step] = []
+    output = np.zeros((s.n, V.shape[1]))
+    lse = np.full(s.n, -np.inf)
+    for i, r0 in enumerate(range(0, s.n, block_q)):
+        r1 = min(s.n, r0 + block_q)
+        m: np.ndarray = np.full(r1 - r0, -np.inf if sink is None else sink, dtype=acc)
+        l: np.ndarray = np.full(r1 - r0, 0.0 if sink is None else 1.0, dtype=acc)
+        O: np.ndarray = np.zeros((r1 - r0, V.shape[1]), dtype=acc)
+        starts = list(range(0, s.m, block_k))
+        for j, c0 in enumerate(starts):
+            c1 = min(s.m, c0 + block_k)
+            last = j == len(starts) - 1
+            tile_hidden = hidden[r0:r1, c0:c1]
+            if tile_hidden.all():
+                empty = np.empty((r1 - r0, 0))
+                ones = np.ones(r1 - r0, dtype=acc)
+                steps.append(
+                    Step(i, j, (r0, r1), (c0, c1), True, empty, m, m, l, l, ones, empty, O, last)
+                )
+                continue
+            S = _scores(s, head, Q[r0:r1], K[c0:c1], (r0, r1), (c0, c1), tile_hidden, acc)
+            m_new = np.maximum(m, S.max(axis=1))
+            seen = ~np.isneginf(m_new)  # a row that has seen no key yet keeps m = −∞
+            base = np.where(seen, m_new, 0.0)
+            rescale = np.where(seen & ~np.isneginf(m), np.exp(m - base), 0.0).astype(acc)
+            P = np.exp(S - base[:, None]).astype(acc)  # exp(−∞) = 0 on masked keys
+            l_new = (rescale * l + P.sum(axis=1)).astype(acc)
+            PV = _rounded(P, precision) @ V[c0:c1] if low else P @ V[c0:c1]
+            O_new = (rescale[:, None] * O + PV).astype(acc)
+            steps.append(
+                Step(
+                    i, j, (r0, r1), (c0, c1), False, S, m, m_new, l, l_new, rescale, P, O_new, last
+                )
+            )
+            m, l, O = m_new.astype(acc), l_new, O_new
+        with np.errstate(divide="ignore", invalid="ignore"):
+            output[r0:r1] = np.where(l[:, None] > 0, O / l[:, None], 0.0)
+            lse[r0:r1] = np.where(l > 0, m + np.log(l), -np.inf)
+    for step in steps:
+        _freeze(step)
+    rebuilt = _weights_from_lse(s, head, lse, hidden)
+    return Tiling(head, block_q, block_k, precision, tuple(steps), output, lse, rebuilt)
+
+
+def _sink(s: Scenario, head: int) -> float | None:
+    sinks = s.settings.sinks
+    return None if sinks is None else float(sinks[head])
+
+
+def _scores(
+    s: Scenario,
+    head: int,
+    Q: np.ndarray,
+    K: np.ndarray,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    hidden: np.ndarray,
+    acc: type,
+) -> np.ndarray:
+    """One tile as softmax sees it, the engine's steps in the engine's order: × scale,
+    soft-cap, − ALiBi slope·distance, −∞ where the mask hides a key."""
+    st = s.settings
+    raw = (Q.astype(acc) @ K.astype(acc).T).astype(np.float64)
+    d = s.d_k if st.projections else s.d_model
+    scale = scale_of(st, d)
+    S = raw / np.sqrt(d) if scale is None else raw * scale
+    if st.softcap is not None:
+        S = softcap(S, st.softcap)
+    if st.positional == "alibi":
+        slope = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[head]
+        qpos, kpos = positions(s)
+        S = S - slope * np.abs(qpos[rows[0] : rows[1], None] - kpos[None, cols[0] : cols[1]])
+    return np.where(hidden, -np.inf, S).astype(acc)
+
+
+def _weights_from_lse(s: Scenario, head: int, lse: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """P = exp(S − LSE), from Q, K and the LSE alone: the dense weights, rebuilt."""
+    Q, K, _ = head_inputs(s, head)
+    S = _scores(s, head, Q, K, (0, s.n), (0, s.m), hidden, np.float64)
+    with np.errstate(invalid="ignore"):
+        P = np.exp(S - lse[:, None])
+    return np.where(np.isneginf(lse)[:, None], 0.0, P)
+
+
+def _freeze(step: Step) -> None:
+    for a in (step.scores, step.m_old, step.m_new, step.l_old, step.l_new):
+        a.flags.writeable = False
+    for a in (step.rescale, step.P, step.O):
+        a.flags.writeable = False
+
+
+def _rounded(x: np.ndarray, precision: str) -> np.ndarray:
+    """x rounded to ``precision`` and held in float32 (as kernels feed tensor cores)."""
+    if precision == "float16":
+        return np.asarray(x).astype(np.float16).astype(np.float32)
+    f = np.asarray(x, dtype=np.float32)
+    if precision == "bfloat16":  # the top 16 bits of a float32, rounded to nearest even
+        bits = f.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+        return np.asarray(rounded, dtype=np.uint32).view(np.float32)
+    return f
+
+
+# Memory traffic ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Numbers read from and written to the slow memory for one head."""
+
+    dense_reads: int
+    dense_writes: int
+    tiled_reads: int
+    tiled_writes: int
+
+    @property
+    def dense(self) -> int:
+        return self.dense_reads + self.dense_writes
+
+    @property
+    def tiled(self) -> int:
+        return self.tiled_reads + self.tiled_writes
+
+
+def traffic(n: int, m: int, d: int, block_q: int, kv_columns: int | None = None) -> Traffic:
+    """Dense attention (the paper's Algorithm 0): read Q and K, write S; read S, write P;
+    read P and V, write O. Tiled (FlashAttention-2, query blocks outside): each query
+    block is read once and reads the K and V columns of its computed tiles; O and the LSE
+    are written once. ``kv_columns``: key columns read over all computed tiles (every
+    block reads all m by default; fewer where a mask skips tiles)."""
+    dense_reads = 2 * n * d + n * m + n * m + m * d
+    dense_writes = n * m + n * m + n * d
+    columns = math.ceil(n / block_q) * m if kv_columns is None else kv_columns
+    return Traffic(dense_reads, dense_writes, n * d + 2 * columns * d, n * d + n)
+
+
+def blocks_for_memory(M: int, d: int) -> tuple[int, int]:
+    """The paper's block sizes for a fast memory of M numbers: B_c = ⌈M / 4d⌉ key
+    columns, B_r = min(B_c, d) query rows."""
+    if 4 * d > M:
+        raise ScenarioError(f"fast memory of {M} numbers: at least 4·d = {4 * d} are needed")
+    b_c = math.ceil(M / (4 * d))
+    return min(b_c, d), b_c
