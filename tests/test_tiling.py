@@ -208,3 +208,84 @@ def test_the_tiles_command_prints_json_with_one_based_ranges(capsys):
     assert main(["tiles", "--head", "9"]) == 2
     assert "the scenario has 2 head(s)" in capsys.readouterr().err
     assert main(["tiles", "--mask", "causal-zero"]) == 2
+
+
+# The worked arithmetic of a step ------------------------------------------------------
+
+
+def two(x: float) -> str:
+    """Two decimals with a real minus sign, as the worked arithmetic prints them."""
+    return f"{x:.2f}".replace("-", "−")
+
+
+def worked_scores() -> np.ndarray:
+    """Head 1 of the worked example, scaled and causal, computed here."""
+    s = worked_example()
+    S = (s.X @ s.W_Q[0]) @ (s.X @ s.W_K[0]).T / math.sqrt(2)
+    S[np.triu_indices(4, 1)] = -np.inf
+    return S
+
+
+def test_describe_step_writes_out_the_rescaling_of_a_row():
+    from attnviz.core.maths.tiling import describe_step
+
+    S = worked_scores()
+    t = tiles(worked_example(), 0, 2, 2)
+    step = t.steps[3]  # rows 3–4 × keys 3–4, the block's last tile
+    assert (step.rows, step.cols, step.last) == ((2, 4), (2, 4), True)
+    m_old, m_new = S[3, :2].max(), S[3, :4].max()
+    l_old = np.exp(S[3, :2] - m_old).sum()
+    l_new = np.exp(S[3, :4] - m_new).sum()
+    assert m_new > m_old  # the maximum moves: the old sum is rescaled
+    text = describe_step(step, 3, worked_example().tokens)
+    assert text.startswith("row 4 (cat), keys 3–4: ")
+    assert f"m {two(m_old)} → {two(m_new)} (tile max {two(S[3, 2:4].max())})" in text
+    assert f"l = {two(l_old)} × e^({two(m_old)}−{two(m_new)})" in text
+    for s in S[3, 2:4]:
+        assert f"e^({two(s)}−{two(m_new)})" in text
+    assert f"= {two(l_new)}; O = O × {two(np.exp(m_old - m_new))} + P·V" in text
+    lse = m_new + np.log(l_new)
+    assert text.endswith(f"block done: out = O / {two(l_new)}, LSE = m + ln l = {two(lse)}")
+
+
+def test_describe_step_names_masked_keys_skipped_tiles_and_first_tiles():
+    from attnviz.core.maths.tiling import describe_step
+
+    S = worked_scores()
+    tokens = worked_example().tokens
+    t = tiles(worked_example(), 0, 2, 2)
+    first = describe_step(t.steps[0], 0, tokens)  # row 1 sees key 1 only
+    s00 = two(S[0, 0])
+    exponent = f"{s00}−{s00}" if S[0, 0] >= 0 else f"{s00}+{two(-S[0, 0])}"
+    assert first == (
+        f"row 1 (she), keys 1–2: m −∞ → {s00}; l = e^({exponent}) = 1.00; O = P·V (key 2 masked)"
+    )
+    skipped = describe_step(t.steps[1], 1, tokens)  # rows 1–2 × keys 3–4: all future
+    l_row2 = np.exp(S[1, :2] - S[1, :2].max()).sum()
+    assert skipped.startswith(
+        f"row 2 (saw), keys 3–4: tile skipped (the mask hides all of it): m {two(S[1, :2].max())}"
+        f", l {two(l_row2)} and O unchanged; block done: out = O / {two(l_row2)}"
+    )
+    row3 = describe_step(t.steps[3], 2, tokens)
+    assert "(key 4 masked)" in row3 and "stays" in row3  # S[2, 2] is not above the old max
+    assert S[2, 2] <= S[2, :2].max()
+    with pytest.raises(ValueError, match="row 1: the step covers rows 3–4"):
+        describe_step(t.steps[3], 0, tokens)
+
+
+def test_describe_step_sums_many_keys_in_one_term():
+    from attnviz.core.maths.tiling import describe_step
+
+    s = make_preset("gpt2-small", n=12)  # causal
+    t = tiles(s, 0, 12, 6)
+    step = t.steps[1]  # all 12 rows × keys 7–12
+    Q, K = s.X @ s.W_Q[0], s.X @ s.W_K[0]
+    S = Q @ K.T / math.sqrt(64)
+    S[np.triu_indices(12, 1)] = -np.inf
+    m_new = S[11].max()
+    assert m_new >= S[11, :6].max()
+    text = describe_step(step, 11)
+    total = np.exp(S[11, 6:] - m_new).sum()
+    assert text.startswith("row 12, keys 7–12: ")
+    assert f"Σ e^(s − {two(m_new)}) over 6 keys ({two(total)})" in text
+    assert "keys 9–12 masked" in describe_step(step, 7)  # row 8 sees keys 7 and 8 only

@@ -27,6 +27,7 @@ for the tiled pass, after the FlashAttention paper's analysis.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,6 +226,100 @@ def _rounded(x: np.ndarray, precision: str) -> np.ndarray:
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
         return np.asarray(rounded, dtype=np.uint32).view(np.float32)
     return f
+
+
+# The worked arithmetic of one step ---------------------------------------------------
+
+TERMS_LISTED = 4  # e^(s − m) terms written out one by one; more are summed in one term
+
+
+def describe_step(step: Step, row: int, tokens: Sequence[str] = ()) -> str:
+    """The arithmetic of one query row (0-based, among ``step.rows``) in one step, in
+    words: "row 3 (the), keys 3–4: m 1.40 → 1.98 (tile max 1.98); l = 2.31 × e^(1.40−1.98)
+    + … = …"; after a block's last tile, its output and log-sum-exp."""
+    r0, r1 = step.rows
+    if not r0 <= row < r1:
+        raise ValueError(f"row {row + 1}: the step covers rows {r0 + 1}–{r1}")
+    k = row - r0
+    name = f" ({tokens[row]})" if row < len(tokens) else ""
+    c0, c1 = step.cols
+    keys = f"key {c0 + 1}" if c1 - c0 == 1 else f"keys {c0 + 1}–{c1}"
+    m_old, l_old = float(step.m_old[k]), float(step.l_old[k])
+    m_new, l_new = float(step.m_new[k]), float(step.l_new[k])
+    state = f"m {_n(m_old)}, l {_n(l_old)} and O"
+    scores = np.asarray(step.scores[k], dtype=np.float64) if not step.skipped else None
+    seen = np.flatnonzero(~np.isneginf(scores)) if scores is not None else np.zeros(0, int)
+    if scores is None:
+        text = f"tile skipped (the mask hides all of it): {state} unchanged"
+    elif not seen.size:
+        text = f"all masked: {state} unchanged"
+    else:
+        text = _update(scores, seen, m_old, m_new, l_old, l_new, float(step.rescale[k]))
+        hidden = _spans(c0 + np.flatnonzero(np.isneginf(scores)))
+        text += f" ({hidden} masked)" if hidden else ""
+    if step.last:
+        if l_new > 0:
+            lse = m_new + math.log(l_new)
+            text += f"; block done: out = O / {_n(l_new)}, LSE = m + ln l = {_n(lse)}"
+        else:
+            text += "; block done: no key seen, out = 0"
+    return f"row {row + 1}{name}, {keys}: {text}"
+
+
+def _update(
+    scores: np.ndarray,
+    seen: np.ndarray,
+    m_old: float,
+    m_new: float,
+    l_old: float,
+    l_new: float,
+    rescale: float,
+) -> str:
+    """m, l and O of one row after a tile with keys ``seen`` (not masked)."""
+    first = math.isinf(m_old)  # nothing to rescale yet
+    if first:
+        text = f"m −∞ → {_n(m_new)}; l = "
+    else:
+        change = f"m {_n(m_old)} → {_n(m_new)}" if m_new > m_old else f"m {_n(m_old)} stays"
+        top = _n(float(scores[seen].max()))
+        text = f"{change} (tile max {top}); l = {_n(l_old)} × e^({_minus(m_old, m_new)}) + "
+    if seen.size <= TERMS_LISTED:
+        text += " + ".join(f"e^({_minus(float(scores[j]), m_new)})" for j in seen)
+    else:
+        total = "" if first else f" ({_n(float(np.exp(scores[seen] - m_new).sum()))})"
+        text += f"Σ e^(s − {_n(m_new)}) over {seen.size} keys{total}"
+    text += f" = {_n(l_new)}; O = " + ("P·V" if first else f"O × {_n(rescale)} + P·V")
+    return text
+
+
+def _n(x: float) -> str:
+    """A number as the worked arithmetic prints it: two decimals, − for minus."""
+    if x == -math.inf:
+        return "−∞"
+    if x == 0:
+        return "0"
+    text = f"{x:.2f}" if 0.01 <= abs(x) < 1000 else f"{x:.3g}"
+    return text.replace("-", "−")
+
+
+def _spans(columns: np.ndarray) -> str:
+    """1-based key numbers of 0-based columns, runs joined: "keys 2–5, 8" or "key 3"."""
+    runs: list[list[int]] = []
+    for c in columns.tolist():
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    if not runs:
+        return ""
+    texts = [f"{a + 1}" if a == b else f"{a + 1}–{b + 1}" for a, b in runs]
+    plural = len(runs) > 1 or runs[0][0] != runs[0][1]
+    return f"key{'s' if plural else ''} {', '.join(texts)}"
+
+
+def _minus(a: float, b: float) -> str:
+    """ "a−b" for an exponent, written "a+|b|" when b is negative."""
+    return f"{_n(a)}−{_n(b)}" if b >= 0 else f"{_n(a)}+{_n(-b)}"
 
 
 # Memory traffic ------------------------------------------------------------------------
