@@ -113,7 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("code", help="print the scenario as a standalone NumPy or PyTorch script")
     _add_source(p)
-    p.add_argument("--flavor", choices=("numpy", "torch"), default="numpy")
+    p.add_argument(
+        "--flavor",
+        choices=("numpy", "torch", "tiled"),
+        default="numpy",
+        help="tiled: NumPy, each head computed FlashAttention-2's way (see --block-q/--block-k)",
+    )
+    p.add_argument("--block-q", type=_positive, default=2, metavar="BR", help="tiled: query rows")
+    p.add_argument("--block-k", type=_positive, default=2, metavar="BC", help="tiled: key columns")
 
     p = sub.add_parser("export", help="write a heatmap as PNG or SVG without opening a window")
     _add_source(p)
@@ -421,7 +428,8 @@ def cmd_code(args: argparse.Namespace) -> int:
     from attnviz.core.io.codegen import to_script
 
     source = args.file or args.preset or "worked-example"
-    sys.stdout.write(to_script(load_source(args), args.flavor, source=source))
+    blocks = (args.block_q, args.block_k)
+    sys.stdout.write(to_script(load_source(args), args.flavor, source=source, blocks=blocks))
     return 0
 
 

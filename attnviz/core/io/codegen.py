@@ -31,6 +31,11 @@ The script's output, line by line::
 - Any other line is a title: ``head <h> weights`` (h from 1, one per query head; one head
   when projections are off) and, last, ``output``.
 
+The "tiled" flavor is the NumPy script with each head computed as FlashAttention-2 does:
+query blocks against key blocks, a running maximum and denominator per row, the output
+rescaled, tiles the mask hides skipped, and the weights printed rebuilt from the rows'
+log-sum-exp (the masks and dropout a kernel does not do are refused).
+
 The script text is pure ASCII (non-ASCII token labels appear as ``\\u`` escapes), so it
 runs whatever encoding it is saved or printed in.
 """
@@ -45,9 +50,10 @@ import numpy as np
 
 from attnviz import __version__
 from attnviz.core.maths.scenario import MASKS, MINUS_INF_MASKS, Scenario
+from attnviz.core.maths.tiling import check_supported
 from attnviz.core.maths.variants import visible
 
-FLAVORS = ("numpy", "torch")
+FLAVORS = ("numpy", "torch", "tiled")  # tiled: NumPy, FlashAttention-2's forward pass
 WIDTH = 88  # wrap long matrix rows so that the script stays readable
 
 _NUMPY_HEAD = """\
@@ -124,9 +130,81 @@ def _lines(s: Scenario, flavor: str) -> list[str]:
     u = _uses(s)
 
     def pick(numpy_text: str, torch_text: str) -> str:
-        return numpy_text if flavor == "numpy" else torch_text
+        return numpy_text if flavor != "torch" else torch_text
 
-    return _setup_lines(s, u, pick) + _head_lines(u, pick) + _mix_lines(u, pick)
+    heads = _tiled_head_lines(u, pick) if flavor == "tiled" else _head_lines(u, pick)
+    return _setup_lines(s, u, pick) + heads + _mix_lines(u, pick)
+
+
+def _tiled_head_lines(u: _Uses, pick: Pick) -> list[str]:
+    """The head loop as FlashAttention-2 runs it: tiles of scores, the running maximum and
+    denominator, the output rescaled; the weights rebuilt from the log-sum-exp at the end."""
+    body = [
+        line.replace("S = Q @ K.T  # S[i, j]: query i against key j", "S = Q[rows] @ K[cols].T")
+        .replace("q_pos[:, None] - k_pos[None, :]", "q_pos[rows][:, None] - k_pos[cols][None, :]")
+        .replace("np.where(future,", "np.where(future[rows, cols],")
+        for line in _score_lines(u, pick)
+        if line.strip()
+    ]
+    body = [line for line in body if "causal-zero" not in line and "e^0 = 1" not in line]
+    hiding = '"causal", "sliding-window", "custom"' if u.custom else '"causal", "sliding-window"'
+    start = (
+        ("np.full(r1 - r0, SINKS[h])", "np.ones(r1 - r0)")
+        if u.sinks
+        else (
+            "np.full(r1 - r0, -np.inf)",
+            "np.zeros(r1 - r0)",
+        )
+    )
+    function = [
+        "def tile_scores(h, Q, K, d_k, rows, cols):",
+        '    """One tile of the scores softmax sees: these query rows against these keys."""',
+        *body,
+        "    return S",
+        "",
+        "",
+    ]
+    loop = [
+        "",
+        "    # FlashAttention-2: query blocks of BLOCK_Q rows; for each, key blocks of BLOCK_K",
+        "    # columns. Per row it keeps a running maximum m, a running sum l of exp(S - m) and",
+        "    # an unnormalised output O; a new tile's larger maximum rescales both by",
+        "    # exp(m_old - m_new). The n x m matrix of scores or weights is never stored.",
+        "    head_output = np.zeros((len(Q), V.shape[1]))",
+        "    lse = np.zeros(len(Q))  # each row's log-sum-exp: all a kernel keeps of its softmax",
+        "    for r0 in range(0, len(Q), BLOCK_Q):",
+        "        r1 = min(len(Q), r0 + BLOCK_Q)",
+        "        rows = slice(r0, r1)",
+        f"        m_run = {start[0]}"
+        + ("  # the sink: one more logit, of value 0" if u.sinks else ""),
+        f"        l_run = {start[1]}",
+        "        O = np.zeros((r1 - r0, V.shape[1]))",
+        "        for c0 in range(0, len(K), BLOCK_K):",
+        "            cols = slice(c0, min(len(K), c0 + BLOCK_K))",
+        f"            if MASK in ({hiding}) and future[rows, cols].all():",
+        "                continue  # the mask hides the whole tile: skipped, K and V not read",
+        "            S = tile_scores(h, Q, K, d_k, rows, cols)",
+        "            m_new = np.maximum(m_run, S.max(axis=1))",
+        "            base = np.where(np.isneginf(m_new), 0.0, m_new)  # rows with no key seen yet",
+        "            rescale = np.exp(m_run - base)  # exp(m_old - m_new)",
+        "            P = np.exp(S - base[:, None])",
+        "            l_run = rescale * l_run + P.sum(axis=1)",
+        "            O = rescale[:, None] * O + P @ V[cols]",
+        "            m_run = m_new",
+        "        seen = l_run > 0  # a row that sees no key at all has output 0",
+        "        head_output[rows] = O / np.where(seen, l_run, 1.0)[:, None]",
+        "        lse[rows] = np.where(seen, m_run + np.log(np.where(seen, l_run, 1.0)), -np.inf)",
+        "",
+        "    # The weights were never stored; Q, K and the log-sum-exp give them back:",
+        "    S = tile_scores(h, Q, K, d_k, slice(None), slice(None))",
+        "    weights = np.where(np.isneginf(lse)[:, None], 0.0, np.exp(S - lse[:, None]))",
+        '    print(f"head {h + 1} weights")',
+        "    for row in weights:",
+        "        print(row.tolist())",
+        "    head_outputs.append(head_output)",
+        "",
+    ]
+    return function + _projection_lines(u) + _norm_rope_lines(u, pick) + loop
 
 
 def _setup_lines(s: Scenario, u: _Uses, pick: Pick) -> list[str]:
@@ -226,6 +304,16 @@ if DROPOUT > 0:
 def _head_lines(u: _Uses, pick: Pick) -> list[str]:
     """The loop over query heads: projections, QK-norm, RoPE, scores, scale, soft-cap,
     ALiBi, mask, softmax (with any sink), the wrong mask, dropout; prints the weights."""
+    return (
+        _projection_lines(u)
+        + _norm_rope_lines(u, pick)
+        + _score_lines(u, pick)
+        + _weights_lines(u, pick)
+    )
+
+
+def _projection_lines(u: _Uses) -> list[str]:
+    """The head loop's start: Q, K, V of query head h (and the key/value head it reads)."""
     kv = "g" if u.grouped else "h"  # which key/value head query head h reads
     X_kv = "X_kv" if u.cross else "X"
     out = ["head_outputs = []", "for h in range(n_heads):", "    if PROJECTIONS:"]
@@ -246,6 +334,13 @@ def _head_lines(u: _Uses, pick: Pick) -> list[str]:
         else "        Q = K = V = X  # simple self-attention: one head, no projections",
         "    d_k = Q.shape[1]",
     ]
+    return out
+
+
+def _norm_rope_lines(u: _Uses, pick: Pick) -> list[str]:
+    """QK-norm and RoPE on Q and K, where the scenario uses them."""
+    kv = "g" if u.grouped else "h"
+    out: list[str] = []
     if u.qk_norm:
         mean = pick(
             "np.sqrt(np.mean({0}**2, axis=1, keepdims=True)",
@@ -267,7 +362,12 @@ def _head_lines(u: _Uses, pick: Pick) -> list[str]:
             '    if POSITIONAL == "rope":  # turned by their positions, so scores see distance',
             "        Q, K = rope(Q, q_pos), rope(K, k_pos)",
         ]
-    out += ["", "    S = Q @ K.T  # S[i, j]: query i against key j", "    if SCALE:"]
+    return out
+
+
+def _score_lines(u: _Uses, pick: Pick) -> list[str]:
+    """From Q and K to the scores softmax sees: Q Kᵀ, scale, soft-cap, ALiBi, the mask."""
+    out = ["", "    S = Q @ K.T  # S[i, j]: query i against key j", "    if SCALE:"]
     if u.scale_value:
         out.append("        S = S * SCALE_VALUE  # the given scale, in place of 1 / sqrt(d_k)")
     else:
@@ -305,7 +405,12 @@ def _head_lines(u: _Uses, pick: Pick) -> list[str]:
 """,
         ),
     ]
-    out += _softmax_lines(u, pick)
+    return out
+
+
+def _weights_lines(u: _Uses, pick: Pick) -> list[str]:
+    """Softmax (with any sink), the wrong mask, dropout; prints the weights."""
+    out = _softmax_lines(u, pick)
     out += [
         "",
         pick(
@@ -543,8 +648,12 @@ def _describe(s: Scenario) -> str:
 
 
 def _header(s: Scenario, flavor: str, source: str | None) -> str:
-    library = "NumPy" if flavor == "numpy" else "PyTorch (float64, CPU)"
-    needs = "NumPy" if flavor == "numpy" else "PyTorch and NumPy"
+    library = {
+        "numpy": "NumPy",
+        "torch": "PyTorch (float64, CPU)",
+        "tiled": "NumPy, tile by tile as FlashAttention-2 computes it",
+    }[flavor]
+    needs = "PyTorch and NumPy" if flavor == "torch" else "NumPy"
     lines = [
         f'"""Attention over one attnviz scenario, step by step in {library}.',
         "",
@@ -581,7 +690,7 @@ def _data(s: Scenario, flavor: str) -> str:
     u = _uses(s)
 
     def array(literal: str) -> str:
-        if flavor == "numpy":
+        if flavor != "torch":
             return f"np.array({literal})"
         return f"torch.tensor({literal}, dtype=torch.float64)"
 
@@ -646,7 +755,7 @@ def _data(s: Scenario, flavor: str) -> str:
             f"# MASK_MATRIX (the custom mask): n x {'m' if u.cross else 'n'}, 1 where query i "
             "may attend key j, else 0.",
             "MASK_MATRIX = "
-            + (f"np.array({literal})" if flavor == "numpy" else f"torch.tensor({literal})"),
+            + (f"np.array({literal})" if flavor != "torch" else f"torch.tensor({literal})"),
             "",
         ]
     masks = [mask for mask in MASKS if mask != "custom" or u.custom]
@@ -709,13 +818,30 @@ def _data(s: Scenario, flavor: str) -> str:
     return "\n".join(lines)
 
 
-def to_script(s: Scenario, flavor: str = "numpy", *, source: str | None = None) -> str:
+def to_script(
+    s: Scenario,
+    flavor: str = "numpy",
+    *,
+    source: str | None = None,
+    blocks: tuple[int, int] = (2, 2),
+) -> str:
     """A standalone NumPy or PyTorch script that recomputes and prints the scenario's numbers.
 
-    source (a file name or preset name) is recorded in the script's opening comment.
+    source (a file name or preset name) is recorded in the script's opening comment. The
+    "tiled" flavor computes each head FlashAttention-2's way, in blocks of ``blocks``
+    (query rows, key columns), and prints the same lines.
     """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor: {flavor!r} is not one of {', '.join(FLAVORS)}")
-    imports = _NUMPY_HEAD if flavor == "numpy" else _TORCH_HEAD
+    if flavor == "tiled":
+        check_supported(s)
+    imports = _TORCH_HEAD if flavor == "torch" else _NUMPY_HEAD
     body = "\n".join(_lines(s, flavor)) + "\n"
-    return "\n".join([_header(s, flavor, source), imports, _data(s, flavor), body])
+    data = _data(s, flavor)
+    if flavor == "tiled":
+        block_q, block_k = (max(1, int(b)) for b in blocks)
+        sizes = (
+            f"BLOCK_Q = {block_q}  # query rows a tile\nBLOCK_K = {block_k}  # key columns a tile\n"
+        )
+        data = data.replace("# The computation ---", sizes + "\n# The computation ---", 1)
+    return "\n".join([_header(s, flavor, source), imports, data, body])
