@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from attnviz.bench import devices, kernels  # noqa: E402
 from attnviz.bench import sweep as bench  # noqa: E402
 from attnviz.bench.config import IMPLEMENTATIONS, Config  # noqa: E402
 from attnviz.bench.report import (  # noqa: E402
@@ -52,7 +53,7 @@ def tiny(**kw: object) -> Config:
 
 @pytest.fixture
 def fixed_gemm(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(bench, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
+    monkeypatch.setattr(devices, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
     return GEMM
 
 
@@ -67,15 +68,30 @@ def my_flops(b: int, h: int, n: int, d: int, causal: bool, backward: bool) -> fl
     return forward * 3.5 if backward else forward
 
 
-def my_predicted(impl: str, b: int, h: int, n: int, d: int, size: int, backward: bool) -> int:
-    """Dense: two b·h·n² matrices (four with backward) + the output (+3 input gradients).
-    Fused: the output (+3 input gradients) + one float32 statistic per row."""
-    rows = b * h * n
-    out = rows * d * size
-    with_grads = 4 * out if backward else out
-    if impl in ("naive", "math"):
-        return 2 * rows * n * size * (2 if backward else 1) + with_grads
-    return with_grads + rows * 4
+def my_predicted(
+    impl: str,
+    b: int,
+    h: int,
+    n: int,
+    d: int,
+    size: int,
+    backward: bool,
+    g: int | None = None,
+    r: int | None = None,
+) -> int:
+    """Dense (naive, math, flex-eager): two b·h·r·n matrices (four with backward) + the
+    output (+ the gradients of Q, and of K and V at g heads); naive and math under GQA
+    (g < h) also hold K and V copied to h heads (and their gradients with backward).
+    Fused: the output (+ the input gradients) + one float32 statistic per query row.
+    r: query rows (n, or 1 when decoding); g: key/value heads (h)."""
+    g = g or h
+    r = n if r is None else r
+    out = b * h * r * d * size
+    grads = out + 2 * b * g * n * d * size if backward else 0
+    if impl in ("naive", "math", "flex-eager"):
+        copies = 2 * b * h * n * d * size * (2 if backward else 1) if g != h else 0
+        return 2 * b * h * r * n * size * (2 if backward else 1) + out + grads + copies
+    return out + grads + b * h * r * 4
 
 
 def my_inputs_bytes(b: int, h: int, n: int, d: int, size: int) -> int:
@@ -127,6 +143,18 @@ def by_cell(records: list[Record]) -> dict[tuple[str, int], Record]:
         ({"min_n": True}, "min_n"),
         ({"d_head": 16.0}, "d_head"),
         ({"repeats": "3"}, "repeats"),
+        ({"phase": "generate"}, "phase"),
+        ({"heads": 12, "kv_heads": 5}, "kv_heads: 5 does not divide heads 12"),
+        ({"heads": 4, "kv_heads": 8}, "kv_heads"),
+        ({"kv_heads": -1}, "kv_heads"),
+        ({"window": -1}, "window"),
+        ({"window": 2**18}, "window"),
+        ({"documents": 3}, "documents"),
+        ({"documents": 256, "min_n": 256}, "documents"),
+        ({"documents": 128, "min_n": 64}, "documents"),
+        ({"phase": "decode", "window": 16}, "window"),
+        ({"phase": "decode", "documents": 2}, "documents"),
+        ({"phase": "decode", "backward": True}, "backward"),
     ],
 )
 def test_config_check_names_the_bad_parameter(changes: dict, named: str) -> None:
@@ -139,6 +167,9 @@ def test_config_check_accepts_a_good_config_and_sizes_are_the_powers_of_two() ->
     c.check()
     assert c.sizes() == [16, 32, 64, 128, 256, 512, 1024]
     assert tiny(min_n=256, max_n=256).sizes() == [256]
+    tiny(heads=12, kv_heads=4, window=100, documents=64, causal=False).check()
+    tiny(heads=12, kv_heads=1, phase="decode", causal=True).check()  # causal: no matter
+    assert tiny(heads=12, kv_heads=3).groups == 3 and tiny(heads=12).groups == 12
 
 
 # The arithmetic on its own ------------------------------------------------------------
@@ -256,16 +287,19 @@ def test_report_to_dict_holds_every_record() -> None:
         "device": "cpu", "dtype": "bfloat16", "batch": 1, "heads": 2, "d_head": 16,
         "causal": False, "backward": False, "min_n": 256, "max_n": 4096,
         "impls": ["naive", "sdpa"], "repeats": 5, "warmup": 1, "threads": 0,
+        "phase": "prefill", "kv_heads": 0, "window": 0, "documents": 0,
     }  # fmt: skip
+    assert d["copy_gbps"] == 0.0
     none = {"time_ms": None, "peak_bytes": None, "tflops": None, "share_of_gemm": None}
+    new = {"compile_ms": None, "gbps": None, "share_of_copy": None}
     assert d["records"] == [
         {"impl": "naive", "n": 256, "status": "ok", "time_ms": 1.5, "peak_bytes": 3145728,
          "predicted_bytes": 3276800, "tflops": 0.0125, "share_of_gemm": 0.015625,
-         "error": 0.001953125},
+         "error": 0.001953125, **new},
         {"impl": "naive", "n": 512, "status": "oom", **none, "predicted_bytes": 13107200,
-         "error": None},
+         "error": None, **new},
         {"impl": "sdpa", "n": 512, "status": "skipped: needs 9.0 GiB, 1.0 GiB free", **none,
-         "predicted_bytes": 73728, "error": None},
+         "predicted_bytes": 73728, "error": None, **new},
     ]  # fmt: skip
     # and read back, the same report, its config the sweep's
     again = Report.from_dict(d)
@@ -317,10 +351,11 @@ def test_table_text_of_a_hand_made_report() -> None:
 
 def test_csv_of_a_hand_made_report() -> None:
     assert as_csv(hand_made_report()).splitlines() == [
-        "impl,n,status,time_ms,peak_bytes,predicted_bytes,tflops,share_of_gemm,error",
-        "naive,256,ok,1.5,3145728,3276800,0.0125,0.015625,0.001953125",
-        "naive,512,oom,,,13107200,,,",
-        'sdpa,512,"skipped: needs 9.0 GiB, 1.0 GiB free",,,73728,,,',
+        "impl,n,status,time_ms,peak_bytes,predicted_bytes,tflops,share_of_gemm,error,"
+        "compile_ms,gbps,share_of_copy",
+        "naive,256,ok,1.5,3145728,3276800,0.0125,0.015625,0.001953125,,,",
+        "naive,512,oom,,,13107200,,,,,,",
+        'sdpa,512,"skipped: needs 9.0 GiB, 1.0 GiB free",,,73728,,,,,,',
     ]
 
 
@@ -360,9 +395,9 @@ def test_naive_matches_an_independent_float64_reference(causal: bool) -> None:
     g = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(2, 3, 128, 16, generator=g, dtype=torch.float64) for _ in range(3))
     expected = reference_attention(q, k, v, causal)
-    exact = bench.naive(q, k, v, causal)
+    exact = kernels.naive(q, k, v, causal)
     assert float((exact - expected).abs().max()) < 1e-12
-    rounded = bench.naive(q.float(), k.float(), v.float(), causal)
+    rounded = kernels.naive(q.float(), k.float(), v.float(), causal)
     assert rounded.dtype == torch.float32
     err = float((rounded.double() - expected).abs().max())
     assert 0 < err < 1e-5
@@ -389,20 +424,20 @@ def test_error_reflects_the_dtype(fixed_gemm: float) -> None:
 def test_a_wrong_fused_implementation_is_caught(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_call = bench._call
+    real_call = kernels.call
 
-    def off_by_two_percent(impl, q, k, v, causal):
-        out = real_call(impl, q, k, v, causal)
+    def off_by_two_percent(impl, q, k, v, causal, mask=None):
+        out = real_call(impl, q, k, v, causal, mask)
         return out * 1.02 if impl == "sdpa" else out
 
-    monkeypatch.setattr(bench, "_call", off_by_two_percent)
+    monkeypatch.setattr(kernels, "call", off_by_two_percent)
     report = bench.run(tiny(min_n=64, max_n=64))
     got = by_cell(report.records)
     assert got["naive", 64].error < 1e-4
     assert got["sdpa", 64].error > 1e-3
 
 
-def unscaled_naive(q, k, v, causal):
+def unscaled_naive(q, k, v, causal, hidden=None):
     """Dense attention that forgets the 1/√d: a plausible bug."""
     s = q @ k.transpose(-2, -1)
     if causal:
@@ -414,7 +449,7 @@ def unscaled_naive(q, k, v, causal):
 def test_a_wrong_naive_is_caught_in_its_own_error(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench, "naive", unscaled_naive)
+    monkeypatch.setattr(kernels, "naive", unscaled_naive)
     report = bench.run(tiny(min_n=64, max_n=64, impls=("naive",)))
     assert report.records[0].error > 1e-2
 
@@ -439,10 +474,10 @@ def test_out_of_memory_is_recorded_and_the_sweep_continues(
 ) -> None:
     real_step = bench._step
 
-    def step(impl, q, k, v, c):
+    def step(impl, q, k, v, c, mask=None):
         if impl == "naive" and q.shape[-2] == 128:
             raise oom
-        return real_step(impl, q, k, v, c)
+        return real_step(impl, q, k, v, c, mask)
 
     monkeypatch.setattr(bench, "_step", step)
     report = bench.run(tiny(max_n=512))
@@ -467,7 +502,7 @@ def test_out_of_memory_is_recorded_and_the_sweep_continues(
 def test_an_error_that_is_not_out_of_memory_propagates(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
-    def step(impl, q, k, v, c):
+    def step(impl, q, k, v, c, mask=None):
         raise error
 
     monkeypatch.setattr(bench, "_step", step)
@@ -491,13 +526,13 @@ def test_the_memory_guard_skips_a_too_large_n_without_running_it(
     free = 2 * need["naive", 128]
     assert need["naive", 256] > free
     assert max(v for (i, _), v in need.items() if i == "sdpa") < free / 2
-    monkeypatch.setattr(bench, "free_bytes", lambda device: free)
+    monkeypatch.setattr(devices, "free_bytes", lambda device: free)
     stepped: list[tuple[str, int]] = []
     real_step = bench._step
 
-    def spy(impl, q, k, v, c):
+    def spy(impl, q, k, v, c, mask=None):
         stepped.append((impl, q.shape[-2]))
-        return real_step(impl, q, k, v, c)
+        return real_step(impl, q, k, v, c, mask)
 
     monkeypatch.setattr(bench, "_step", spy)
     report = bench.run(tiny(max_n=256))
@@ -585,15 +620,15 @@ def test_gpu_only_backends_are_unsupported_on_a_cpu(fixed_gemm: float) -> None:
 def test_a_backend_that_refuses_the_configured_head_size_is_recorded(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_call = bench._call
+    real_call = kernels.call
 
-    def picky(impl, q, k, v, causal):
+    def picky(impl, q, k, v, causal, mask=None):
         # as CUDA's flash kernel refuses some head sizes (and float32) that it cannot tile
         if impl == "flash" and q.shape[-1] != 16:
             raise RuntimeError("No available kernel. Aborting execution.")
-        return real_call(impl, q, k, v, causal)
+        return real_call(impl, q, k, v, causal, mask)
 
-    monkeypatch.setattr(bench, "_call", picky)
+    monkeypatch.setattr(kernels, "call", picky)
     report = bench.run(tiny(d_head=24, impls=("flash", "sdpa")))
     got = by_cell(report.records)
     assert got["flash", 64].status.startswith("unsupported: ")
@@ -606,11 +641,11 @@ def test_a_backend_that_refuses_the_configured_head_size_is_recorded(
 @pytest.mark.skipif(CUDA, reason="needs a machine without CUDA")
 def test_asking_for_cuda_without_it_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="cuda"):
-        bench.resolve_device("cuda")
+        devices.resolve_device("cuda")
     with pytest.raises(ValueError, match="cuda"):
         bench.run(tiny(device="cuda"))
-    assert bench.resolve_device("auto") == "cpu"
-    assert bench.resolve_device("cpu") == "cpu"
+    assert devices.resolve_device("auto") == "cpu"
+    assert devices.resolve_device("cpu") == "cpu"
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -636,7 +671,9 @@ def test_n_above_the_device_limit_is_skipped_without_running(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stepped: list[int] = []
-    monkeypatch.setattr(bench, "_step", lambda impl, q, k, v, c: stepped.append(q.shape[-2]))
+    monkeypatch.setattr(
+        bench, "_step", lambda impl, q, k, v, c, m=None: stepped.append(q.shape[-2])
+    )
     report = bench.run(tiny(min_n=65536, max_n=65536, impls=("sdpa",)))
     (r,) = report.records
     assert r.status.startswith("skipped: n above ") and r.status.endswith(" on cpu")
@@ -676,7 +713,7 @@ def test_the_reference_check_is_skipped_for_memory_not_called_unsupported(
     monkeypatch.setattr(bench, "reference_error", never)
     c = tiny(batch=2, heads=2, d_head=16, min_n=1, max_n=2)
     enough = min(my_reference_bytes(2, 2, 16, F32, i) for i in ("naive", "sdpa"))
-    monkeypatch.setattr(bench, "free_bytes", lambda device: int(enough))
+    monkeypatch.setattr(devices, "free_bytes", lambda device: int(enough))
     report = bench.run(c)
     assert cells(report.records) == [(i, n) for n in (1, 2) for i in ("naive", "sdpa")]
     for r in report.records:
@@ -704,7 +741,7 @@ def test_the_reference_guard_never_underestimates_the_measured_peak(
     from functools import partial
 
     c = tiny(batch=2, heads=4, d_head=64, causal=causal)
-    peak = bench.cpu_peak_bytes(partial(bench.reference_error, impl, c, "cpu"))
+    peak = devices.cpu_peak_bytes(partial(bench.reference_error, impl, c, "cpu"))
     predicted = bench.reference_bytes(c, impl, "cpu")["cpu"]
     assert predicted / 3 < peak <= predicted
 
@@ -714,7 +751,7 @@ def test_the_reference_guard_checks_free_memory(
 ) -> None:
     # Just less free memory than naive's check needs, far more than the sweep at n = 64.
     need = my_reference_bytes(1, 2, 16, F32, "naive")
-    monkeypatch.setattr(bench, "free_bytes", lambda device: need - 1)
+    monkeypatch.setattr(devices, "free_bytes", lambda device: need - 1)
     report = bench.run(tiny(min_n=64, max_n=64))
     assert [r.status for r in report.records] == ["ok", "ok"]
     assert report.records[0].error is None
@@ -759,8 +796,8 @@ def test_a_check_that_fails_otherwise_still_marks_the_kernel_unsupported(
 def test_the_reference_guard_counts_gpu_memory_on_a_gpu(
     fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = bench.free_bytes
-    monkeypatch.setattr(bench, "free_bytes", lambda d: 1 if d == "cuda" else real(d))
+    real = devices.free_bytes
+    monkeypatch.setattr(devices, "free_bytes", lambda d: 1 if d == "cuda" else real(d))
     monkeypatch.setattr(bench, "_measure", lambda impl, n, *a: Record(impl, n, "ok"))
     report = bench.run(tiny(device="cuda", min_n=64, max_n=64))
     assert [r.error for r in report.records] == [None, None]

@@ -26,11 +26,14 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from attnviz.bench import cli as bench_cli  # noqa: E402 (needs torch, after the skip)
+from attnviz.bench import devices  # noqa: E402
 from attnviz.bench import sweep as bench  # noqa: E402
 from attnviz.bench.config import (  # noqa: E402
+    DEFAULT_IMPLS,
     DEVICES,
     DTYPES,
     IMPLEMENTATIONS,
+    MAX_DOCUMENTS,
     Config,
     config_from_argv,
     config_to_argv,
@@ -73,7 +76,7 @@ FIELDS = (
 
 @pytest.fixture(autouse=True)
 def fixed_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
+    monkeypatch.setattr(devices, "gemm_tflops", lambda device, dtype, repeats=5: GEMM)
 
 
 def run_cli(argv: list[str]) -> int:
@@ -280,7 +283,8 @@ def test_defaults_reach_the_config(no_sweep: list, capsys: pytest.CaptureFixture
     (config,) = no_sweep
     assert config.device == "cpu"
     assert config.max_n == 4096
-    assert config.impls == IMPLEMENTATIONS
+    assert config.impls == ("naive", "sdpa", "flash", "efficient", "cudnn", "math")
+    assert (config.phase, config.kv_heads, config.window, config.documents) == ("prefill", 0, 0, 0)
     assert (config.warmup, config.threads, config.repeats) == (1, 0, 5)
     assert not config.causal and not config.backward
     assert run_cli([*TINY, "--causal", "--backward", "--batch", "3", "--dtype", "bfloat16"]) == 0
@@ -495,14 +499,27 @@ def configs(draw: st.DrawFn) -> Config:
         )
     }
     impls = draw(st.lists(st.sampled_from(IMPLEMENTATIONS), min_size=1, unique=True))
+    heads = whole["heads"]
+    kv_heads = draw(st.sampled_from([0, *(g for g in range(1, heads + 1) if heads % g == 0)]))
+    decode = draw(st.booleans())
+    masks = {"window": 0, "documents": 0}
+    if not decode:
+        documents = [0, *(2**k for k in range(8) if 2**k <= min(low, MAX_DOCUMENTS))]
+        masks = {
+            "window": draw(st.integers(0, POWERS[-1])),
+            "documents": draw(st.sampled_from(documents)),
+        }
     return Config(
         device=draw(st.sampled_from(DEVICES)),
         dtype=draw(st.sampled_from(DTYPES)),
         causal=draw(st.booleans()),
-        backward=draw(st.booleans()),
+        backward=not decode and draw(st.booleans()),
         min_n=low,
         max_n=high,
         impls=tuple(impls),
+        phase="decode" if decode else "prefill",
+        kv_heads=kv_heads,
+        **masks,
         **whole,
     )
 
@@ -532,7 +549,14 @@ CHANGED = {
     "repeats": 7,
     "warmup": 4,
     "threads": 2,
+    "phase": "decode",
+    "kv_heads": 1,
+    "window": 48,
+    "documents": 4,
 }
+# All at once, as the command accepts them: decode allows no window, documents or backward.
+PREFILL_ALL = Config(**(CHANGED | {"phase": "prefill"}))  # type: ignore[arg-type]
+DECODE_ALL = Config(**(CHANGED | {"window": 0, "documents": 0, "backward": False}))  # type: ignore[arg-type]
 
 
 def test_the_changed_values_cover_every_field() -> None:
@@ -543,10 +567,10 @@ def test_the_changed_values_cover_every_field() -> None:
 
 
 CHANGED_CONFIGS = [Config(**{name: value}) for name, value in CHANGED.items()]
-CHANGED_CONFIGS.append(Config(**CHANGED))  # type: ignore[arg-type]
+CHANGED_CONFIGS += [Config(**CHANGED), PREFILL_ALL, DECODE_ALL]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("config", CHANGED_CONFIGS, ids=[*CHANGED, "all"])
+@pytest.mark.parametrize("config", CHANGED_CONFIGS, ids=[*CHANGED, "all", "prefill", "decode"])
 def test_every_field_round_trips(config: Config) -> None:
     assert config_from_argv(config_to_argv(config)) == config
 
@@ -560,14 +584,16 @@ def test_the_command_runs_the_config_its_argv_describes(
     config = Config(**{"device": "cpu", changed: CHANGED[changed]})
     assert run_cli(["bench", *config_to_argv(config), "--format", "json"]) == 0
     assert no_sweep == [config]
-    everything = Config(**CHANGED)  # type: ignore[arg-type]
-    assert run_cli(["bench", *config_to_argv(everything), "--format", "json"]) == 0
-    assert no_sweep[-1] == everything
+    for everything in (PREFILL_ALL, DECODE_ALL):
+        assert run_cli(["bench", *config_to_argv(everything), "--format", "json"]) == 0
+        assert no_sweep[-1] == everything
 
 
 def test_the_command_line_defaults_are_the_commands() -> None:
-    """Flags left out: all implementations, 4096 as top n off a GPU, Config's others."""
-    assert config_from_argv([]) == Config(impls=IMPLEMENTATIONS)
+    """Flags left out: all implementations but flex, 4096 as top n off a GPU, Config's
+    others."""
+    assert config_from_argv([]) == Config(impls=DEFAULT_IMPLS)
+    assert set(IMPLEMENTATIONS) - set(DEFAULT_IMPLS) == {"flex", "flex-eager"}
     assert config_from_argv(["--device", "cuda"]).max_n == 65536
     assert config_from_argv(["--device", "cpu", "--threads", "3"]).threads == 3
 

@@ -2,7 +2,10 @@
 
 - ``config``: ``Config`` (what a sweep runs with) and its one command line
   (``config_to_argv`` / ``config_from_argv``, the flags ``attnviz bench`` parses);
-- ``sweep``: ``run(config)`` and its arithmetic (FLOPs, predicted memory, the float64 check);
+- ``sweep``: ``run(config)`` and the float64 check;
+- ``kernels``: the implementations (naive, SDPA and its backends, flex) and their masks;
+- ``arithmetic``: FLOPs, bytes read, predicted memory;
+- ``devices``: the device, its memory, its clock, and the ceilings measured in a run;
 - ``report``: ``Record`` and ``Report``, and the report as table text, CSV or JSON;
 - ``plots``: the three plots of a report, titled from the report's own config;
 - ``cli``: the ``attnviz bench`` command.

@@ -1,4 +1,4 @@
-"""``attnviz bench``: time dense attention against fused SDPA over growing n.
+"""``attnviz bench``: time dense attention against fused SDPA and flex over growing n.
 
 Needs torch and the standard library only, so that it runs on a GPU machine that has
 nothing else. A progress bar goes to stderr; the report to stdout or ``--out``. The
@@ -19,8 +19,9 @@ from dataclasses import asdict
 from typing import NoReturn
 
 from attnviz.bench.config import add_config_arguments, config_from_namespace
+from attnviz.bench.devices import resolve_device
 from attnviz.bench.report import render
-from attnviz.bench.sweep import resolve_device, run
+from attnviz.bench.sweep import run
 
 EXIT_USAGE = 2
 

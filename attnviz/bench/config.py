@@ -13,10 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NoReturn
 
-IMPLEMENTATIONS = ("naive", "sdpa", "flash", "efficient", "cudnn", "math")
+# flex: torch.compile(flex_attention) with a block mask; flex-eager: the same without the
+# compiler (unfused: it materialises the scores), for where no compiler toolchain is found.
+FLEX = ("flex", "flex-eager")
+IMPLEMENTATIONS = ("naive", "sdpa", "flash", "efficient", "cudnn", "math", *FLEX)
+DEFAULT_IMPLS = IMPLEMENTATIONS[:6]  # flex compiles once per n: asked for by name
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
+PHASES = ("prefill", "decode")
 MAX_N = {"cpu": 32768, "cuda": 131072}
+MAX_DOCUMENTS = 128  # the float64 check at n = 128 must hold a token of each
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,15 @@ class Config:
     repeats: int = 5
     warmup: int = 1
     threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+    phase: str = "prefill"  # prefill: n queries; decode: one new query against n cached keys
+    kv_heads: int = 0  # key/value heads shared by groups of query heads (GQA); 0: heads
+    window: int = 0  # a causal sliding window: each query sees itself and W - 1 keys back
+    documents: int = 0  # n split into this many equal documents that never see each other
+
+    @property
+    def groups(self) -> int:
+        """The number of key/value heads G (heads without grouping)."""
+        return self.kv_heads or self.heads
 
     def check(self) -> None:
         """Raise ValueError naming the first bad parameter."""
@@ -48,6 +63,9 @@ class Config:
             ("repeats", 1, 1000),
             ("warmup", 0, 100),
             ("threads", 0, 1024),
+            ("kv_heads", 0, 1024),
+            ("window", 0, MAX_N["cuda"]),
+            ("documents", 0, MAX_DOCUMENTS),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -64,6 +82,33 @@ class Config:
         if unknown or not self.impls:
             given = ", ".join(unknown) or "none given"
             raise ValueError(f"impl: {given}; expected some of {', '.join(IMPLEMENTATIONS)}")
+        self._check_shape()
+
+    def _check_shape(self) -> None:
+        """The new settings: phase, key/value heads, window and documents."""
+        if self.phase not in PHASES:
+            raise ValueError(f"phase: {self.phase!r}; expected prefill or decode")
+        if self.kv_heads and self.heads % self.kv_heads:
+            fits = ", ".join(str(g) for g in range(1, self.heads + 1) if self.heads % g == 0)
+            raise ValueError(
+                f"kv_heads: {self.kv_heads} does not divide heads {self.heads}; "
+                f"expected one of {fits}"
+            )
+        d = self.documents
+        if d and (d & (d - 1) or d > self.min_n):
+            raise ValueError(
+                f"documents: {d}; expected a power of two up to min_n ({self.min_n}) and "
+                f"{MAX_DOCUMENTS}, so that every n splits into equal documents"
+            )
+        if self.phase == "decode":
+            for name, flag in (("window", "--window"), ("documents", "--documents")):
+                if getattr(self, name):
+                    raise ValueError(
+                        f"{name}: the decode phase times one new row against the whole "
+                        f"cache; leave out {flag}"
+                    )
+            if self.backward:
+                raise ValueError("backward: the decode phase times the forward pass only")
 
     def sizes(self) -> list[int]:
         return [2**k for k in range(self.min_n.bit_length() - 1, self.max_n.bit_length())]
@@ -129,13 +174,37 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         "--impl",
         type=_impls,
         default=None,
-        help=f"comma-separated: {','.join(IMPLEMENTATIONS)} (default: all)",
+        help=f"comma-separated: {','.join(IMPLEMENTATIONS)} (default: all but flex)",
     )
     p.add_argument("--repeats", type=_whole, default=d.repeats)
     p.add_argument(
         "--warmup", type=_whole, default=d.warmup, help="untimed runs before the timed ones"
     )
     p.add_argument("--threads", type=_whole, default=0, help="CPU threads (default: torch's)")
+    p.add_argument(
+        "--phase",
+        choices=PHASES,
+        default=d.phase,
+        help="prefill: n queries at once; decode: one new query against a cache of n",
+    )
+    p.add_argument(
+        "--kv-heads",
+        type=_whole,
+        default=d.kv_heads,
+        help="key/value heads shared by groups of query heads (GQA; default: --heads)",
+    )
+    p.add_argument(
+        "--window",
+        type=_whole,
+        default=d.window,
+        help="a causal sliding window of W keys (each query sees itself and W - 1 before it)",
+    )
+    p.add_argument(
+        "--documents",
+        type=_whole,
+        default=d.documents,
+        help="split n into D equal documents that never attend to each other (a power of 2)",
+    )
 
 
 def config_from_namespace(args: argparse.Namespace, device: str | None = None) -> Config:
@@ -152,10 +221,14 @@ def config_from_namespace(args: argparse.Namespace, device: str | None = None) -
         backward=args.backward,
         min_n=args.min_n,
         max_n=args.max_n if args.max_n is not None else default_max_n(device),
-        impls=args.impl or IMPLEMENTATIONS,
+        impls=args.impl or DEFAULT_IMPLS,
         repeats=args.repeats,
         warmup=args.warmup,
         threads=args.threads,
+        phase=args.phase,
+        kv_heads=args.kv_heads,
+        window=args.window,
+        documents=args.documents,
     )
 
 
@@ -166,6 +239,8 @@ def config_to_argv(config: Config) -> list[str]:
     argv += ["--heads", str(c.heads), "--d-head", str(c.d_head)]
     argv += ["--min-n", str(c.min_n), "--max-n", str(c.max_n), "--impl", ",".join(c.impls)]
     argv += ["--repeats", str(c.repeats), "--warmup", str(c.warmup), "--threads", str(c.threads)]
+    argv += ["--phase", c.phase, "--kv-heads", str(c.kv_heads)]
+    argv += ["--window", str(c.window), "--documents", str(c.documents)]
     return argv + (["--causal"] if c.causal else []) + (["--backward"] if c.backward else [])
 
 

@@ -1,4 +1,5 @@
-"""The three plots of a timing sweep (time, peak memory, throughput) as core charts.
+"""The three plots of a timing sweep as core charts: time, peak memory, and throughput
+(TFLOP/s for prefill) or bandwidth (GB/s of K and V read, for decode).
 
 The window shows them and exports them; the GPU script writes them: one definition.
 ``report_charts`` takes everything from the report, its titles from the config the
@@ -21,21 +22,30 @@ def _order(impl: str) -> tuple[int, str]:
 
 
 def report_charts(report: Report, detailed: bool = False) -> dict[str, Chart]:
-    """The three plots of a report; detailed titles name the config the report ran with."""
-    return _charts(report.records, report.gemm_tflops, report.sweep_config(), detailed)
+    """The three plots of a report; detailed titles name the config the report ran with.
+    Keys: "time", "memory", and "tflops" (prefill) or "bandwidth" (decode)."""
+    ceiling = report.copy_gbps if report.config.get("phase") == "decode" else report.gemm_tflops
+    return _charts(report.records, ceiling, report.sweep_config(), detailed)
 
 
 def describe(config: Config) -> str:
-    """What a detailed title says about the sweep: dtype, shape, causal, backward."""
+    """What a detailed title says about the sweep: dtype, shape, mask, phase, backward."""
     what = f"{config.dtype}, batch {config.batch}, {config.heads} heads of {config.d_head}"
-    return what + (", causal" if config.causal else "") + (", fwd+bwd" if config.backward else "")
+    if config.groups != config.heads:
+        what += f" ({config.groups} KV heads)"
+    if config.phase == "decode":
+        return what + ", decode"
+    what += ", causal" if config.causal and not config.window else ""
+    what += f", window {config.window}" if config.window else ""
+    what += f", {config.documents} documents" if config.documents else ""
+    return what + (", fwd+bwd" if config.backward else "")
 
 
 def _charts(
-    report_records: list[Record], gemm: float, config: Config, detailed: bool = False
+    report_records: list[Record], ceiling: float, config: Config, detailed: bool = False
 ) -> dict[str, Chart]:
     """The three plots of records measured with config, as core charts; detailed titles
-    name the config."""
+    name the config. ceiling: the GEMM TFLOP/s (prefill) or copy GB/s (decode)."""
     by_impl: dict[str, list[Record]] = {}
     for r in sorted(report_records, key=lambda r: (_order(r.impl), r.n)):
         by_impl.setdefault(r.impl, []).append(r)
@@ -61,6 +71,20 @@ def _charts(
     def title(name: str) -> str:
         return f"{name} ({what})" if detailed else name
 
+    if config.phase == "decode":
+        n = "cached keys n"
+        return {
+            "time": Chart(title("Time per decode step"), n, "ms", tuple(times)),
+            "memory": Chart(title("Peak memory above inputs"), n, "MiB", tuple(memory)),
+            "bandwidth": Chart(
+                title("Bandwidth (K and V read)"),
+                n,
+                "GB/s",
+                tuple(series("gbps")),
+                log_y=False,
+                hlines=(("copy bandwidth", ceiling),) if ceiling else (),
+            ),
+        }
     n = "sequence length n"
     return {
         "time": Chart(title("Time"), n, "ms", tuple(times + guide(times))),
@@ -71,6 +95,6 @@ def _charts(
             "TFLOP/s",
             tuple(series("tflops")),
             log_y=False,
-            hlines=(("GEMM ceiling", gemm),) if gemm else (),
+            hlines=(("GEMM ceiling", ceiling),) if ceiling else (),
         ),
     }

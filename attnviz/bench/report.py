@@ -1,9 +1,10 @@
 """What a timing sweep found, and how it is written: table text, CSV and JSON.
 
 ``Record`` is one implementation at one n; ``Report`` holds the records with the device,
-the config they ran with and the measured matrix-multiply ceiling. The table's cells come
-from one function, ``table_cells``, used by the ``attnviz bench`` table and by the
-window's table alike. Standard library only.
+the config they ran with and the measured ceilings (matrix-multiply TFLOP/s for prefill,
+copy bandwidth for decode). The table's columns come from ``table_headings`` and its
+cells from ``table_cells``, used by the ``attnviz bench`` table and by the window's
+table alike. Standard library only.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -31,6 +32,9 @@ class Record:
     tflops: float | None = None
     share_of_gemm: float | None = None
     error: float | None = None  # max |output − float64 reference| at n = CHECK_N
+    compile_ms: float | None = None  # flex: the first call at this n, compilation included
+    gbps: float | None = None  # decode: bytes of K and V read per second, in 10⁹
+    share_of_copy: float | None = None  # decode: gbps against the measured copy bandwidth
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Report:
     records: list[Record] = field(default_factory=list)
     cancelled: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. a float64 check skipped for memory
+    copy_gbps: float = 0.0  # the decode phase's ceiling: measured copy bandwidth, GB/s
 
     def sweep_config(self) -> Config:
         """The Config these records were measured with (the plots' titles name it)."""
@@ -53,6 +58,7 @@ class Report:
             "gemm_tflops": self.gemm_tflops,
             "cancelled": self.cancelled,
             "notes": self.notes,
+            "copy_gbps": self.copy_gbps,
             "records": [asdict(r) for r in self.records],
         }
 
@@ -69,12 +75,47 @@ class Report:
             records=records,
             cancelled=bool(d.get("cancelled", False)),
             notes=list(d.get("notes", [])),
+            copy_gbps=float(d.get("copy_gbps", 0.0)),
         )
 
 
 # Formats ------------------------------------------------------------------------------
 
 COLUMNS = [f.name for f in fields(Record)]  # CSV columns and JSON keys of a record
+MISSING = "–"
+
+
+def _number(v: float | None, digits: int = 3) -> str:
+    return MISSING if v is None else f"{v:.{digits}g}"
+
+
+def _ms(v: float | None) -> str:
+    """Four significant digits, and whole milliseconds from 10 s on (no exponent)."""
+    return MISSING if v is None else f"{v:.4g}" if v < 1e4 else f"{v:.0f}"
+
+
+def _mib(v: int | None) -> str:
+    return MISSING if v is None else f"{v / 2**20:.1f}"
+
+
+def _share(v: float | None) -> str:
+    return MISSING if v is None else f"{100 * v:.0f}%"
+
+
+CELLS: dict[str, Callable[[Record], str]] = {
+    "impl": lambda r: r.impl,
+    "n": lambda r: str(r.n),
+    "time ms": lambda r: _ms(r.time_ms),
+    "compile ms": lambda r: _ms(r.compile_ms),
+    "peak MiB": lambda r: _mib(r.peak_bytes),
+    "predicted MiB": lambda r: _mib(r.predicted_bytes),
+    "TFLOP/s": lambda r: _number(r.tflops),
+    "of GEMM": lambda r: _share(r.share_of_gemm),
+    "GB/s": lambda r: _number(r.gbps),
+    "of copy": lambda r: _share(r.share_of_copy),
+    "error": lambda r: _number(r.error, 2),
+    "status": lambda r: r.status,
+}
 TABLE_HEADINGS = (
     "impl",
     "n",
@@ -86,45 +127,40 @@ TABLE_HEADINGS = (
     "error",
     "status",
 )
-MISSING = "–"
+DECODE_HEADINGS = (
+    "impl", "n", "time ms", "peak MiB", "predicted MiB", "GB/s", "of copy", "error", "status",
+)  # fmt: skip
 
 
-def _number(v: float | None, digits: int = 3) -> str:
-    return MISSING if v is None else f"{v:.{digits}g}"
+def table_headings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The table's columns for a sweep's config (a report's ``config``): bandwidth for
+    decode, TFLOP/s for prefill, and the compile time when flex is timed."""
+    if config.get("phase") == "decode":
+        return DECODE_HEADINGS
+    if "flex" in config.get("impls", ()):
+        return (*TABLE_HEADINGS[:3], "compile ms", *TABLE_HEADINGS[3:])
+    return TABLE_HEADINGS
 
 
-def _mib(v: int | None) -> str:
-    return MISSING if v is None else f"{v / 2**20:.1f}"
-
-
-def table_cells(r: Record) -> list[str]:
-    """One record as the table shows it, one string per heading of TABLE_HEADINGS."""
-    share = MISSING if r.share_of_gemm is None else f"{100 * r.share_of_gemm:.0f}%"
-    return [
-        r.impl,
-        str(r.n),
-        _number(r.time_ms, 4),
-        _mib(r.peak_bytes),
-        _mib(r.predicted_bytes),
-        _number(r.tflops),
-        share,
-        _number(r.error, 2),
-        r.status,
-    ]
+def table_cells(r: Record, headings: tuple[str, ...] = TABLE_HEADINGS) -> list[str]:
+    """One record as the table shows it, one string per heading."""
+    return [CELLS[h](r) for h in headings]
 
 
 def heading(report: Report) -> str:
     """The device, torch and the ceiling, in one line."""
     dev = report.device
-    return (
-        f"{dev.get('name', dev['type'])} ({dev['type']}, torch {dev['torch']}); "
-        f"matrix-multiply ceiling {report.gemm_tflops:.3g} TFLOP/s ({report.config['dtype']})"
-    )
+    device = f"{dev.get('name', dev['type'])} ({dev['type']}, torch {dev['torch']}); "
+    if report.config.get("phase") == "decode":
+        return device + f"copy bandwidth {report.copy_gbps:.3g} GB/s (read + write)"
+    dtype = report.config["dtype"]
+    return device + f"matrix-multiply ceiling {report.gemm_tflops:.3g} TFLOP/s ({dtype})"
 
 
 def as_table(report: Report) -> str:
     """The heading, the records in aligned columns (status left ragged), notes, cancelled."""
-    rows = [list(TABLE_HEADINGS)] + [table_cells(r) for r in report.records]
+    headings = table_headings(report.config)
+    rows = [list(headings)] + [table_cells(r, headings) for r in report.records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = [
         "  ".join(c.rjust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]

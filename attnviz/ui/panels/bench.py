@@ -1,10 +1,12 @@
 """GPU timing dock: dense against fused attention over growing n, on CUDA or the CPU.
 
-The sweep runs as ``attnviz bench`` in a child process, its flags written by
-attnviz.bench.config; records arrive one by one and the plots and table grow as they do.
-Cancel stops it at once. The table's cells, the CSV and the plots come from
-attnviz.bench (as the command writes them); the plots are titled from the report of the
-sweep shown, whatever the form says now.
+Prefill (n queries) or decode (one new query against a cache of n), grouped-query
+shapes, a sliding window or documents, and flex_attention next to SDPA. The sweep runs
+as ``attnviz bench`` in a child process, its flags written by attnviz.bench.config;
+records arrive one by one and the plots and table grow as they do. Cancel stops it at
+once. The table's columns and cells, the CSV and the plots come from attnviz.bench (as
+the command writes them); the plots are titled from the report of the sweep shown,
+whatever the form says now.
 """
 
 from __future__ import annotations
@@ -31,15 +33,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.bench.config import DTYPES, IMPLEMENTATIONS, Config, config_to_argv
+from attnviz.bench.config import DTYPES, FLEX, IMPLEMENTATIONS, PHASES, Config, config_to_argv
 from attnviz.bench.plots import report_charts
-from attnviz.bench.report import TABLE_HEADINGS, Record, Report, as_csv, table_cells
+from attnviz.bench.report import Record, Report, as_csv, table_cells, table_headings
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
 from attnviz.ui.export import save_svg
 from attnviz.ui.panels.common import int_spin
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
+PLOTS = ("time", "memory", "tflops", "bandwidth")  # the last two: prefill's, decode's
 
 
 class ChartView(QWidget):
@@ -128,9 +131,11 @@ class Sweep(QObject):
 
     def _add(self, record: Record) -> None:
         self.report.records.append(record)
+        # the ceilings come with the summary at the end; records carry them from the start
         if not self.report.gemm_tflops and record.tflops and record.share_of_gemm:
-            # the ceiling comes with the summary at the end; records carry it from the start
             self.report.gemm_tflops = record.tflops / record.share_of_gemm
+        if not self.report.copy_gbps and record.gbps and record.share_of_copy:
+            self.report.copy_gbps = record.gbps / record.share_of_copy
         self.record.emit(record)
 
     def _done(self, code: int, _status: object) -> None:
@@ -168,16 +173,29 @@ class BenchPanel(QWidget):
         for combo, value in ((self.min_n, 256), (self.max_n, 32768 if cuda else 4096)):
             combo.addItems([str(n) for n in POWERS])
             combo.setCurrentText(str(value))
+        self.phase = QComboBox()
+        self.phase.addItems(PHASES)
+        self.phase.setToolTip("prefill: n queries at once; decode: one new query, n cached keys")
+        self.kv_heads = int_spin(0, 128, "key/value heads shared by query heads (GQA)", 0, False)
+        self.kv_heads.setSpecialValueText("= heads")
+        self.sliding_window = int_spin(0, POWERS[-1], "a causal sliding window of W keys", 0, False)
+        self.sliding_window.setSpecialValueText("none")
+        self.documents = int_spin(0, 128, "equal documents that never see each other", 0, False)
+        self.documents.setSpecialValueText("one")
         self.causal, self.backward = QCheckBox("causal"), QCheckBox("forward + backward")
         self.impls = {name: QCheckBox(name) for name in IMPLEMENTATIONS}
         for name, box in self.impls.items():
-            box.setChecked(name in ("naive", "sdpa") or cuda)
+            box.setChecked(name in ("naive", "sdpa") or (cuda and name not in FLEX))
+        self.impls["flex"].setToolTip("torch.compile(flex_attention) with a block mask")
+        self.impls["flex-eager"].setToolTip("flex_attention without the compiler (unfused)")
+        self.phase.currentTextChanged.connect(self._phase_changed)
 
         form = QGridLayout()
         cells = [
             ("device", self.device), ("dtype", self.dtype), ("batch", self.batch),
-            ("heads", self.heads), ("d_head", self.d_head), ("repeats", self.repeats),
-            ("n from", self.min_n), ("to", self.max_n),
+            ("heads", self.heads), ("KV heads", self.kv_heads), ("d_head", self.d_head),
+            ("phase", self.phase), ("window", self.sliding_window), ("documents", self.documents),
+            ("n from", self.min_n), ("to", self.max_n), ("repeats", self.repeats),
         ]  # fmt: skip
         for k, (label, widget) in enumerate(cells):
             form.addWidget(QLabel(label), k // 3, 2 * (k % 3))
@@ -204,16 +222,17 @@ class BenchPanel(QWidget):
         self.info = QLabel()
         self.info.setWordWrap(True)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.plots = {key: ChartView() for key in ("time", "memory", "tflops")}
+        self.plots = {key: ChartView() for key in PLOTS}
         plot_row = QHBoxLayout()
         for plot in self.plots.values():
             plot_row.addWidget(plot)
+        self.plots["bandwidth"].hide()
         self._redraw = QTimer(self)
         self._redraw.setSingleShot(True)
         self._redraw.setInterval(250)
         self._redraw.timeout.connect(self._draw)
-        self.table = QTableWidget(0, len(TABLE_HEADINGS))
-        self.table.setHorizontalHeaderLabels(TABLE_HEADINGS)
+        self.table = QTableWidget(0, 0)
+        self._set_headings(self.config().to_dict())
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
 
         layout = QVBoxLayout(self)
@@ -247,7 +266,27 @@ class BenchPanel(QWidget):
             max_n=int(self.max_n.currentText()),
             impls=tuple(name for name, box in self.impls.items() if box.isChecked()),
             repeats=self.repeats.value(),
+            phase=self.phase.currentText(),
+            kv_heads=self.kv_heads.value(),
+            window=self.sliding_window.value(),
+            documents=self.documents.value(),
         )
+
+    def _phase_changed(self, phase: str) -> None:
+        """Decode times one forward row against the whole cache: no window, documents,
+        backward pass or flex (the sweep would refuse them)."""
+        prefill = phase == "prefill"
+        for widget in (self.sliding_window, self.documents, self.backward, self.causal):
+            widget.setEnabled(prefill)
+        for name in FLEX:
+            self.impls[name].setEnabled(prefill)
+        if not prefill:
+            self.sliding_window.setValue(0)
+            self.documents.setValue(0)
+            self.backward.setChecked(False)
+            self.causal.setChecked(False)  # the new row sees the whole cache anyway
+            for name in FLEX:
+                self.impls[name].setChecked(False)
 
     def run(self) -> None:
         config = self.config()
@@ -259,6 +298,7 @@ class BenchPanel(QWidget):
         self.sweep = Sweep(config)
         self.report = self.sweep.report
         self.table.setRowCount(0)
+        self._set_headings(self.report.config)
         self._draw()
         self.sweep.progress.connect(self._progress)
         self.sweep.record.connect(self._record)
@@ -286,6 +326,7 @@ class BenchPanel(QWidget):
     def _finished(self, report: Report) -> None:
         self.report = report
         self.table.setRowCount(0)
+        self._set_headings(report.config)
         for record in self.records:
             self._add_row(record)
         self._draw()
@@ -303,7 +344,7 @@ class BenchPanel(QWidget):
     # Drawing ---------------------------------------------------------------------------
 
     def _show_device(self) -> None:
-        from attnviz.bench.sweep import describe_device, resolve_device
+        from attnviz.bench.devices import describe_device, resolve_device
 
         d = describe_device(resolve_device(self.device.currentText()))
         backends = ", ".join(d["backends"]) or "none"
@@ -313,16 +354,25 @@ class BenchPanel(QWidget):
             f" · SDPA backends here: {backends}"
         )
 
+    def _set_headings(self, config: dict) -> None:
+        """The columns ``attnviz bench`` prints for this sweep (decode: bandwidth)."""
+        self.headings = table_headings(config)
+        self.table.setColumnCount(len(self.headings))
+        self.table.setHorizontalHeaderLabels(self.headings)
+
     def _add_row(self, r: Record) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
-        for col, text in enumerate(table_cells(r)):  # as ``attnviz bench`` prints them
+        for col, text in enumerate(table_cells(r, self.headings)):  # as the command prints
             self.table.setItem(row, col, QTableWidgetItem(text))
 
     def _draw(self) -> None:
         if self.report is not None:
-            for key, chart in report_charts(self.report).items():
-                self.plots[key].set_chart(chart)
+            charts = report_charts(self.report)
+            for key, view in self.plots.items():
+                if key in charts:
+                    view.set_chart(charts[key])
+                view.setVisible(key in charts)
 
     # Export -----------------------------------------------------------------------------
 
