@@ -289,3 +289,16 @@ def test_describe_step_sums_many_keys_in_one_term():
     assert text.startswith("row 12, keys 7–12: ")
     assert f"Σ e^(s − {two(m_new)}) over 6 keys ({two(total)})" in text
     assert "keys 9–12 masked" in describe_step(step, 7)  # row 8 sees keys 7 and 8 only
+
+
+def test_the_cost_dock_traffic_counts_skipped_causal_tiles():
+    from attnviz.core.maths.cost import FAST_MEMORY, Cost
+
+    moved, b_r, b_c = Cost(1000, 12, 64, causal=True).traffic()
+    assert (b_r, b_c) == (64, math.ceil(FAST_MEMORY / 256))
+    # A query block ending at row r reads the key tiles that start at or before r.
+    columns = sum(min(1000, math.ceil(min(1000, r + 64) / b_c) * b_c) for r in range(0, 1000, 64))
+    assert moved.tiled_reads == 1000 * 64 + 2 * columns * 64
+    full, _, _ = Cost(1000, 12, 64).traffic()
+    assert full.tiled_reads == 1000 * 64 + math.ceil(1000 / 64) * 2 * 1000 * 64
+    assert full.dense == moved.dense == 3 * 1000 * 64 + 2 * 1000**2 + 2 * 1000**2 + 1000 * 64

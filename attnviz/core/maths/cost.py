@@ -1,10 +1,18 @@
-"""What attention costs: score counts, score memory, FLOPs and KV-cache size."""
+"""What attention costs: score counts, score memory, FLOPs, KV-cache size, and the
+slow-memory traffic of dense and tiled (FlashAttention) attention."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from attnviz.core.maths.tiling import Traffic, blocks_for_memory
+from attnviz.core.maths.tiling import traffic as slow_memory_traffic
+
 BYTES_PER = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+# The fast memory a FlashAttention tile lives in: an H100/H200 SM's 192 KiB of shared
+# memory (of 228), in bfloat16 numbers.
+FAST_MEMORY = 192 * 1024 // 2
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,19 @@ class Cost:
 
     def kv_cache_bytes(self, dtype: str = "float32") -> int:
         return self.kv_cache_numbers * BYTES_PER[dtype]
+
+    def traffic(self, fast_memory: int = FAST_MEMORY) -> tuple[Traffic, int, int]:
+        """One head's slow-memory reads and writes (in numbers), dense against tiled with
+        the paper's block sizes for ``fast_memory`` numbers (B_r, B_c, also returned);
+        under a causal mask the tiles past the diagonal are skipped."""
+        b_r, b_c = blocks_for_memory(fast_memory, self.d_k)
+        columns = None
+        if self.causal:
+            columns = sum(
+                min(self.n, math.ceil(min(self.n, r0 + b_r) / b_c) * b_c)
+                for r0 in range(0, self.n, b_r)
+            )
+        return slow_memory_traffic(self.n, self.n, self.d_k, b_r, columns), b_r, b_c
 
 
 def human_bytes(count: float) -> str:

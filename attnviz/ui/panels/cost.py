@@ -45,7 +45,18 @@ def describe(c: Cost) -> list[tuple[str, str]]:
             f"{human_count(c.kv_cache_numbers)} numbers · "
             f"{human_bytes(c.kv_cache_bytes('float16'))} float16",
         ),
+        traffic_line(c),
     ]
+
+
+def traffic_line(c: Cost) -> tuple[str, str]:
+    """Slow-memory traffic of one head: dense against FlashAttention's tiles."""
+    moved, b_r, b_c = c.traffic()
+    return (
+        "memory traffic per head",
+        f"dense {human_count(moved.dense)} numbers · tiled {human_count(moved.tiled)} "
+        f"({moved.dense / moved.tiled:,.1f}× less; tiles {b_r} × {b_c} in 192 KiB)",
+    )
 
 
 def kv_lines(
