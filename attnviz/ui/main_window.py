@@ -57,6 +57,7 @@ from attnviz.ui.panels.model import ModelPanel
 from attnviz.ui.panels.overview import OverviewPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.rope import RopePanel
+from attnviz.ui.panels.tiling import TilingPanel
 from attnviz.ui.panels.variants import VariantsPanel
 from attnviz.ui.panels.weights import WeightsPanel
 from attnviz.ui.view_state import ENGINES
@@ -75,6 +76,7 @@ DOCK_ORDER = (
     "Overview",
     "Mix",
     "Experiments",
+    "Tiling",
     "GPU timing",
     "Lesson",
     "Model",
@@ -97,6 +99,7 @@ LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
     "Lines": LinesPanel,
     "Mix": MixPanel,
     "Experiments": ExperimentsPanel,
+    "Tiling": TilingPanel,
     "GPU timing": _bench_panel,
     "Cost": CostPanel,
 }
@@ -254,6 +257,7 @@ class MainWindow(QMainWindow):
             "Mix",
             "RoPE",
             "Experiments",
+            "Tiling",
             "GPU timing",
         ):
             self.tabifyDockWidget(d["Pipeline"], d[title])
