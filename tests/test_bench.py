@@ -89,7 +89,8 @@ def my_predicted(
     out = b * h * r * d * size
     grads = out + 2 * b * g * n * d * size if backward else 0
     if impl in ("naive", "math", "flex-eager"):
-        copies = 2 * b * h * n * d * size * (2 if backward else 1) if g != h else 0
+        copied = impl != "flex-eager" and g != h
+        copies = 2 * b * h * n * d * size * (2 if backward else 1) if copied else 0
         return 2 * b * h * r * n * size * (2 if backward else 1) + out + grads + copies
     return out + grads + b * h * r * 4
 
@@ -802,3 +803,372 @@ def test_the_reference_guard_counts_gpu_memory_on_a_gpu(
     report = bench.run(tiny(device="cuda", min_n=64, max_n=64))
     assert [r.error for r in report.records] == [None, None]
     assert all(" GiB of GPU memory, " in n for n in report.notes), report.notes
+
+
+# Grouped-query shapes, masks beyond causal, flex and decode ---------------------------------
+
+COPY = 12.5  # GB/s: the copy bandwidth the decode tests pretend to measure
+
+
+@pytest.fixture
+def fixed_copy(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(devices, "copy_gbps", lambda device, repeats=5, size=None: COPY)
+    return COPY
+
+
+def my_repeat(t, heads: int):
+    """Key/value heads as the query heads see them: query head j reads head j // (h / G)."""
+    group = heads // t.shape[1]
+    return t[:, [j // group for j in range(heads)]]
+
+
+def my_keep(n: int, causal: bool, window: int, documents: int):
+    """Which key each query sees, pair by pair: the same document (n / D tokens each);
+    a window keeps itself and the W - 1 keys before it (causal by definition)."""
+    length = n // documents if documents else n
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            ok = i // length == j // length
+            if window:
+                ok = ok and 0 <= i - j < window
+            elif causal:
+                ok = ok and j <= i
+            row.append(ok)
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def masked_reference(q, k, v, keep):
+    """softmax(Q Kᵀ / √d, −∞ where keep is False) V in float64, exponentials written out."""
+    q, k, v = (t.double() for t in (q, k, v))
+    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~keep, float("-inf"))
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return torch.einsum("bhij,bhjd->bhid", e / e.sum(dim=-1, keepdim=True), v)
+
+
+def draws(*shapes: tuple[int, ...], seed: int = 5, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g, dtype=dtype) for shape in shapes]
+
+
+HAS_FLEX = kernels.flex_missing() is None
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "math", "flex-eager"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_equals_attention_on_keys_and_values_repeated_here(impl: str, causal: bool) -> None:
+    if impl == "flex-eager" and not HAS_FLEX:
+        pytest.skip(kernels.flex_missing())
+    q, k, v = draws((2, 6, 48, 16), (2, 2, 48, 16), (2, 2, 48, 16))
+    expected = reference_attention(q, my_repeat(k, 6), my_repeat(v, 6), causal)
+    mask = kernels.mask_for(impl, tiny(heads=6, kv_heads=2, causal=causal), 48, "cpu")
+    got = kernels.call(impl, q, k, v, causal, mask)
+    assert got.shape == (2, 6, 48, 16)
+    assert float((got - expected).abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "math"])
+@pytest.mark.parametrize("groups", [4, 2, 1])
+def test_a_decode_row_equals_the_last_row_of_full_causal_attention(impl: str, groups: int) -> None:
+    q, k, v = draws((2, 4, 40, 16), (2, groups, 40, 16), (2, groups, 40, 16))
+    full = reference_attention(q, my_repeat(k, 4), my_repeat(v, 4), causal=True)
+    c = tiny(heads=4, kv_heads=groups, phase="decode", causal=True)
+    # as the sweep steps: the new row is the last, so the causal mask hides nothing
+    out = {}
+    real_call = kernels.call
+
+    def keep(*args, **kw):
+        out["o"] = real_call(*args, **kw)
+        return out["o"]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "call", keep)
+        bench._step(impl, q[:, :, -1:], k, v, c, kernels.mask_for(impl, c, 40, "cpu"))
+    assert out["o"].shape == (2, 4, 1, 16)
+    assert float((out["o"][:, :, 0] - full[:, :, -1]).abs().max()) < 1e-12
+
+
+def test_decode_inputs_have_one_query_row_and_g_cached_heads() -> None:
+    c = tiny(batch=3, heads=6, kv_heads=2, d_head=8, phase="decode")
+    q, k, v = bench._inputs(c, 64, "cpu", torch.float32)
+    assert q.shape == (3, 6, 1, 8) and k.shape == v.shape == (3, 2, 64, 8)
+    # bytes of K and V a step reads, from the shapes: 2 tensors of b·G·n·d float32
+    assert bench.kv_bytes(c, 64) == 2 * 3 * 2 * 64 * 8 * F32
+    assert bench.kv_bytes(c, 64, "bfloat16") == 2 * 3 * 2 * 64 * 8 * 2
+    assert bench.input_bytes(c, "naive", 64) == (3 * 6 * 1 * 8 + 2 * 3 * 2 * 64 * 8) * F32
+
+
+@pytest.mark.parametrize(
+    ("causal", "window", "documents"),
+    [(False, 5, 0), (True, 0, 4), (False, 0, 4), (False, 7, 2), (True, 300, 0), (True, 1, 0)],
+)
+def test_flops_count_the_pairs_the_mask_keeps(causal: bool, window: int, documents: int) -> None:
+    for n in (64, 256):
+        pairs = int(my_keep(n, causal, window, documents).sum())
+        c = Config(batch=2, heads=3, d_head=8, causal=causal, window=window, documents=documents)
+        assert bench.attention_flops(c, n) == 4 * 2 * 3 * 8 * pairs
+        back = Config(**(c.to_dict() | {"impls": (), "backward": True}))
+        assert bench.attention_flops(back, n) == 3.5 * 4 * 2 * 3 * 8 * pairs
+
+
+def test_flops_and_bytes_under_gqa_and_decode() -> None:
+    gqa = Config(batch=2, heads=8, kv_heads=2, d_head=32)
+    # the same arithmetic per query head, whatever the key/value heads
+    assert bench.attention_flops(gqa, 512) == my_flops(2, 8, 512, 32, False, False)
+    decode = Config(batch=2, heads=8, kv_heads=2, d_head=32, phase="decode", causal=True)
+    assert bench.attention_flops(decode, 512) == 4 * 2 * 8 * 512 * 32  # one row, all keys
+    size = 2
+    for impl in ("naive", "sdpa", "math", "flex", "flex-eager"):
+        for c, r in ((gqa, 512), (decode, 1)):
+            c = Config(**(c.to_dict() | {"impls": (), "dtype": "bfloat16"}))
+            assert bench.predicted_bytes(c, impl, 512) == my_predicted(
+                impl, 2, 8, 512, 32, size, False, g=2, r=r
+            ), (impl, c.phase)
+            q_kv = (2 * 8 * r * 32 + 2 * 2 * 2 * 512 * 32) * size
+            assert bench.input_bytes(c, impl, 512) == q_kv
+    window = Config(heads=4, kv_heads=2, d_head=16, window=8)
+    q_kv = (4 * 64 * 16 + 2 * 2 * 64 * 16) * F32
+    assert bench.input_bytes(window, "naive", 64) == q_kv + 64 * 64  # and the boolean mask
+    assert bench.input_bytes(window, "flex", 64) == q_kv  # a block mask: no n × n
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "math", "flex-eager"])
+@pytest.mark.parametrize(
+    ("causal", "window", "documents"), [(False, 5, 0), (True, 0, 4), (False, 0, 4), (False, 70, 2)]
+)
+def test_window_and_documents_equal_attention_under_a_mask_written_here(
+    impl: str, causal: bool, window: int, documents: int
+) -> None:
+    if impl == "flex-eager" and not HAS_FLEX:
+        pytest.skip(kernels.flex_missing())
+    n = 256  # two flex tiles a side: skipped, partial and full tiles
+    q, k, v = draws((1, 4, n, 16), (1, 2, n, 16), (1, 2, n, 16))
+    keep = my_keep(n, causal, window, documents)
+    expected = masked_reference(q, my_repeat(k, 4), my_repeat(v, 4), keep)
+    c = tiny(heads=4, kv_heads=2, causal=causal, window=window, documents=documents)
+    got = kernels.call(impl, q, k, v, causal, kernels.mask_for(impl, c, n, "cpu"))
+    assert float((got - expected).abs().max()) < 1e-12
+
+
+@pytest.mark.skipif(not HAS_FLEX, reason="this torch has no flex_attention")
+@pytest.mark.parametrize(
+    ("causal", "window", "documents"),
+    [(True, 0, 0), (False, 1, 0), (False, 50, 0), (True, 128, 0), (False, 300, 2), (False, 0, 4),
+     (True, 0, 2), (False, 40, 4)],
+)  # fmt: skip
+def test_the_block_mask_is_the_one_torch_builds_from_the_dense_mask(
+    causal: bool, window: int, documents: int
+) -> None:
+    """torch's create_block_mask (which evaluates the mask at every pair) as the check."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def lookup(keep):
+        return lambda b, h, i, j: keep[i, j]
+
+    for n in (64, 384, 512):
+        keep = my_keep(n, causal, window, documents)
+        theirs = create_block_mask(lookup(keep), None, None, n, n, device="cpu")
+        c = Config(causal=causal, window=window, documents=documents, min_n=64)
+        mine = kernels.block_mask(c, n, "cpu")
+        for count, index in (("kv_num_blocks", "kv_indices"),
+                             ("full_kv_num_blocks", "full_kv_indices")):  # fmt: skip
+            assert torch.equal(getattr(mine, count), getattr(theirs, count)), (n, count)
+            for row, k in enumerate(getattr(theirs, count)[0, 0].tolist()):
+                got = getattr(mine, index)[0, 0, row, :k].sort().values
+                assert torch.equal(got, getattr(theirs, index)[0, 0, row, :k].sort().values)
+
+
+def test_no_mask_gives_flex_no_block_mask_and_sdpa_no_dense_mask() -> None:
+    plain = tiny()
+    assert kernels.mask_for("flex", plain, 64, "cpu") is None
+    assert kernels.mask_for("sdpa", tiny(causal=True), 64, "cpu") is None  # is_causal instead
+    assert kernels.mask_for("naive", tiny(phase="decode"), 64, "cpu") is None
+
+
+def test_a_gqa_sweep_is_complete_and_counts_g_heads(fixed_gemm: float) -> None:
+    c = tiny(heads=4, kv_heads=1, min_n=256, max_n=512, impls=("naive", "sdpa", "math"))
+    report = bench.run(c)
+    assert report.notes[0].startswith("naive: K and V repeated from 1 to 4 heads")
+    got = by_cell(report.records)
+    for (impl, n), r in got.items():
+        assert r.status == "ok", (impl, n, r.status)
+        assert r.tflops == pytest.approx(my_flops(1, 4, n, 16, False, False) / r.time_ms / 1e9)
+        assert r.predicted_bytes == my_predicted(impl, 1, 4, n, 16, F32, False, g=1)
+        assert r.error is not None and 0 < r.error < 1e-5
+    for n in (256, 512):
+        naive = got["naive", n]  # the scores, the output and the repeated K and V
+        assert naive.peak_bytes == pytest.approx(naive.predicted_bytes, rel=0.1)
+
+
+def test_a_decode_sweep_reports_bandwidth(
+    fixed_copy: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(devices, "gemm_tflops", lambda *a, **k: pytest.fail("GEMM measured"))
+    c = tiny(heads=4, kv_heads=2, phase="decode", causal=True, min_n=256, max_n=1024)
+    report = bench.run(c)
+    assert report.copy_gbps == fixed_copy and report.gemm_tflops == 0.0
+    assert cells(report.records) == [(i, n) for n in (256, 512, 1024) for i in ("naive", "sdpa")]
+    for r in report.records:
+        assert r.status == "ok", r.status
+        seconds = r.time_ms / 1e3
+        read = 2 * 1 * 2 * r.n * 16 * F32  # K and V: b·G·n·d float32 values each
+        assert r.gbps == pytest.approx(read / seconds / 1e9, rel=1e-9)
+        assert r.share_of_copy == pytest.approx(r.gbps / fixed_copy, rel=1e-9)
+        assert r.tflops == pytest.approx(4 * 4 * r.n * 16 / seconds / 1e12, rel=1e-9)
+        assert r.share_of_gemm is None and r.compile_ms is None
+        assert r.predicted_bytes == my_predicted(r.impl, 1, 4, r.n, 16, F32, False, g=2, r=1)
+        assert r.error is not None and 0 < r.error < 1e-5
+    text = as_table(report)
+    assert "copy bandwidth 12.5 GB/s" in text.splitlines()[0]
+    assert text.splitlines()[1].split() == [
+        "impl", "n", "time", "ms", "peak", "MiB", "predicted", "MiB", "GB/s", "of", "copy",
+        "error", "status",
+    ]  # fmt: skip
+
+
+def test_copy_bandwidth_is_the_best_copy_counting_reads_and_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seconds = iter([0.004, 0.002, 0.003])
+    copied: list[int] = []
+
+    def timed(fn, device):
+        fn()
+        copied.append(1)
+        return next(seconds)
+
+    monkeypatch.setattr(devices, "timed", timed)
+    size = 8 * 2**20
+    assert devices.copy_gbps("cpu", repeats=3, size=size) == pytest.approx(2 * size / 0.002 / 1e9)
+    assert len(copied) == 3
+    monkeypatch.undo()
+    assert devices.copy_gbps("cpu", repeats=1, size=2**20) > 0  # and a real one runs
+
+
+def test_flex_in_the_decode_phase_is_unsupported_with_the_reason(fixed_copy: float) -> None:
+    report = bench.run(tiny(phase="decode", impls=("flex", "sdpa"), min_n=64, max_n=64))
+    flex, sdpa = report.records
+    assert flex.status == "unsupported: the decode phase is timed for naive and SDPA"
+    assert sdpa.status == "ok"
+
+
+def test_a_torch_without_flex_is_unsupported_with_the_reason(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = "torch 2.4.1 has no torch.nn.attention.flex_attention (2.5 or later)"
+    monkeypatch.setattr(kernels, "flex_missing", lambda: old)
+    report = bench.run(tiny(impls=("flex", "flex-eager", "sdpa"), window=8))
+    for r in report.records:
+        if r.impl == "sdpa":
+            assert r.status == "ok"
+        else:
+            assert r.status == f"unsupported: {old}"
+            assert (r.time_ms, r.compile_ms, r.error) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "LoweringException: InvalidCxxCompiler: No working C++ compiler found in "
+            "torch._inductor.config.cpp.cxx: (None, 'g++')\n  target: flex_attention"
+        ),
+        OSError("[Errno 2] No such file or directory: 'g++'"),
+        __import__("subprocess").CalledProcessError(1, ["g++", "-shared"]),
+    ],
+    ids=["inductor", "no-file", "compiler-failed"],
+)
+@pytest.mark.parametrize("checked", [True, False], ids=["in-check", "in-sweep"])
+def test_flex_that_cannot_compile_is_unsupported_and_the_sweep_goes_on(
+    fixed_gemm: float, monkeypatch: pytest.MonkeyPatch, error: Exception, checked: bool
+) -> None:
+    real = kernels.flex_function
+
+    def no_compiler(impl: str):
+        if impl != "flex":
+            return real(impl)
+
+        def compiled(*args, **kw):
+            raise error
+
+        return compiled
+
+    monkeypatch.setattr(kernels, "flex_function", no_compiler)
+    if not checked:  # the float64 check skipped for memory: the sweep meets it first
+        monkeypatch.setattr(bench, "reference_bytes", lambda c, impl, device: {"cpu": 2**62})
+    report = bench.run(tiny(impls=("naive", "flex", "flex-eager"), window=8, max_n=256))
+    got = by_cell(report.records)
+    first = str(error).splitlines()[0]
+    for n in (64, 128, 256):
+        r = got["flex", n]
+        assert r.status == f"unsupported: torch.compile of flex_attention failed on cpu ({first})"
+        assert (r.time_ms, r.compile_ms, r.peak_bytes, r.tflops) == (None,) * 4
+        assert got["naive", n].status == "ok" and got["flex-eager", n].status == "ok"
+
+
+@pytest.mark.skipif(not HAS_FLEX, reason="this torch has no flex_attention")
+def test_compiled_flex_sliding_window_equals_dense_masked_attention(fixed_gemm: float) -> None:
+    """The one test that compiles (seconds on a CPU, with a C++ compiler); skipped with the
+    sweep's reason where flex cannot compile."""
+    c = tiny(impls=("flex",), heads=4, kv_heads=2, window=24, min_n=128, max_n=128)
+    report = bench.run(c)
+    (r,) = report.records
+    if r.status.startswith("unsupported: "):
+        pytest.skip(f"flex does not run here: {r.status}")
+    assert r.status == "ok", r.status
+    assert r.compile_ms is not None and r.compile_ms > 0 and r.time_ms > 0
+    assert r.error is not None and 0 < r.error < 1e-5
+    keep = my_keep(128, False, 24, 0)
+    assert r.tflops == pytest.approx(4 * 4 * 16 * int(keep.sum()) / r.time_ms / 1e9, rel=1e-9)
+    q, k, v = draws((1, 4, 128, 16), (1, 2, 128, 16), (1, 2, 128, 16), dtype=torch.float32)
+    got = kernels.call("flex", q, k, v, False, kernels.mask_for("flex", c, 128, "cpu"))
+    expected = masked_reference(q, my_repeat(k, 4), my_repeat(v, 4), keep)
+    assert 0 < float((got.double() - expected).abs().max()) < 1e-5
+    assert "flex: compile ms is the first call" in " ".join(report.notes)
+    assert "compile ms" in as_table(report).splitlines()[1]
+
+
+def hand_made_decode_report() -> Report:
+    return Report(
+        device={"type": "cuda", "torch": "2.13.0", "name": "Test GPU", "backends": ["flash"]},
+        config=Config(
+            device="cuda", dtype="bfloat16", heads=16, kv_heads=4, d_head=128, phase="decode"
+        ).to_dict(),
+        gemm_tflops=0.0,
+        copy_gbps=4000.0,
+        records=[
+            Record(
+                "sdpa",
+                32768,
+                "ok",
+                time_ms=0.01,
+                peak_bytes=4096,
+                predicted_bytes=4160,
+                tflops=26.8,
+                error=0.0039,
+                gbps=3355.4432,
+                share_of_copy=0.8388608,
+            ),
+            Record("flex", 32768, "unsupported: the decode phase is timed for naive and SDPA"),
+        ],
+    )
+
+
+def test_a_decode_report_in_every_format() -> None:
+    report = hand_made_decode_report()
+    assert as_table(report).splitlines() == [
+        "Test GPU (cuda, torch 2.13.0); copy bandwidth 4000 GB/s (read + write)",
+        "impl      n  time ms  peak MiB  predicted MiB  GB/s  of copy   error  status",
+        "sdpa  32768     0.01       0.0            0.0  3355      84%  0.0039  ok",
+        "flex  32768        –         –            0.0     –        –       –  "
+        "unsupported: the decode phase is timed for naive and SDPA",
+    ]
+    rows = as_csv(report).splitlines()
+    assert rows[1] == "sdpa,32768,ok,0.01,4096,4160,26.8,,0.0039,,3355.4432,0.8388608"
+    d = json.loads(as_json(report))
+    assert d["copy_gbps"] == 4000.0 and d["config"]["phase"] == "decode"
+    assert d["records"][0]["gbps"] == 3355.4432
+    assert Report.from_dict(d) == report

@@ -94,6 +94,11 @@ def _ms(v: float | None) -> str:
     return MISSING if v is None else f"{v:.4g}" if v < 1e4 else f"{v:.0f}"
 
 
+def _rate(v: float | None) -> str:
+    """Three significant digits, and whole numbers from 1000 on (no exponent)."""
+    return MISSING if v is None else f"{v:.3g}" if v < 1e3 else f"{v:.0f}"
+
+
 def _mib(v: int | None) -> str:
     return MISSING if v is None else f"{v / 2**20:.1f}"
 
@@ -111,7 +116,7 @@ CELLS: dict[str, Callable[[Record], str]] = {
     "predicted MiB": lambda r: _mib(r.predicted_bytes),
     "TFLOP/s": lambda r: _number(r.tflops),
     "of GEMM": lambda r: _share(r.share_of_gemm),
-    "GB/s": lambda r: _number(r.gbps),
+    "GB/s": lambda r: _rate(r.gbps),
     "of copy": lambda r: _share(r.share_of_copy),
     "error": lambda r: _number(r.error, 2),
     "status": lambda r: r.status,
@@ -152,7 +157,7 @@ def heading(report: Report) -> str:
     dev = report.device
     device = f"{dev.get('name', dev['type'])} ({dev['type']}, torch {dev['torch']}); "
     if report.config.get("phase") == "decode":
-        return device + f"copy bandwidth {report.copy_gbps:.3g} GB/s (read + write)"
+        return device + f"copy bandwidth {_rate(report.copy_gbps)} GB/s (read + write)"
     dtype = report.config["dtype"]
     return device + f"matrix-multiply ceiling {report.gemm_tflops:.3g} TFLOP/s ({dtype})"
 
