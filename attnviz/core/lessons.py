@@ -1,4 +1,4 @@
-"""The eight stages of the lesson: what each sets up, shows and asks the learner to try."""
+"""The nine stages of the lesson: what each sets up, shows and asks the learner to try."""
 
 from __future__ import annotations
 
@@ -131,5 +131,25 @@ STAGES: tuple[Stage, ...] = (
         "<i>Check the scores</i>: moving every position by 1000 changes no score. Then load "
         "the <i>sliding-window</i> and <i>sinks</i> presets: the weights become a band of 4 "
         "keys, and with sinks each row sums to less than 1.",
+    ),
+    Stage(
+        9,
+        "Tiles instead of the n × n matrix",
+        "worked-example",
+        ("Tiling", "Cost"),
+        "FlashAttention never stores the n × n scores. It takes B<sub>r</sub> query rows at a "
+        "time and walks over the keys in tiles of B<sub>c</sub> columns, keeping for each row "
+        "only a running maximum <b>m</b>, a running denominator <b>l</b> and an unnormalised "
+        "output <b>O</b>. When a tile raises a row's maximum from m<sub>old</sub> to "
+        "m<sub>new</sub>, what was summed so far is rescaled by <b>e^(m<sub>old</sub> − "
+        "m<sub>new</sub>)</b> before the tile's terms are added: l ← l·e^(m<sub>old</sub> − "
+        "m<sub>new</sub>) + Σ e^(s − m<sub>new</sub>), and O likewise with P V. After a block's "
+        "last tile, <b>O / l</b> is exactly softmax(S) V: the same output, in memory linear in "
+        "n. Under a causal mask the tiles above the diagonal are never computed.",
+        "In Tiling, with B_r = B_c = 2, press Step (→) four times: in the last tile, row 4 "
+        "(cat) meets a larger score, so its m rises and its l is rescaled by "
+        "e^(m<sub>old</sub> − m<sub>new</sub>) before the new terms are added; then the output "
+        "equals dense attention. Set B_r and B_c to 1: 16 tiles, the 6 above the diagonal "
+        "skipped. Choose float16: the output moves by less than 10⁻³.",
     ),
 )

@@ -245,3 +245,55 @@ def test_stage_8_mqa_halves_the_cache_rope_ignores_a_shift_then_window_and_sinks
         z = np.exp(S).sum(axis=1)
         np.testing.assert_allclose(r.row_sum[h], z / (z + np.exp(sink)), atol=EXACT)
         assert (r.row_sum[h] < 1).all()
+
+
+def minus_sign(x: float) -> str:
+    return f"{x:.2f}".replace("-", "−")
+
+
+def test_stage_9_a_rising_maximum_rescales_the_sum_tiles_past_the_diagonal_are_skipped(
+    stage, qtbot
+):
+    from PySide6.QtCore import Qt
+
+    window = stage(9)
+    assert not window.docks["Tiling"].visibleRegion().isEmpty()  # brought forward
+    panel = window.panel("Tiling")
+    qtbot.waitUntil(lambda: panel.pass_ is not None, timeout=5000)
+    assert (panel.block_q.value(), panel.block_k.value()) == (2, 2)
+    S = (ref.X @ ref.W_Q[0]) @ (ref.X @ ref.W_K[0]).T / np.sqrt(2)
+    S[np.triu_indices(4, 1)] = -np.inf
+    dense = softmax(S) @ (ref.X @ ref.W_V[0])
+
+    panel.setFocus()
+    for _ in range(4):  # "press Step (→) four times"
+        qtbot.keyClick(panel, Qt.Key.Key_Right)
+    assert panel.position == 4 == panel.steps
+    # Row 4 (cat): its second tile (keys 3–4) holds a larger score, so m rises...
+    m_old, m_new = S[3, :2].max(), S[3, :4].max()
+    assert m_new > m_old
+    # ... and l is rescaled by e^(m_old − m_new) before the tile's terms are added.
+    l_old = np.exp(S[3, :2] - m_old).sum()
+    l_new = l_old * np.exp(m_old - m_new) + np.exp(S[3, 2:4] - m_new).sum()
+    assert l_new == pytest.approx(np.exp(S[3] - m_new).sum(), rel=1e-14)
+    m_col, l_col = panel.scores.strip.columns
+    assert m_col.values[3] == pytest.approx(m_new, abs=EXACT)
+    assert l_col.values[3] == pytest.approx(l_new, abs=EXACT)
+    assert f"e^({minus_sign(m_old)}−{minus_sign(m_new)})" in panel.arithmetic.text()
+    # Then the output equals dense attention.
+    np.testing.assert_allclose(panel.out_view.spec.values, dense, atol=EXACT)
+
+    # B_r = B_c = 1: 16 tiles, the 6 above the diagonal (key after query) skipped.
+    panel.block_q.setValue(1)
+    panel.block_k.setValue(1)
+    qtbot.waitUntil(lambda: panel.steps == 16, timeout=5000)
+    above = {(i, i + 1, j, j + 1) for i in range(4) for j in range(4) if j > i}
+    assert len(above) == 6 and set(panel.grid.skipped) == above
+
+    # float16: the output moves by less than 10⁻³.
+    panel.precision.setCurrentText("float16")
+    qtbot.waitUntil(lambda: panel.pass_.tiling.precision == "float16", timeout=5000)
+    while panel.buttons["step"].isEnabled():
+        panel.buttons["step"].click()
+    moved = np.abs(panel.out_view.spec.values - dense).max()
+    assert 0 < moved < 1e-3

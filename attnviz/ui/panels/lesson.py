@@ -1,5 +1,5 @@
-"""Lesson dock: the brief's seven stages and what current models change, in order, each
-setting up its scenario and docks."""
+"""Lesson dock: the brief's seven stages, what current models change and the tiled pass,
+in order, each setting up its scenario and docks."""
 
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ class LessonPanel(QWidget):
 
     def _show_intro(self) -> None:
         self.text.setHtml(
-            "<h3>The attention lesson</h3><p>Eight stages, from plain dot products to the cost "
-            "of attention over long sequences and what current models change. Each stage sets "
-            "up the example, brings the "
+            "<h3>The attention lesson</h3><p>Nine stages, from plain dot products to the cost "
+            "of attention over long sequences, what current models change and how a fused "
+            "kernel computes it in tiles. Each stage sets up the example, brings the "
             "relevant panels forward and suggests one thing to try. You can leave the lesson "
             "at any time and keep editing; <b>Ctrl+Z</b> undoes a stage's change.</p>"
             "<p>Press <b>Next</b> to begin.</p>"
