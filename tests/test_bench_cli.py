@@ -243,6 +243,15 @@ BAD = [
     (["--heads", "two"], "two"),
     (["--format", "xml"], "xml"),
     (["--device", "tpu"], "tpu"),
+    (["--heads", "12", "--kv-heads", "5"], "kv_heads: 5 does not divide heads 12"),
+    (["--kv-heads", "two"], "two"),
+    (["--phase", "generate"], "generate"),
+    (["--phase", "decode", "--window", "8"], "window"),
+    (["--phase", "decode", "--documents", "2"], "documents"),
+    (["--phase", "decode", "--backward"], "backward"),
+    (["--documents", "3"], "documents"),
+    (["--window", "-4"], "window"),
+    (["--impl", "flex,naive,flexible"], "flexible"),
 ]
 
 
@@ -611,3 +620,104 @@ def test_the_command_line_defaults_are_the_commands() -> None:
 def test_config_from_argv_refuses_what_it_cannot_read(argv: list[str], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         config_from_argv(argv)
+
+
+# The new cases: GQA, window and documents, flex, decode ------------------------------------------
+
+
+def test_the_new_flags_reach_the_config(no_sweep: list, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*TINY, "--heads", "8", "--kv-heads", "2", "--window", "32", "--documents", "4"]
+    assert run_cli([*argv, "--impl", "flex,flex-eager,naive"]) == 0
+    config = no_sweep[-1]
+    assert (config.heads, config.kv_heads, config.groups) == (8, 2, 2)
+    assert (config.window, config.documents, config.phase) == (32, 4, "prefill")
+    assert config.impls == ("flex", "flex-eager", "naive")
+    assert run_cli([*TINY, "--phase", "decode", "--kv-heads", "1"]) == 0
+    assert (no_sweep[-1].phase, no_sweep[-1].kv_heads) == ("decode", 1)
+
+
+def test_a_decode_run_reports_bandwidth_in_every_format(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(devices, "copy_gbps", lambda device, repeats=5, size=None: 20.0)
+    argv = [*TINY, "--phase", "decode", "--kv-heads", "1", "--min-n", "256", "--max-n", "512"]
+    assert run_cli([*argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["copy_gbps"] == 20.0 and data["config"]["phase"] == "decode"
+    for r in data["records"]:
+        assert r["status"] == "ok"
+        read = 2 * 1 * r["n"] * 16 * 4  # K and V of one key/value head, float32
+        assert r["gbps"] == pytest.approx(read / r["time_ms"] * 1e-6, rel=1e-9)
+        assert r["share_of_copy"] == pytest.approx(r["gbps"] / 20.0, rel=1e-9)
+    assert run_cli([*argv, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [float(r["gbps"]) > 0 for r in rows] == [True] * 4
+    assert run_cli(argv) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "copy bandwidth 20 GB/s" in table[0]
+    assert "GB/s" in table[1] and "of copy" in table[1] and "TFLOP/s" not in table[1]
+
+
+def test_flex_without_a_compiler_is_unsupported_and_the_run_succeeds(tmp_path: Path) -> None:
+    """A fresh ``attnviz bench`` where the C++ compiler torch.compile needs is missing (as on
+    a machine without a toolchain): flex is reported unsupported with torch's reason, the
+    eager flex and naive run, exit status 0."""
+    env = os.environ | {
+        "CXX": str(tmp_path / "no-such-c++"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # nothing compiled before
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", "bench", *TINY[1:-1], "naive,flex,flex-eager",
+         "--max-n", "64", "--window", "8", "--format", "json"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    got = {r["impl"]: r for r in json.loads(p.stdout)["records"]}
+    flex = got["flex"]["status"]
+    assert flex.startswith("unsupported: torch.compile of flex_attention failed on cpu ("), flex
+    assert "compiler" in flex.lower()
+    assert got["flex"]["time_ms"] is None and got["flex"]["compile_ms"] is None
+    assert got["naive"]["status"] == "ok" and got["flex-eager"]["status"] == "ok"
+
+
+def test_the_new_cases_run_without_numpy() -> None:
+    """GQA with a window through naive, SDPA and eager flex, then a decode run, in one
+    fresh interpreter where NumPy is absent (as in test_bench_runs_without_numpy)."""
+    p = python(
+        """
+        import contextlib, importlib.abc, io, json, runpy, sys
+
+        sys.modules["numpy"] = None
+        base = ["attnviz", "bench", "--device", "cpu", "--heads", "2", "--kv-heads", "1",
+                "--d-head", "8", "--min-n", "16", "--max-n", "32", "--repeats", "1",
+                "--format", "json"]
+        runs = {}
+        for name, extra in {
+            "window": ["--impl", "naive,sdpa,flex-eager", "--window", "4"],
+            "decode": ["--impl", "naive,sdpa", "--phase", "decode"],
+        }.items():
+            sys.argv = base + extra
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    runpy.run_module("attnviz", run_name="__main__", alter_sys=True)
+                except SystemExit as e:
+                    runs[name] = {"code": e.code, "report": json.loads(out.getvalue())}
+        loaded = [m for m, v in sys.modules.items() if m.split(".")[0] == "numpy" and v]
+        print(json.dumps({"runs": runs, "loaded": loaded}))
+        """
+    )
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    child = json.loads(p.stdout.splitlines()[-1])
+    assert child["loaded"] == []
+    window, decode = child["runs"]["window"], child["runs"]["decode"]
+    assert window["code"] == 0 and decode["code"] == 0
+    for r in window["report"]["records"]:
+        assert r["status"] == "ok", r
+        n = r["n"]
+        pairs = n * 4 - 4 * 3 // 2  # a window of 4: rows see 1, 2, 3, then 4 keys
+        assert r["tflops"] == pytest.approx(4 * 2 * 8 * pairs / r["time_ms"] * 1e-9, rel=1e-9)
+    assert decode["report"]["copy_gbps"] > 0
+    for r in decode["report"]["records"]:
+        assert r["status"] == "ok" and r["gbps"] > 0, r
