@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication
 
 from attnviz.core.figures.lines import Isolated
 from attnviz.core.maths.scenario import Scenario
-from attnviz.core.presets import make_preset
+from attnviz.core.presets import make_preset, small_model
 from attnviz.ui.app import make_app
 from attnviz.ui.main_window import MainWindow
 from attnviz.ui.view_state import Selection
@@ -112,8 +112,25 @@ def main() -> None:
     cross = window(app, make_preset("cross-attention"))
     cross.grab().save(str(OUT / "window-cross-attention.png"))
     cross.close()
+    tiling(app)
     imported_model(app)
     print(f"wrote screenshots to {OUT}")
+
+
+def tiling(app: QApplication) -> None:
+    """The Tiling dock mid-pass: 8 causal tokens in 2 × 2 tiles, at the step where row 6's
+    maximum rises and its sum is rescaled."""
+    s = small_model(("the", "dog", "ran", "to", "the", "old", "red", "gate"), 8, 2, 4, seed=5)
+    w = window(app, s)
+    w.docks["Tiling"].raise_()
+    settle(app)
+    panel = w.panel("Tiling")
+    for _ in range(11):
+        panel.step()
+    settle(app)
+    w.docks["Tiling"].grab().save(str(OUT / "dock-tiling.png"))
+    w.doc.undo_stack.setClean()
+    w.close()
 
 
 def imported_model(app: QApplication) -> None:

@@ -215,6 +215,11 @@ class RowBands(pg.GraphicsObject):
             painter.drawRect(QRectF(0, r0, d, r1 - r0))
 
 
+def _span(name: str, start: int, stop: int) -> str:
+    """0-based [start, stop) as words: "row 3" or "rows 3–4"."""
+    return f"{name} {stop}" if stop - start == 1 else f"{name}s {start + 1}–{stop}"
+
+
 def _number(x: float) -> str:
     return f"{x:.2g}".replace("-", "−")
 
@@ -491,9 +496,8 @@ class TilingPanel(ResultPanel):
         step = t.steps[k - 1]
         (r0, r1), (c0, c1) = step.rows, step.cols
         what = "skipped: the mask hides all of it" if step.skipped else "computed"
-        done = "; the query block is done: its output is O / l" if step.last else ""
-        rows = f"row {r1}" if r1 - r0 == 1 else f"rows {r0 + 1}–{r1}"
-        keys = f"key {c1}" if c1 - c0 == 1 else f"keys {c0 + 1}–{c1}"
+        done = "; block done: output = O / l" if step.last else ""
+        rows, keys = _span("row", r0, r1), _span("key", c0, c1)
         return (
             f"<b>Step {k} of {len(t.steps)}</b>: query block {step.q_block + 1} ({rows}) × "
             f"key block {step.k_block + 1} ({keys}), {what}{done}."
@@ -504,8 +508,13 @@ class TilingPanel(ResultPanel):
         if k == 0:
             return "The worked arithmetic of each row of the current tile appears here."
         step = t.steps[k - 1]
-        rows = range(*step.rows)
-        lines = [describe_step(step, r, tokens) for r in rows]
+        (r0, r1), (c0, c1) = step.rows, step.cols
+        if step.skipped and not step.last:  # the same for every row: said once
+            return (
+                f"{_span('row', r0, r1)}, {_span('key', c0, c1)}: tile skipped (the mask hides "
+                "all of it): no scores computed, K and V not read; m, l and O unchanged"
+            )
+        lines = [describe_step(step, r, tokens) for r in range(r0, r1)]
         more = len(lines) - ROWS_DESCRIBED
         if more > 0:
             lines = [*lines[:ROWS_DESCRIBED], f"… and {more} more rows"]
@@ -528,8 +537,8 @@ class TilingPanel(ResultPanel):
         self.traffic.setText(
             f"Slow-memory traffic for this head, in numbers: dense {tr.dense_reads:,} read + "
             f"{tr.dense_writes:,} written = {tr.dense:,} (S and P written and read back); "
-            f"tiled {tr.tiled_reads:,} + {tr.tiled_writes:,} = {tr.tiled:,} (never the "
-            f"n × m matrix). {t.computed} of {len(t.steps)} tiles computed."
+            f"tiled with these tiles {tr.tiled_reads:,} + {tr.tiled_writes:,} = {tr.tiled:,} "
+            f"(never the n × m matrix). {t.computed} of {len(t.steps)} tiles computed."
         )
         low = t.precision != "float64"
         self.views.removeWidget(self.scores)
