@@ -147,8 +147,14 @@ class ModelImports(QObject):
 
     def open_dialog(self) -> None:
         dialog = ImportDialog(self.settings, self.window)
-        if dialog.exec() == QDialog.DialogCode.Accepted:
-            self.start(dialog.request())
+        try:
+            accepted = dialog.exec() == QDialog.DialogCode.Accepted
+            request = dialog.request() if accepted else None
+        finally:
+            dialog.stop_preview()
+            dialog.deleteLater()  # not left behind as a hidden child of the window
+        if request is not None:
+            self.start(request)
 
     def start(self, request: Any, head: int | None = None) -> None:
         """Import in the background, with a progress dialog that can cancel."""
@@ -333,6 +339,7 @@ class ImportDialog(QDialog):
         self.timer.timeout.connect(self._peek)
         self.source.currentTextChanged.connect(lambda _: self.timer.start())
         self.text.textChanged.connect(self.timer.start)
+        self.finished.connect(lambda _: self.stop_preview())
         self._peek()
 
     def request(self) -> Any:
@@ -387,11 +394,11 @@ class ImportDialog(QDialog):
         self.preview.setText("")
         self.count.setText(html.escape(error))
 
-    def done(self, result: int) -> None:
+    def stop_preview(self) -> None:
+        """Stop the live preview: no answer arrives after this."""
         self.timer.stop()
         self.worker.discard()
         self.worker.close()
-        super().done(result)
 
 
 def _peek_or_reason(peek: Callable[[str, str], Any], source: str, text: str) -> Any:

@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import pytest
 
+_WINDOWS: weakref.WeakSet = weakref.WeakSet()  # every MainWindow the tests made
 
-def _main_windows() -> list:
-    from PySide6.QtWidgets import QApplication
 
+@pytest.fixture(autouse=True, scope="session")
+def _track_windows():
+    """Remember each MainWindow made, so that teardown finds them without wrapping every
+    top-level widget Qt has (tooltips, menus, dialogs Qt is deleting)."""
     from attnviz.ui.main_window import MainWindow
 
-    return [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)]
+    original = MainWindow.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _WINDOWS.add(self)
+
+    MainWindow.__init__ = init
+    yield
+    MainWindow.__init__ = original
+
+
+def _main_windows() -> list:
+    from shiboken6 import isValid
+
+    return [w for w in list(_WINDOWS) if isValid(w)]
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
