@@ -683,14 +683,15 @@ STAGE_SETTINGS = {
     6: (True, True, "causal", "Heads"),
     7: (True, True, "causal", "Cost"),
     8: (True, True, "causal", "Pipeline"),
+    9: (True, True, "causal", "Tiling"),
 }
 
 
-def test_lesson_walks_the_eight_stages(window):
+def test_lesson_walks_the_nine_stages(window):
     lesson, doc = window.lesson, window.doc
     assert not lesson.previous.isEnabled()
     start = doc.undo_stack.count()
-    for number in range(1, 9):
+    for number in range(1, 10):
         lesson.next.click()
         settle()
         projections, scale, mask, front = STAGE_SETTINGS[number]
@@ -700,7 +701,7 @@ def test_lesson_walks_the_eight_stages(window):
         assert doc.undo_stack.count() == start + number  # one undo step per stage
         assert doc.undo_stack.undoText() == f"Lesson stage {number}"
         assert on_front(window, front), (number, front)
-        assert f"Stage {number} of 8" in lesson.text.toPlainText()
+        assert f"Stage {number} of 9" in lesson.text.toPlainText()
         if number == 1:
             # softmax(X Xᵀ) X, by hand.
             S = ref.X @ ref.X.T
@@ -712,6 +713,9 @@ def test_lesson_walks_the_eight_stages(window):
         if number == 5:
             assert not on_front(window, "Pipeline")  # Masks is on top of its tab group
     assert not lesson.next.isEnabled()
+    assert doc.scenario.n == 4  # stage 9: the worked example, in tiles
+    doc.undo_stack.undo()  # back to stage 8's scenario, as if stage 9 had never been chosen
+    lesson.index = 7
     s = doc.scenario  # stage 8: llama-style, 4 query heads over 2 key/value heads
     assert (s.n, s.d_model, s.n_heads, s.kv_heads, s.d_k) == (8, 8, 4, 2, 4)
     assert s.settings.positional == "rope"
