@@ -13,7 +13,9 @@ from attnviz.bench.report import Record, Report
 from attnviz.core.figures.chart import PALETTE, Chart, Series, n_squared_guide
 
 # One colour per implementation, whichever others a sweep has: sdpa is the same in every plot.
-COLORS = dict(zip(IMPLEMENTATIONS, PALETTE, strict=False))
+# The palette's last colour, yellow, is too faint for a line on white: eager flex, the
+# eighth, is drawn in a dark mustard instead.
+COLORS = dict(zip(IMPLEMENTATIONS, PALETTE, strict=False)) | {"flex-eager": "#9A6E00"}
 
 
 def _order(impl: str) -> tuple[int, str]:
@@ -32,7 +34,7 @@ def describe(config: Config) -> str:
     """What a detailed title says about the sweep: dtype, shape, mask, phase, backward."""
     what = f"{config.dtype}, batch {config.batch}, {config.heads} heads of {config.d_head}"
     if config.groups != config.heads:
-        what += f" ({config.groups} KV heads)"
+        what += f" ({config.groups} KV head{'s' if config.groups > 1 else ''})"
     if config.phase == "decode":
         return what + ", decode"
     what += ", causal" if config.causal and not config.window else ""

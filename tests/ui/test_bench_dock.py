@@ -197,3 +197,76 @@ def test_the_child_gets_every_setting_of_the_config():
     parsed = build_parser().parse_args(args[3:])
     assert (parsed.format, parsed.low_priority, parsed.out) == ("jsonl", True, None)
     assert config_from_namespace(parsed) == config
+
+
+def test_decode_with_grouped_heads_plots_bandwidth_against_n(qtbot, tmp_path):
+    """Phase decode, one KV head: the child runs that config, the table shows bandwidth
+    and the third plot is GB/s against n with the copy bandwidth drawn."""
+    from attnviz.bench.config import Config
+
+    panel = cpu_panel(qtbot, "256", "1024", ("naive", "sdpa"))
+    panel.resize(900, 700)
+    panel.sliding_window.setValue(16)
+    panel.impls["flex"].setChecked(True)
+    panel.phase.setCurrentText("decode")
+    # decode allows no window, documents, backward or flex: cleared and disabled
+    assert panel.sliding_window.value() == 0 and not panel.sliding_window.isEnabled()
+    assert not panel.impls["flex"].isChecked() and not panel.impls["flex"].isEnabled()
+    panel.kv_heads.setValue(1)
+    assert panel.config() == Config(
+        device="cpu", dtype="float32", heads=2, kv_heads=1, d_head=16, min_n=256, max_n=1024,
+        impls=("naive", "sdpa"), repeats=1, phase="decode",
+    )  # fmt: skip
+    panel.run()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    assert panel.status.text().startswith("done"), panel.status.text()
+    assert panel.report.copy_gbps > 0
+    headings = [
+        panel.table.horizontalHeaderItem(c).text() for c in range(panel.table.columnCount())
+    ]
+    assert "GB/s" in headings and "of copy" in headings and "TFLOP/s" not in headings
+    assert panel.table.rowCount() == 6
+    for r in panel.records:
+        assert r.status == "ok"
+        read = 2 * 1 * r.n * 16 * 4  # K and V of the one KV head, float32
+        assert r.gbps == pytest.approx(read / (r.time_ms / 1e3) / 1e9)
+    column = headings.index("GB/s")
+    shown = [panel.table.item(row, column).text() for row in range(6)]
+    assert all(cell not in ("", "–") for cell in shown)
+
+    assert panel.plots["bandwidth"].isVisible() and not panel.plots["tflops"].isVisible()
+    chart = panel.plots["bandwidth"].chart
+    assert {s.label for s in chart.series} == {"naive", "sdpa"}
+    assert [s.xs for s in chart.series] == [(256, 512, 1024)] * 2
+    ((label, value),) = chart.hlines
+    assert label == "copy bandwidth" and value == panel.report.copy_gbps
+    written = panel.export_plots_to(tmp_path)
+    assert sorted(p.name for p in written) == sorted(
+        f"attention-{k}.{e}" for k in ("time", "memory", "bandwidth") for e in ("svg", "png")
+    )
+    assert svg_title(tmp_path / "attention-bandwidth.svg") == (
+        "Bandwidth (K and V read) (float32, batch 1, 2 heads of 16 (1 KV head), decode)"
+    )
+    # back to prefill: the window and flex can be set again
+    panel.phase.setCurrentText("prefill")
+    assert panel.sliding_window.isEnabled() and panel.impls["flex"].isEnabled()
+
+
+def test_a_window_with_grouped_heads_and_eager_flex(qtbot):
+    panel = cpu_panel(qtbot, "64", "128", ("naive", "sdpa", "flex-eager"))
+    panel.kv_heads.setValue(1)
+    panel.sliding_window.setValue(8)
+    panel.documents.setValue(2)
+    panel.run()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    assert panel.status.text().startswith("done"), panel.status.text()
+    assert panel.table.rowCount() == 6
+    for r in panel.records:
+        assert r.status == "ok", (r.impl, r.status)
+        # two documents of n / 2 tokens; a window of 8 in each: rows see 1, 2, …, 8 keys
+        half = r.n // 2
+        pairs = 2 * (half * 8 - 8 * 7 // 2)
+        assert r.tflops == pytest.approx(4 * 2 * 16 * pairs / (r.time_ms / 1e3) / 1e12)
+        assert r.error is not None and r.error < 1e-5
+    assert panel.plots["tflops"].isVisible() and not panel.plots["bandwidth"].isVisible()
+    assert panel.report.sweep_config().window == 8
