@@ -308,7 +308,12 @@ class FileController(QObject):
     def export_code(self, flavor: str) -> None:
         from attnviz.core.io.codegen import to_script
 
-        name = "attention_torch.py" if flavor == "torch" else "attention_numpy.py"
+        name = f"attention_{flavor}.py"
+        try:
+            text = to_script(self.ws.doc.scenario, flavor, source="")
+        except ValueError as e:  # the tiled script: a mask a kernel does not do
+            self.error("Cannot export the script", str(e))
+            return
         path, _ = QFileDialog.getSaveFileName(
             self.parent_widget, "Export as code", self._folder(name), "Python (*.py)"
         )
@@ -316,9 +321,8 @@ class FileController(QObject):
             return
         source = files.printable(self.ws.doc.path.name) if self.ws.doc.path else "untitled"
         try:
-            files.atomic_write(
-                path, to_script(self.ws.doc.scenario, flavor, source=source).encode()
-            )
+            text = to_script(self.ws.doc.scenario, flavor, source=source)
+            files.atomic_write(path, text.encode())
         except OSError as e:
             self.error("Cannot export the script", f"{path}: {e.strerror or e}")
             return

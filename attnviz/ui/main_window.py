@@ -501,6 +501,7 @@ class MainWindow(QMainWindow):
         self._action(m, "Export All &Pipeline Heatmaps…", f.export_all)
         self._action(m, "Export as NumPy Script…", lambda: f.export_code("numpy"))
         self._action(m, "Export as PyTorch Script…", lambda: f.export_code("torch"))
+        self._action(m, "Export as Tiled NumPy Script…", lambda: f.export_code("tiled"))
         m.addSeparator()
         self._action(m, "&Quit", self.close, keys.Quit)
 

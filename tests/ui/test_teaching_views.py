@@ -889,7 +889,9 @@ def read_script_output(stdout: str) -> dict[str, list[list[float]]]:
     return blocks
 
 
-@pytest.mark.parametrize(("flavor", "rich"), [("numpy", False), ("numpy", True), ("torch", True)])
+@pytest.mark.parametrize(
+    ("flavor", "rich"), [("numpy", False), ("numpy", True), ("torch", True), ("tiled", False)]
+)
 def test_export_as_code_runs_and_prints_the_output(window, monkeypatch, tmp_path, flavor, rich):
     if flavor == "torch":
         pytest.importorskip("torch")
@@ -916,6 +918,18 @@ def test_export_as_code_runs_and_prints_the_output(window, monkeypatch, tmp_path
     np.testing.assert_allclose(np.array(blocks["output"]), expected, atol=EXACT)
     for h, (_, w, _) in enumerate(heads_of(X, mask)):
         np.testing.assert_allclose(np.array(blocks[f"head {h + 1} weights"]), w, atol=EXACT)
+
+
+def test_the_tiled_script_of_a_mask_no_kernel_does_is_refused_with_a_message(
+    window, monkeypatch, tmp_path, warnings_shown
+):
+    from PySide6.QtWidgets import QFileDialog
+
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: asked.append(a) or ("", ""))
+    window.change_setting(mask="causal-zero")
+    window.files.export_code("tiled")
+    assert asked == [] and "causal-zero" in warnings_shown[-1][1]
 
 
 # Text that fits ------------------------------------------------------------------------
