@@ -78,21 +78,29 @@ def my_predicted(
     backward: bool,
     g: int | None = None,
     r: int | None = None,
+    mask: bool = False,
 ) -> int:
-    """Dense (naive, math, flex-eager): two b·h·r·n matrices (four with backward) + the
-    output (+ the gradients of Q, and of K and V at g heads); naive and math under GQA
-    (g < h) also hold K and V copied to h heads (and their gradients with backward).
-    Fused: the output (+ the input gradients) + one float32 statistic per query row.
-    r: query rows (n, or 1 when decoding); g: key/value heads (h)."""
+    """Dense: two b·h·r·n matrices (naive, math), or three and a boolean one (flex-eager),
+    twice that with backward, + the output (+ the gradients of Q, and of K and V at g
+    heads); naive and math under GQA (g < h) also hold K and V copied to h heads (and
+    their gradients with backward). Fused: the output (+ the input gradients) + one
+    float32 statistic per query row. SDPA and its backends given a dense mask (mask)
+    also hold it as r·n values of the dtype. r: query rows (n, or 1 when decoding);
+    g: key/value heads (h)."""
     g = g or h
     r = n if r is None else r
+    twice = 2 if backward else 1
     out = b * h * r * d * size
     grads = out + 2 * b * g * n * d * size if backward else 0
-    if impl in ("naive", "math", "flex-eager"):
-        copied = impl != "flex-eager" and g != h
-        copies = 2 * b * h * n * d * size * (2 if backward else 1) if copied else 0
-        return 2 * b * h * r * n * size * (2 if backward else 1) + out + grads + copies
-    return out + grads + b * h * r * 4
+    additive = (
+        r * n * size if mask and impl in ("sdpa", "flash", "efficient", "cudnn", "math") else 0
+    )
+    if impl in ("naive", "math"):
+        copies = 2 * b * h * n * d * size * twice if g != h else 0
+        return 2 * b * h * r * n * size * twice + out + grads + copies + additive
+    if impl == "flex-eager":
+        return (3 * size + 1) * b * h * r * n * twice + out + grads
+    return out + grads + b * h * r * 4 + additive
 
 
 def my_inputs_bytes(b: int, h: int, n: int, d: int, size: int) -> int:
@@ -930,6 +938,11 @@ def test_flops_and_bytes_under_gqa_and_decode() -> None:
             q_kv = (2 * 8 * r * 32 + 2 * 2 * 2 * 512 * 32) * size
             assert bench.input_bytes(c, impl, 512) == q_kv
     window = Config(heads=4, kv_heads=2, d_head=16, window=8)
+    for impl in ("naive", "sdpa", "math", "flex", "flex-eager"):
+        for backward in (False, True):
+            c = Config(**(window.to_dict() | {"impls": (), "backward": backward}))
+            expected = my_predicted(impl, 1, 4, 64, 16, F32, backward, g=2, mask=True)
+            assert bench.predicted_bytes(c, impl, 64) == expected, (impl, backward)
     q_kv = (4 * 64 * 16 + 2 * 2 * 64 * 16) * F32
     assert bench.input_bytes(window, "naive", 64) == q_kv + 64 * 64  # and the boolean mask
     assert bench.input_bytes(window, "flex", 64) == q_kv  # a block mask: no n × n
@@ -979,6 +992,22 @@ def test_the_block_mask_is_the_one_torch_builds_from_the_dense_mask(
             for row, k in enumerate(getattr(theirs, count)[0, 0].tolist()):
                 got = getattr(mine, index)[0, 0, row, :k].sort().values
                 assert torch.equal(got, getattr(theirs, index)[0, 0, row, :k].sort().values)
+
+
+def test_peak_memory_under_a_window_matches_the_prediction(fixed_gemm: float) -> None:
+    """SDPA with the dense mask holds it once more as floats; eager flex three score
+    matrices and a boolean one; naive its two. SDPA also takes per-thread scratch and,
+    for a moment, the mask inverted (n² booleans): neither in the formula."""
+    c = tiny(heads=4, kv_heads=2, window=32, min_n=512, max_n=1024)
+    report = bench.run(Config(**(c.to_dict() | {"impls": ("naive", "sdpa", "flex-eager")})))
+    for r in report.records:
+        assert r.status == "ok", r.status
+        predicted = my_predicted(r.impl, 1, 4, r.n, 16, F32, False, g=2, mask=True)
+        assert r.predicted_bytes == predicted
+        if r.impl == "sdpa":
+            assert 0.95 * predicted <= r.peak_bytes <= predicted + r.n**2 + 512 * 1024, r.n
+        else:
+            assert r.peak_bytes == pytest.approx(predicted, rel=0.15), (r.impl, r.n)
 
 
 def test_no_mask_gives_flex_no_block_mask_and_sdpa_no_dense_mask() -> None:

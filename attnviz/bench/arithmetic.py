@@ -16,6 +16,7 @@ from attnviz.bench.config import Config
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 CHECK_N = 128  # the size at which every implementation is compared with float64
 DENSE = ("naive", "math", "flex-eager")  # implementations that hold the n × n scores
+SDPA_FAMILY = ("sdpa", "flash", "efficient", "cudnn", "math")
 
 
 def query_rows(c: Config, n: int) -> int:
@@ -70,28 +71,30 @@ def input_bytes(c: Config, impl: str, n: int) -> int:
 def predicted_bytes(c: Config, impl: str, n: int) -> int:
     """Memory above the inputs that the implementation needs, by formula.
 
-    Dense attention (naive, the math backend, flex without the compiler) holds the
-    b·h·r·n scores and their softmax at once (two matrices), plus the output; with
-    backward, autograd keeps both and the gradient of each, and the input gradients
-    (Q's, and K's and V's at G heads) join the output. Naive under GQA also copies K and
-    V to all h heads (and, with backward, their gradients), as torch's math backend does
-    for ``enable_gqa``. Fused kernels hold the
-    output and one float32 statistic per row (b·h·r), plus the input gradients with
-    backward; their small per-thread scratch buffers are not counted. ``sdpa`` and
-    ``flex`` are predicted as fused. Not counted either: the float copy of a dense mask
-    that SDPA makes of the boolean one it is given.
+    Dense attention (naive, the math backend) holds the b·h·r·n scores and their softmax
+    at once (two matrices), plus the output; flex without the compiler holds three (the
+    scores, the masked scores, the weights) and a boolean one. With backward, autograd
+    keeps them and the gradient of each, and the input gradients (Q's, and K's and V's
+    at G heads) join the output. Naive and the math backend under GQA also copy K and V
+    to all h heads (and, with backward, their gradients). Fused kernels hold the output
+    and one float32 statistic per row (b·h·r), plus the input gradients with backward;
+    their small per-thread scratch buffers are not counted. ``sdpa`` and ``flex`` are
+    predicted as fused. SDPA given a dense boolean mask (a window or documents) first
+    turns it into an additive one in the sweep's dtype: r·n values more.
     """
     size = BYTES[c.dtype]
     rows = c.batch * c.heads * query_rows(c, n)
     out = rows * c.d_head * size
+    twice = 2 if c.backward else 1
     grads = out + kv_bytes(c, n) if c.backward else 0
+    additive = query_rows(c, n) * n * size if has_mask(c) and impl in SDPA_FAMILY else 0
     if impl in DENSE:
-        squares = 2 * rows * n * size * (2 if c.backward else 1)
+        squares = (3 * size + 1 if impl == "flex-eager" else 2 * size) * rows * n * twice
         repeated = 0
         if impl in ("naive", "math") and c.groups != c.heads:
-            repeated = 2 * c.batch * c.heads * n * c.d_head * size * (2 if c.backward else 1)
-        return squares + out + grads + repeated
-    return out + grads + rows * 4
+            repeated = 2 * c.batch * c.heads * n * c.d_head * size * twice
+        return squares + out + grads + repeated + additive
+    return out + grads + rows * 4 + additive
 
 
 def reference_bytes(c: Config, impl: str, device: str) -> dict[str, int]:
