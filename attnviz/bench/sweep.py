@@ -143,7 +143,9 @@ def _failure(impl: str, e: BaseException, device: str) -> str:
     """The reason an implementation failed, in one line."""
     detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
     if impl == "flex":
-        return f"torch.compile of flex_attention failed on {device} ({detail})"
+        return f"flex (torch.compile) on {device}: {detail}"
+    if impl == "flex-eager":
+        return f"flex-eager on {device}: {detail}"
     return f"no {impl} kernel for these inputs ({detail})"
 
 
