@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QScrollArea,
+    QTabBar,
     QTabWidget,
     QWidget,
 )
@@ -217,6 +218,8 @@ class MainWindow(QMainWindow):
         else:  # built when first shown: start-up pays only for what is on screen
             dock.visibilityChanged.connect(lambda visible: self._build_if_shown(title, visible))
         dock.setWidget(scroll)
+        # a dock dropped beside another makes a new tab bar: give it whole titles too
+        dock.dockLocationChanged.connect(lambda _: QTimer.singleShot(0, self._whole_tab_titles))
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable
             | QDockWidget.DockWidgetFeature.DockWidgetFloatable
@@ -343,6 +346,7 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             dock.setFloating(False)
             dock.show()
+        self._whole_tab_titles()
 
     def showEvent(self, event: QShowEvent) -> None:
         # Docks are arranged once the window is shown: tabifying them earlier leaves
@@ -355,7 +359,16 @@ class MainWindow(QMainWindow):
             state = self.settings.value("window/state")
             if isinstance(state, QByteArray):
                 self.restoreState(state)
+            self._whole_tab_titles()
         super().showEvent(event)
+
+    def _whole_tab_titles(self) -> None:
+        """Dock tabs show their whole titles and scroll when they do not fit (Qt would cut
+        thirteen of them down to "Pipel…", "He…")."""
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is self:  # the dock areas' tab bars, not the panels' own
+                bar.setElideMode(Qt.TextElideMode.ElideNone)
+                bar.setUsesScrollButtons(True)
 
     def save_layout(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())

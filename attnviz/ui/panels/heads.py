@@ -46,10 +46,10 @@ class HeadsPanel(ResultPanel):
         # Heads that share keys and values side by side, a group per row (when it fits).
         columns = group if 1 < group <= 4 else max(1, min(4, math.ceil(math.sqrt(count))))
         for h in range(count):
-            # One colour bar per row of maps: they share the 0–1 scale, and a bar per map
-            # would leave the maps of a 12-head layer too small to read.
-            last = h % columns == columns - 1 or h == count - 1
-            view = HeatmapView("weights", colorbar=last)
+            # Many heads: one colour bar per row of maps (they share the 0–1 scale); a bar
+            # per map would leave the maps of a 12-head layer too small to read.
+            bar = count <= 4 or h % columns == columns - 1 or h == count - 1
+            view = HeatmapView("weights", colorbar=bar)
             view.setMinimumSize(160, 150)
             view.square_cells = True  # queries and keys alike
             view.setMaximumHeight(420)  # square cells leave a taller view empty
