@@ -481,11 +481,9 @@ def _finite(a: Any) -> Any:
     """An array as JSON lists, with null for −∞ (JSON has no infinities)."""
     import numpy as np
 
-    values = np.asarray(a, dtype=np.float64)
-    listed = values.tolist()
-    if np.isfinite(values).all():
-        return listed
-    return json.loads(json.dumps(listed).replace("-Infinity", "null").replace("NaN", "null"))
+    values = np.asarray(a, dtype=np.float64).astype(object)
+    values[~np.isfinite(values.astype(np.float64))] = None
+    return values.tolist()
 
 
 def cmd_tiles(args: argparse.Namespace) -> int:

@@ -210,9 +210,8 @@ def _weights_from_lse(s: Scenario, head: int, lse: np.ndarray, hidden: np.ndarra
 
 
 def _freeze(step: Step) -> None:
-    for a in (step.scores, step.m_old, step.m_new, step.l_old, step.l_new):
-        a.flags.writeable = False
-    for a in (step.rescale, step.P, step.O):
+    arrays = (step.scores, step.m_old, step.m_new, step.l_old, step.l_new, step.rescale)
+    for a in (*arrays, step.P, step.O):
         a.flags.writeable = False
 
 

@@ -90,7 +90,7 @@ def peek(source: str, text: str) -> Peek:
     folder = locate(source, download=False).folder
     config = _read_config(folder)
     problem = _unsupported(config)
-    layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), 0)
+    layers = _layers_of(config) or 0
     tokens = None
     if text.strip():
         try:
@@ -259,8 +259,13 @@ def _first(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
+def _layers_of(config: dict[str, Any]) -> int | None:
+    """The layer count config.json gives, under any of its names."""
+    return next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), None)
+
+
 def _check_layers(config: dict[str, Any], layer: int) -> None:
-    layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), None)
+    layers = _layers_of(config)
     if layers is None or layers < 1:
         raise ScenarioError(f"config.json: the number of layers is {layers!r}; expected 1 or more")
     if not 0 <= layer < layers:

@@ -138,6 +138,7 @@ class OverviewPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(self.grid)
         layout.addStretch(1)
+        self._maps: np.ndarray | None = None
         imports.overviewChanged.connect(self._refresh)
         ws.doc.scenarioChanged.connect(self._refresh)
         ws.view_state.headChanged.connect(lambda _: self._mark())
@@ -145,27 +146,28 @@ class OverviewPanel(QWidget):
 
     def _refresh(self) -> None:
         p = self.doc.scenario.provenance
-        maps = self.imports.overview
         same = p is not None and self.imports.overview_source == (p.source, p.text, p.layers)
+        maps = self.imports.overview if same else None
         if p is None:
-            self.note.setText(
+            note = (
                 "Import a model layer (File → Import Model Layer…) to see every layer and head "
                 "of the model on your text."
             )
-        elif maps is None or not same:
-            self.note.setText(
+        elif maps is None:
+            note = (
                 "The overview comes from the model's run at import: import a layer of this "
                 "model (or step to another layer) to see it."
-                if maps is None or not same
-                else ""
             )
         else:
-            self.note.setText(
+            note = (
                 f"{p.source} on “{p.text[:80]}”: the attention weights of every layer (rows) "
                 f"and head (columns), all on the same 0–1 scale (pale 0, dark blue 1), from the "
                 "model's own run. Click a map to import that layer and show that head."
             )
-        self.grid.set_maps(maps if same else None)
+        self.note.setText(note)
+        if maps is not self._maps:  # colour the maps once per import, not on every edit
+            self._maps = maps
+            self.grid.set_maps(maps)
         self._mark()
 
     def _mark(self) -> None:
