@@ -50,7 +50,8 @@ class HeadsPanel(ResultPanel):
             # per map would leave the maps of a 12-head layer too small to read.
             bar = count <= 4 or h % columns == columns - 1 or h == count - 1
             view = HeatmapView("weights", colorbar=bar)
-            view.setMinimumSize(160, 150)
+            # narrower with many heads, so that four columns fit the dock at 1280 × 720
+            view.setMinimumSize(160 if count <= 4 else 130, 150)
             view.square_cells = True  # queries and keys alike
             view.setMaximumHeight(420)  # square cells leave a taller view empty
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))

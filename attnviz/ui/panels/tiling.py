@@ -251,7 +251,7 @@ class TilingPanel(ResultPanel):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # for the keys: → ← Space Home
         ws.view_state.headChanged.connect(lambda _: self.redraw())
 
-    def _controls(self) -> QHBoxLayout:
+    def _controls(self) -> QVBoxLayout:
         """Step, back, reset, play and its speed; the block sizes and the precision."""
         self.buttons = {
             "reset": QPushButton("Reset"),
@@ -293,13 +293,18 @@ class TilingPanel(ResultPanel):
         for spin in (self.block_q, self.block_k):
             spin.valueChanged.connect(lambda _: self.redraw())
         self.precision.currentTextChanged.connect(lambda _: self.redraw())
-        controls = QHBoxLayout()
+        # Two rows, so that the dock fits the right-hand column at 1280 × 720.
+        steps, setup = QHBoxLayout(), QHBoxLayout()
         for button in self.buttons.values():
-            controls.addWidget(button)
-        controls.addWidget(self.speed)
-        controls.addStretch(1)
+            steps.addWidget(button)
+        steps.addWidget(self.speed)
+        steps.addStretch(1)
         for widget in (self.block_q, self.block_k, self.precision):
-            controls.addWidget(widget)
+            setup.addWidget(widget)
+        setup.addStretch(1)
+        controls = QVBoxLayout()
+        controls.addLayout(steps)
+        controls.addLayout(setup)
         return controls
 
     def _body(self) -> QWidget:
