@@ -65,6 +65,9 @@ def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
     p.add_argument(
         "--preset", metavar="NAME", help="a preset instead of a file (see 'attnviz presets')"
     )
+    p.add_argument(
+        "--example", metavar="NAME", help="a shipped example file (see 'attnviz examples')"
+    )
     p.add_argument("--n", type=_positive, help="tokens, for the sized presets (gpt2-small)")
     p.add_argument("--seed", type=_seed, help="random seed, for the sized presets")
     if overrides:
@@ -102,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("presets", help="list the presets")
+    sub.add_parser("examples", help="list the example files that ship with attnviz")
     sub.add_parser("bench", help="time dense against fused attention (attnviz bench --help)")
 
     p = sub.add_parser("explain", help="print the worked arithmetic of one cell")
@@ -205,17 +209,19 @@ def _explainable() -> tuple[str, ...]:
 
 
 def load_source(args: argparse.Namespace) -> Scenario:
-    """The scenario the flags name: FILE, --preset or the worked example, then overrides."""
+    """The scenario the flags name: FILE, --preset, --example or the worked example, then
+    overrides."""
     from attnviz.core import presets
 
-    if args.file and args.preset:
-        raise UsageError("give either FILE or --preset, not both")
-    if args.file:
+    if sum(bool(x) for x in (args.file, args.preset, args.example)) > 1:
+        raise UsageError("give one of FILE, --preset and --example, not more")
+    if args.file or args.example:
         if args.n is not None or args.seed is not None:
             raise UsageError("--n and --seed apply to presets, not to files")
+        from attnviz.core.examples import find
         from attnviz.core.io.files import load_scenario
 
-        s = load_scenario(args.file)
+        s = load_scenario(args.file) if args.file else find(args.example).load()
     else:
         s = presets.make_preset(args.preset or "worked-example", args.n, args.seed)
     changes: dict[str, object] = {}
@@ -380,6 +386,21 @@ def cmd_presets(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_examples(_: argparse.Namespace) -> int:
+    from attnviz.core.examples import examples
+
+    shown = examples()
+    width = max(len(e.name) for e in shown)
+    section = ""
+    for e in shown:
+        if e.section != section:
+            print(f"\n{e.section}:" if section else f"{e.section}:")
+            section = e.section
+        print(f"  {e.name.ljust(width)}  {e.title}")
+    print(f"\nThe files are in {shown[0].path.parent}; attnviz compute --example NAME uses one.")
+    return 0
+
+
 def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int:
     """A 1-based number or a token label -> 0-based index."""
     if re.fullmatch(r"-?[0-9]+", text):
@@ -427,7 +448,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_code(args: argparse.Namespace) -> int:
     from attnviz.core.io.codegen import to_script
 
-    source = args.file or args.preset or "worked-example"
+    source = args.file or args.example or args.preset or "worked-example"
     blocks = (args.block_q, args.block_k)
     sys.stdout.write(to_script(load_source(args), args.flavor, source=source, blocks=blocks))
     return 0
@@ -648,6 +669,7 @@ def open_window(path: str | None) -> int:
 COMMANDS = {
     "compute": cmd_compute,
     "presets": cmd_presets,
+    "examples": cmd_examples,
     "explain": cmd_explain,
     "export": cmd_export,
     "code": cmd_code,
@@ -657,6 +679,7 @@ COMMANDS = {
 SUBCOMMANDS = (
     "compute",
     "presets",
+    "examples",
     "bench",
     "explain",
     "code",

@@ -1,6 +1,7 @@
-"""Render the application icon (attnviz/resources/attnviz.svg) to the PNG sizes desktops use.
+"""Render the application icon (the SVG under resources/icons/hicolor/scalable/apps/) to
+the PNG sizes desktops use.
 
-python packaging/make_icons.py    # writes packaging/icons/hicolor/<size>x<size>/apps/
+python packaging/make_icons.py    # writes resources/icons/hicolor/<size>x<size>/apps/
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
 
-from attnviz.resources import APP_ID, path
+from attnviz.assets import APP_ID
 
+HICOLOR = Path(__file__).resolve().parent.parent / "resources" / "icons" / "hicolor"  # the source
 SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 
 
 def main() -> None:
     _app = QGuiApplication.instance() or QGuiApplication([])
-    renderer = QSvgRenderer(str(path("attnviz.svg")))
-    out = Path(__file__).parent / "icons" / "hicolor"
+    renderer = QSvgRenderer(str(HICOLOR / "scalable" / "apps" / f"{APP_ID}.svg"))
     for size in SIZES:
         image = QImage(QSize(size, size), QImage.Format.Format_ARGB32)
         image.fill(QColor(0, 0, 0, 0))
@@ -30,13 +31,10 @@ def main() -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         renderer.render(painter)
         painter.end()
-        folder = out / f"{size}x{size}" / "apps"
+        folder = HICOLOR / f"{size}x{size}" / "apps"
         folder.mkdir(parents=True, exist_ok=True)
         image.save(str(folder / f"{APP_ID}.png"))
-    scalable = out / "scalable" / "apps"
-    scalable.mkdir(parents=True, exist_ok=True)
-    (scalable / f"{APP_ID}.svg").write_bytes(path("attnviz.svg").read_bytes())
-    print(f"wrote {len(SIZES)} PNG sizes and the SVG under {out}")
+    print(f"wrote {len(SIZES)} PNG sizes under {HICOLOR}")
 
 
 if __name__ == "__main__":

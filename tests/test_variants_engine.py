@@ -4,7 +4,8 @@ masks), alone and together, against a plain reference written here from the spec
 of operations; incremental updates, one head and the layer against compute; torch's own
 attention through cross_check; and the Scenario helpers and messages for these fields.
 
-The reference below shares no code with attnviz: loops over heads, rows and pairs.
+The reference (variant_reference.py) shares no code with attnviz: loops over heads, rows
+and pairs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import pytest
 import reference as plain
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from variant_reference import (
+    FIELDS,
+    assert_close,
+    assert_matches_reference,
+)
 
 from attnviz.core.maths import engine
 from attnviz.core.maths.scenario import (
@@ -36,197 +42,6 @@ from attnviz.core.maths.scenario import (
 )
 
 RANDOM = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FIELDS = (
-    "Q",
-    "K",
-    "V",
-    "Q_rot",
-    "K_rot",
-    "scores",
-    "scaled",
-    "masked",
-    "weights",
-    "output",
-    "sink",
-    "row_sum",
-    "leak",
-    "entropy",
-)
-
-
-# The reference: the spec's order of operations, one query head at a time -------------
-
-
-def paper_slopes(H: int) -> list[float]:
-    """ALiBi slopes: 2^(−8k/H) for k = 1 … H when H is a power of two; otherwise those of
-    the largest power of two p below H, then every other slope of 2p (BLOOM)."""
-
-    def geometric(count: int) -> list[float]:
-        return [2.0 ** (-8.0 * k / count) for k in range(1, count + 1)]
-
-    p = 1
-    while 2 * p <= H:
-        p *= 2
-    if p == H:
-        return geometric(H)
-    return geometric(p) + geometric(2 * p)[0::2][: H - p]
-
-
-def rotate(A: np.ndarray, pos: list[int], base: float, style: str, r: int) -> np.ndarray:
-    """Each pair of the first r features of row t turned by pos[t] · base^(−2i/r)."""
-    out = A.copy()
-    for t in range(A.shape[0]):
-        for i in range(r // 2):
-            a, b = (i, i + r // 2) if style == "half" else (2 * i, 2 * i + 1)
-            theta = pos[t] * base ** (-2.0 * i / r)
-            x, y = A[t, a], A[t, b]
-            out[t, a] = x * math.cos(theta) - y * math.sin(theta)
-            out[t, b] = x * math.sin(theta) + y * math.cos(theta)
-    return out
-
-
-def rms(A: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray:
-    out = np.array([row / math.sqrt(sum(v * v for v in row) / len(row) + eps) for row in A])
-    return out if weight is None else out * weight
-
-
-def hidden_by_hand(s: Scenario) -> np.ndarray:
-    """(n, m) True where the mask hides key j from query i (the causal future for the
-    masks that are not windows or custom)."""
-    st_ = s.settings
-    n, m = s.n, s.m
-    offset = m - n if st_.causal_alignment == "bottom-right" else 0
-    hidden = np.zeros((n, m), dtype=bool)
-    for i in range(n):
-        q = i + offset
-        for j in range(m):
-            if st_.mask == "sliding-window":
-                hidden[i, j] = not (q - st_.window < j <= q)
-            elif st_.mask == "custom":
-                hidden[i, j] = s.mask_matrix[i, j] == 0
-            else:
-                hidden[i, j] = j > q
-    return hidden
-
-
-def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
-    """Every intermediate per query head (lists), concat and final, from the spec.
-
-    ``keep``: the dropout keep-mask (H, n, m) to apply (the engine's seeded draw).
-    """
-    st_ = s.settings
-    n, m = s.n, s.m
-    X = s.X + plain.sinusoidal(n, s.d_model) if st_.positional == "sinusoidal" else s.X
-    X_kv = X if s.X_kv is None else s.X_kv
-    offset = m - n if st_.causal_alignment == "bottom-right" else 0
-    qpos, kpos = [i + offset for i in range(n)], list(range(m))
-    proj = st_.projections
-    H, G = (s.n_heads, s.kv_heads) if proj else (1, 1)
-    d = s.d_k if proj else s.d_model
-    slopes = list(st_.alibi_slopes) if st_.alibi_slopes is not None else paper_slopes(s.n_heads)
-    hidden = hidden_by_hand(s)
-    heads: dict[str, list[np.ndarray]] = {name: [] for name in (*FIELDS, "empty_rows")}
-    for h in range(H):
-        g = h * G // H
-        if proj:
-            Q = X @ s.W_Q[h] + s.b_Q[h, 0]
-            K = X_kv @ s.W_K[g] + s.b_K[g, 0]
-            V = X_kv @ s.W_V[g] + s.b_V[g, 0]
-        else:
-            Q, K, V = X, X_kv, X_kv
-        Qr, Kr = Q, K
-        if st_.qk_norm == "rms":
-            Qr = rms(Qr, s.q_norm[h, 0] if proj else None, st_.qk_norm_eps)
-            Kr = rms(Kr, s.k_norm[g, 0] if proj else None, st_.qk_norm_eps)
-        if st_.positional == "rope":
-            r = st_.rope_dims if st_.rope_dims is not None else d - d % 2
-            Qr = rotate(Qr, qpos, st_.rope_base, st_.rope_style, r)
-            Kr = rotate(Kr, kpos, st_.rope_base, st_.rope_style, r)
-        scores = np.array([[float(np.dot(Qr[i], Kr[j])) for j in range(m)] for i in range(n)])
-        scale = 1.0
-        if st_.scale:
-            scale = st_.scale_value if st_.scale_value is not None else 1.0 / math.sqrt(d)
-        scaled = scores * scale
-        if st_.softcap is not None:
-            scaled = st_.softcap * np.tanh(scaled / st_.softcap)
-        if st_.positional == "alibi":
-            for i in range(n):
-                for j in range(m):
-                    scaled[i, j] -= slopes[h] * abs(qpos[i] - kpos[j])
-        masked = scaled.copy()
-        if st_.mask in ("causal", "sliding-window", "custom"):
-            masked[hidden] = -math.inf
-        elif st_.mask == "causal-zero":
-            masked[hidden] = 0.0
-        weights = np.zeros((n, m))
-        share, entropy, empty = np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
-        for i in range(n):
-            logits = list(masked[i])
-            sink = st_.sinks[h] if st_.sinks is not None else None
-            top = max(logits + ([sink] if sink is not None else []))
-            if top == -math.inf:
-                empty[i] = True
-                continue
-            e = [math.exp(v - top) for v in logits]
-            z = sum(e) + (math.exp(sink - top) if sink is not None else 0.0)
-            weights[i] = [v / z for v in e]
-            share[i] = math.exp(sink - top) / z if sink is not None else 0.0
-            outcomes = [*weights[i], share[i]]
-            entropy[i] = -sum(p * math.log(p) for p in outcomes if p > 0)
-        if st_.mask == "drop-after-softmax":
-            weights[hidden] = 0.0
-        if keep is not None:
-            weights = weights * keep[h] / (1.0 - st_.dropout)
-        output = weights @ V
-        values = {
-            "Q": Q,
-            "K": K,
-            "V": V,
-            "Q_rot": Qr,
-            "K_rot": Kr,
-            "scores": scores,
-            "scaled": scaled,
-            "masked": masked,
-            "weights": weights,
-            "output": output,
-            "sink": share,
-            "row_sum": weights.sum(axis=1),
-            "leak": (weights * hidden).sum(axis=1),
-            "entropy": entropy,
-            "empty_rows": empty,
-        }
-        for name, value in values.items():
-            heads[name].append(value)
-    concat = np.concatenate(heads["output"], axis=1)
-    final = concat
-    if proj:
-        final = np.zeros((n, s.d_model))
-        for h in range(H):
-            if h not in st_.ablated:
-                final += concat[:, h * d : (h + 1) * d] @ s.W_O[h * d : (h + 1) * d]
-        final = final + s.b_O[0]
-    return {**heads, "concat": concat, "final": final, "hidden": hidden}
-
-
-def assert_close(got: Any, want: Any, what: str) -> None:
-    np.testing.assert_allclose(
-        np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-11, err_msg=what
-    )
-
-
-def assert_matches_reference(s: Scenario, result: engine.Result | None = None) -> None:
-    """Every head field, empty_rows, concat and final of compute(s) against reference(s)."""
-    got = engine.compute(s) if result is None else result
-    keep = None if got.heads[0].keep is None else np.asarray(got.keep)
-    want = reference(s, keep)
-    assert got.n_heads == len(want["Q"])
-    for h, head in enumerate(got.heads):
-        for name in FIELDS:
-            assert_close(getattr(head, name), want[name][h], f"head {h + 1} {name}")
-        np.testing.assert_array_equal(head.empty_rows, want["empty_rows"][h])
-    assert_close(got.concat, want["concat"], "concat")
-    assert_close(got.final, want["final"], "final")
-    np.testing.assert_array_equal(got.future, want["hidden"])
 
 
 # Scenarios -----------------------------------------------------------------------------

@@ -117,7 +117,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         8,
         "What current models change",
-        "llama-style",
+        "stage-8-current-models",
         ("Pipeline", "Weights", "RoPE"),
         "Models of 2024–2026 keep this layer and change four things. <b>Grouped-query "
         "attention</b>: groups of query heads share one key/value head (Llama-3-8B: 32 query "
@@ -135,7 +135,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         9,
         "Tiles instead of the n × n matrix",
-        "worked-example",
+        "stage-9-tiles",
         ("Tiling", "Cost"),
         "FlashAttention never stores the n × n scores. It takes B<sub>r</sub> query rows at a "
         "time and walks over the keys in tiles of B<sub>c</sub> columns, keeping for each row "

@@ -105,6 +105,21 @@ def cross_attention() -> Scenario:
     return dataclasses.replace(s, kv_tokens=("le", "chat", "est", "assis", "."), X_kv=X_kv)
 
 
+def qk_norm_example() -> Scenario:
+    """RMS-normalised queries and keys (Qwen3, OLMo 2): X ten times larger changes no score."""
+    tokens = ("the", "cat", "sat", "on", "the", "mat")
+    s = small_model(tokens, 8, 2, 4, seed=5, settings=Settings(qk_norm="rms"))
+    rng = np.random.default_rng(6)
+    q_norm, k_norm = np.round(1 + 0.3 * rng.standard_normal((2, 2, 1, 4)), 2)
+    return dataclasses.replace(s, X=s.X * 10, q_norm=q_norm, k_norm=k_norm)
+
+
+def softcap_example() -> Scenario:
+    """The worked example with X × 4: raw scores up to 32, capped at 2 by 2·tanh(s/2)."""
+    s = worked_example(Settings(softcap=2.0))
+    return dataclasses.replace(s, X=s.X * 4)
+
+
 def _stage(**settings: object) -> Callable[..., Scenario]:
     return lambda **_: worked_example(Settings(**settings))  # type: ignore[arg-type]
 
@@ -173,6 +188,18 @@ PRESETS: dict[str, Preset] = {
             sized=True,
         ),
         Preset(
+            "stage-8-current-models",
+            "Lesson 8: what current models change",
+            "the llama-style scenario: RoPE and 4 query heads sharing 2 key/value heads",
+            llama_style,
+        ),
+        Preset(
+            "stage-9-tiles",
+            "Lesson 9: tiles instead of the n × n matrix",
+            "the worked example, for stepping FlashAttention's tiles in the Tiling dock",
+            _stage(),
+        ),
+        Preset(
             "sliding-window",
             "Sliding window (Mistral, Gemma)",
             "GPT-2-small sizes, n tokens (default 16), each query sees itself and the 3 "
@@ -202,6 +229,21 @@ PRESETS: dict[str, Preset] = {
             "8 tokens, 4 heads; no position encoding, but scores fall by slope × distance "
             "(slopes 1/4, 1/16, 1/64, 1/256)",
             alibi_example,
+        ),
+        Preset(
+            "qk-norm",
+            "QK-norm (Qwen3, OLMo 2, Gemma 3)",
+            "6 tokens, 2 heads of d_k 4, X ten times the usual size: each query and key row "
+            "is RMS-normalised over d_k (times a learned weight per feature) before the "
+            "scores, so they stay small",
+            qk_norm_example,
+        ),
+        Preset(
+            "softcap",
+            "Soft-capped scores (Gemma 2, Grok)",
+            "the worked example with X × 4: raw scores up to 32 would make rows one-hot; "
+            "capping them with 2·tanh(s/2) keeps every score within ±2",
+            softcap_example,
         ),
         Preset(
             "cross-attention",

@@ -117,19 +117,36 @@ class ReplaceScenario(Command):
         session.set_scenario(self.old)
 
 
-class LoadScenario(Command):
-    """Open a file (or start a new scenario): the scenario and the path change together."""
+UNTITLED = "untitled"
 
-    def __init__(self, session: Session, new: Scenario, path: Path | None, text: str):
-        self.old, self.old_path = session.scenario, session.path
-        self.new, self.new_path, self.text = new, path, text
+
+class LoadScenario(Command):
+    """Open a file (or start a new scenario): the scenario and the path change together;
+    ``untitled`` names a document with no path (an example's name)."""
+
+    def __init__(
+        self,
+        session: Session,
+        new: Scenario,
+        path: Path | None,
+        text: str,
+        untitled: str = UNTITLED,
+    ):
+        self.old, self.old_path, self.old_untitled = (
+            session.scenario,
+            session.path,
+            session.untitled,
+        )
+        self.new, self.new_path, self.new_untitled, self.text = new, path, untitled, text
 
     def do(self, session: Session) -> None:
         session.set_scenario(self.new)
+        session.untitled = self.new_untitled
         session.set_path(self.new_path)
 
     def undo(self, session: Session) -> None:
         session.set_scenario(self.old)
+        session.untitled = self.old_untitled
         session.set_path(self.old_path)
 
 
@@ -139,6 +156,7 @@ class Session:
     def __init__(self, scenario: Scenario | None = None, path: Path | None = None):
         self.scenario = scenario or worked_example()
         self.path = path
+        self.untitled = UNTITLED  # what the document is called while it has no path
         self._listeners: list[Callable[[Change], None]] = []
         self._done: list[Command] = []
         self._undone: list[Command] = []

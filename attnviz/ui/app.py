@@ -9,8 +9,7 @@ from PySide6.QtCore import QSettings, QStandardPaths
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
-from attnviz import resources
-from attnviz.resources import APP_ID
+from attnviz.assets import APP_ID, ICON_SVG, resource
 
 APP_NAME = "attnviz"
 
@@ -24,7 +23,7 @@ def make_app() -> QApplication:
     app.setOrganizationName(APP_NAME)
     assert isinstance(app, QApplication)
     app.setDesktopFileName(APP_ID)  # matches packaging/<APP_ID>.desktop
-    app.setWindowIcon(QIcon(str(resources.path("attnviz.svg"))))
+    app.setWindowIcon(QIcon(str(resource(*ICON_SVG))))
     return app
 
 

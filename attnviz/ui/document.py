@@ -15,7 +15,14 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoStack
 
 from attnviz.core.maths.scenario import Scenario, ScenarioError
-from attnviz.core.session import Change, Command, LoadScenario, ReplaceScenario, Session
+from attnviz.core.session import (
+    UNTITLED,
+    Change,
+    Command,
+    LoadScenario,
+    ReplaceScenario,
+    Session,
+)
 from attnviz.ui.commands import UndoCommand
 
 
@@ -39,6 +46,11 @@ class Document(QObject):
     @property
     def path(self) -> Path | None:
         return self.session.path
+
+    @property
+    def name(self) -> str:
+        """The file's name, or what the document is called while it has none."""
+        return self.path.name if self.path else self.session.untitled
 
     @property
     def n_heads(self) -> int:
@@ -75,14 +87,17 @@ class Document(QObject):
         """Replace the scenario by new as one undoable step."""
         self.push(ReplaceScenario(self.session, new, text))
 
-    def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
+    def load(
+        self, scenario: Scenario, path: Path | None, text: str, untitled: str = UNTITLED
+    ) -> None:
         """Open a scenario (from path, or untitled) as one undoable step."""
-        self.push(LoadScenario(self.session, scenario, path, text))
+        self.push(LoadScenario(self.session, scenario, path, text, untitled))
 
     def reset(self, scenario: Scenario, path: Path | None) -> None:
         """Start over on a scenario with no undo history (restoring autosaved work)."""
         self.undo_stack.clear()
         self.session.set_scenario(scenario)
+        self.session.untitled = UNTITLED
         self.session.set_path(path)
         self.undo_stack.setClean()
 

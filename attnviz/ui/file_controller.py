@@ -16,13 +16,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QObject, QSettings, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
+from PySide6.QtWidgets import QDialog, QFileDialog, QMenu, QMessageBox, QWidget
 
+from attnviz.core.examples import Example
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
 from attnviz.core.maths.engine import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
+from attnviz.core.session import UNTITLED
 from attnviz.ui.export import ImageExport, ask_image_path
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.workspace import Workspace
@@ -35,6 +37,7 @@ OPEN_FILTER = ";;".join(
 SAVE_FILTER = ";;".join((JSON_FILTER, NPZ_FILTER, "JSON (*.json)", "All files (*)"))
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
 MAX_RECENT = 8
+EXAMPLE = " (example)"  # after an example's name, while it is untitled
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,7 @@ class FileController(QObject):
         """True when it is fine to drop the current document (saved, discarded)."""
         if self.ws.doc.undo_stack.isClean():
             return True
-        name = (
-            files.printable(self.ws.doc.path.name) if self.ws.doc.path else "the untitled scenario"
-        )
+        name = files.printable(self.ws.doc.name) if self.ws.doc.path else "the untitled scenario"
         box = QMessageBox(
             QMessageBox.Icon.Warning,
             "Unsaved changes",
@@ -101,9 +102,11 @@ class FileController(QObject):
             self.load(make_preset("worked-example"), None, "New scenario")
             self.saved()
 
-    def load(self, scenario: Scenario, path: Path | None, text: str) -> None:
+    def load(
+        self, scenario: Scenario, path: Path | None, text: str, untitled: str = UNTITLED
+    ) -> None:
         """Replace the document as one undoable step; the loaded state counts as saved."""
-        self.ws.doc.load(scenario, path, text)
+        self.ws.doc.load(scenario, path, text, untitled)
         self.ws.doc.undo_stack.setClean()
 
     def open_dialog(self) -> None:
@@ -130,6 +133,32 @@ class FileController(QObject):
         self.show_message(f"Opened {name}")
         return True
 
+    def open_examples(self) -> Example | None:
+        """File → Open Example…: the gallery, then the chosen example, untitled."""
+        if not self.maybe_save():
+            return None
+        from attnviz.ui.examples_dialog import ExampleGallery
+
+        gallery = ExampleGallery(self.settings, self.parent_widget)
+        try:
+            chosen = gallery.chosen() if gallery.exec() == QDialog.DialogCode.Accepted else None
+        finally:
+            gallery.deleteLater()
+        return chosen if chosen is not None and self.open_example(chosen) else None
+
+    def open_example(self, example: Example) -> bool:
+        """Load a shipped example with no path, so that a save never writes into the
+        installation (Save asks where, proposing the example's name)."""
+        try:
+            scenario = example.load()
+        except files.FileFormatError as e:
+            self.error("Cannot open the example", str(e))
+            return False
+        self.load(scenario, None, f"Open example {example.title}", example.path.name + EXAMPLE)
+        self.saved()
+        self.show_message(f"Opened the example {example.title} (untitled: Save asks where)")
+        return True
+
     def save(self) -> bool:
         if self.ws.doc.path is None:
             return self.save_as()
@@ -137,12 +166,18 @@ class FileController(QObject):
 
     def save_as(self) -> bool:
         """Ask for a name; the form (text or binary) follows its suffix, else the filter."""
-        binary = self.ws.doc.path is not None and files.is_binary(self.ws.doc.path)
-        suffix = files.NPZ_SUFFIX if binary else files.SUFFIX
+        doc = self.ws.doc
+        if doc.path is None and doc.name.endswith(EXAMPLE):  # proposed under its own name
+            name = doc.name.removesuffix(EXAMPLE)
+        elif doc.path is not None and files.is_binary(doc.path):
+            name = "scenario" + files.NPZ_SUFFIX
+        else:
+            name = "scenario" + files.SUFFIX
+        binary = files.is_binary(name)
         path, chosen = QFileDialog.getSaveFileName(
             self.parent_widget,
             "Save scenario",
-            self._folder("scenario" + suffix),
+            self._folder(name),
             SAVE_FILTER,
             NPZ_FILTER if binary else JSON_FILTER,
         )

@@ -502,6 +502,7 @@ class MainWindow(QMainWindow):
         f = self.files
         self._action(m, "&New", f.new_document, keys.New)
         self._action(m, "&Open…", f.open_dialog, keys.Open)
+        self._action(m, "Open E&xample…", self.open_example, "Ctrl+Shift+O")
         self.recent_menu = m.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(lambda: f.fill_recent(self.recent_menu))
         self._action(m, "&Save", f.save, keys.Save)
@@ -567,6 +568,12 @@ class MainWindow(QMainWindow):
         m = self.menuBar().addMenu("&Help")
         self._action(m, "&About attnviz", self.about)
 
+    def open_example(self) -> None:
+        """File → Open Example…; a lesson stage's example also shows that stage."""
+        example = self.files.open_examples()
+        if example is not None and example.stage is not None:
+            self.lesson.show_stage(example.stage - 1)
+
     def about(self) -> None:
         from attnviz import __version__
 
@@ -583,7 +590,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text, 8000)
 
     def _update_title(self) -> None:
-        name = files.printable(self.doc.path.name) if self.doc.path else "untitled"
+        name = files.printable(self.doc.name)
         self.setWindowTitle(f"{name}[*] — attnviz")
         self.setWindowModified(not self.doc.undo_stack.isClean())
 

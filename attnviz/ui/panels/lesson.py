@@ -75,16 +75,21 @@ class LessonPanel(QWidget):
             self.go(index - 1)
 
     def go(self, index: int) -> None:
+        """Stage index: its scenario (one undoable step), its page and its docks."""
         if not 0 <= index < len(STAGES):
             return
+        stage = STAGES[index]
+        self.doc.replace(make_preset(stage.preset), f"Lesson stage {stage.number}")
+        self.view_state.set_head(0)
+        self.show_stage(index)
+
+    def show_stage(self, index: int) -> None:
+        """Stage index's page and docks, over the scenario as it is (its example opened)."""
         self.index = index
         stage = STAGES[index]
-        scenario = make_preset(stage.preset)
-        self.doc.replace(scenario, f"Lesson stage {stage.number}")
-        self.view_state.set_head(0)
         self.text.setHtml(self.page(stage))
         self._sync_buttons()
-        self.showDocks.emit(stage.docks)
+        self.showDocks.emit((*stage.docks, "Lesson"))
         if stage.tab:
             self.showTab.emit(*stage.tab)
 
