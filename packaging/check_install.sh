@@ -12,15 +12,28 @@ export QT_QPA_PLATFORM=offscreen
 "$work/venv/bin/attnviz" compute --preset stage-1-simple | tail -n 3
 "$work/venv/bin/attnviz" export --view weights --out "$work/weights.png"
 "$work/venv/bin/attnviz" export --view masked --out "$work/masked.svg"
+"$work/venv/bin/attnviz" examples | tail -n 1
+"$work/venv/bin/attnviz" compute --example minilm-layer-0 --format json >"$work/minilm.json"
 "$work/venv/bin/python" - "$work" <<'PY'
+import json
 import sys
 from pathlib import Path
 
-from attnviz.resources import path
+from attnviz.assets import ICON_SVG, resource
+from attnviz.core.examples import examples
+from attnviz.core.maths.engine import compute
 
-icon = path("attnviz.svg")
+icon = resource(*ICON_SVG)
 assert icon.is_file() and "site-packages" in str(icon), icon
+for size in (16, 24, 32, 48, 64, 128, 256, 512):
+    assert resource("icons", "hicolor", f"{size}x{size}", "apps", icon.stem + ".png").is_file()
 assert Path(sys.argv[1], "weights.png").stat().st_size > 1000
 assert Path(sys.argv[1], "masked.svg").read_text().startswith("<svg")
-print("installed wheel: compute, export and resources from", icon.parent)
+shipped = examples()
+for example in shipped:
+    assert "site-packages" in str(example.path), example.path
+    result = compute(example.load())
+    assert all(h.weights.size for h in result.heads), example.name
+assert len(json.loads(Path(sys.argv[1], "minilm.json").read_text())["heads"]) == 12
+print(f"installed wheel: compute, export, the icon and {len(shipped)} examples from", icon.parents[4])
 PY

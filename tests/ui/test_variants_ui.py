@@ -37,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 CTRL = Qt.KeyboardModifier.ControlModifier
 TOKENS = ("she", "saw", "the", "cat")
 FUTURE = np.triu(np.ones((4, 4), dtype=bool), k=1)
-NEW_PRESETS = ("llama-style", "sinks", "alibi", "cross-attention")
+NEW_PRESETS = ("llama-style", "sinks", "alibi", "cross-attention", "qk-norm", "softcap")
 
 
 # Plain references, written from the formulas -------------------------------------------------
@@ -673,7 +673,7 @@ def test_each_new_preset_loads_and_computes(window, qtbot, name):
     scores = view(window, "scores")
     assert scores.values.shape == (s.n, s.m) and scores.col_labels == s.key_tokens
     names = window.pipeline.names
-    assert ("Q_rot" in names) == (name == "llama-style")
+    assert ("Q_rot" in names) == (name in ("llama-style", "qk-norm"))
     assert ("sink" in names) == (name == "sinks")
 
 
@@ -689,6 +689,18 @@ def test_each_new_preset_against_its_own_description(window, qtbot):
     assert scores.col_labels == ("le", "chat", "est", "assis", ".")
     assert scores.row_labels == ("the", "cat", "sat")
     assert not np.isneginf(view(window, "masked").values).any()  # no mask
+    window.load_preset("qk-norm")  # RMS over d_k, times the learned weights, then scaled
+    s = window.doc.scenario
+    Q, K = s.X @ s.W_Q[1], s.X @ s.W_K[1]
+    Qn = Q / np.sqrt((Q**2).mean(axis=1, keepdims=True) + 1e-6) * s.q_norm[1, 0]
+    Kn = K / np.sqrt((K**2).mean(axis=1, keepdims=True) + 1e-6) * s.k_norm[1, 0]
+    close(view(window, "scaled", 1).values, Qn @ Kn.T / 2)
+    assert np.abs(Q @ K.T).max() > 100 > 4 * np.abs(Qn @ Kn.T).max()  # X is ten times larger
+    window.load_preset("softcap")
+    s = window.doc.scenario
+    raw = (s.X @ s.W_Q[0]) @ (s.X @ s.W_K[0]).T / math.sqrt(2)
+    close(view(window, "scaled").values, 2 * np.tanh(raw / 2))
+    assert np.abs(raw).max() > 30
     window.load_preset("llama-style")
     assert (window.doc.scenario.n_heads, window.doc.scenario.kv_heads) == (4, 2)
     assert window.weights.kv_heads.value() == 2 and window.weights.tabs.count() == 4
