@@ -113,6 +113,7 @@ def main() -> None:
     cross.grab().save(str(OUT / "window-cross-attention.png"))
     cross.close()
     tiling(app)
+    gallery(app)
     imported_model(app)
     print(f"wrote screenshots to {OUT}")
 
@@ -130,6 +131,23 @@ def tiling(app: QApplication) -> None:
     settle(app)
     w.docks["Tiling"].grab().save(str(OUT / "dock-tiling.png"))
     w.doc.undo_stack.setClean()
+    w.close()
+
+
+def gallery(app: QApplication) -> None:
+    """File → Open Example… with every thumbnail drawn, the sliding-window example chosen."""
+    from attnviz.ui.examples_dialog import ExampleGallery
+
+    w = window(app)
+    dialog = ExampleGallery(w.settings, w)
+    dialog.show()
+    while any(item.icon().isNull() for item in dialog.items.values()):
+        app.processEvents()
+    dialog.list.setCurrentItem(dialog.items["sliding-window"])
+    dialog.list.scrollToItem(dialog.items["sliding-window"])
+    settle(app)
+    dialog.grab().save(str(OUT / "examples-gallery.png"))
+    dialog.reject()
     w.close()
 
 
