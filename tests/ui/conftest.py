@@ -121,7 +121,7 @@ def shared_window(qapp, tmp_path_factory):
     """One shown window for a whole test module (building one costs about a second).
 
     Each module that asks for it gets its own; its tests put it back as they need it
-    (a ``window`` fixture of the module: worked example, head 1, clean undo history).
+    (``worked_window`` below: worked example, head 1, clean undo history).
     """
     from PySide6.QtCore import QSettings
 
@@ -135,6 +135,17 @@ def shared_window(qapp, tmp_path_factory):
     window.doc.undo_stack.setClean()
     window.close()
     window.deleteLater()
+
+
+@pytest.fixture
+def worked_window(shared_window):
+    """The module's shared window on the worked example (untitled), head 1; left clean."""
+    from attnviz.core.presets import worked_example
+
+    shared_window.doc.reset(worked_example(), None)
+    shared_window.view_state.set_head(0)
+    yield shared_window
+    shared_window.doc.undo_stack.setClean()
 
 
 @pytest.fixture

@@ -44,11 +44,8 @@ def weights_head_1(path) -> np.ndarray:
 
 
 @pytest.fixture
-def window(shared_window):
-    shared_window.doc.reset(worked_example(), None)
-    shared_window.view_state.set_head(0)
-    yield shared_window
-    shared_window.doc.undo_stack.setClean()
+def window(worked_window):
+    return worked_window
 
 
 @pytest.fixture

@@ -98,13 +98,8 @@ def check_cells(root: ET.Element, rows: tuple[str, ...], cols: tuple[str, ...], 
 
 
 @pytest.fixture
-def window(shared_window):
-    from attnviz.core.presets import worked_example
-
-    shared_window.doc.reset(worked_example(), None)
-    shared_window.view_state.set_head(0)
-    yield shared_window
-    shared_window.doc.undo_stack.setClean()
+def window(worked_window):
+    return worked_window
 
 
 def head_reference(head: int) -> dict[str, np.ndarray]:

@@ -17,7 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog
 
 from attnviz.core.figures.lines import Isolated
-from attnviz.core.presets import make_preset, random_scenario, worked_example
+from attnviz.core.presets import make_preset, random_scenario
 from attnviz.ui.export import png_size
 from attnviz.ui.panels.lines import LinesPanel
 
@@ -38,11 +38,8 @@ def weights_of(head: int, X: np.ndarray = ref.X) -> np.ndarray:
 
 
 @pytest.fixture
-def window(shared_window):
-    shared_window.doc.reset(worked_example(), None)
-    shared_window.view_state.set_head(0)
-    yield shared_window
-    shared_window.doc.undo_stack.setClean()
+def window(worked_window):
+    return worked_window
 
 
 @pytest.fixture
