@@ -137,7 +137,7 @@ def shifted(r: Result, name: str, head: int, row: int, by: float) -> Result:
     else:
         a[row, 0] += by
     heads = list(r.heads)
-    heads[head] = dataclasses.replace(heads[head], **{name: a})
+    heads[head] = heads[head].with_fields(**{name: a})
     return dataclasses.replace(r, heads=tuple(heads))
 
 

@@ -20,7 +20,7 @@ from attnviz.ui.workspace import Workspace  # noqa: E402
 def with_entropy_off(r: Result, by: float) -> Result:
     entropy = np.array(r.heads[0].entropy)
     entropy[1] += by
-    head = dataclasses.replace(r.heads[0], entropy=entropy)
+    head = r.heads[0].with_fields(entropy=entropy)
     return dataclasses.replace(r, heads=(head, *r.heads[1:]))
 
 

@@ -11,6 +11,7 @@ Symbols follow the brief: ``Q = X W_Q``, ``S = Q Kᵀ``, scaled ``S / √d_k``, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from attnviz.core.maths.variants import (
     query_offset,
     rms_norm,
     rope,
-    softcap,
     visible,
 )
 
@@ -35,46 +35,160 @@ LAYER_MATRICES = ("X", "concat", "final")
 
 
 @dataclass(frozen=True, eq=False)
+class Rule:
+    """How one computation turns a head's raw scores into what its softmax sees: times
+    the scale, soft-capped, plus the ALiBi bias, then masked. Shared by the heads of a
+    result, so that ``scaled`` and ``masked`` are derived from the scores when a view
+    asks instead of being stored."""
+
+    settings: Settings
+    d_k: int  # the width whose root scores are divided by
+    future: np.ndarray  # (n, m) bool: the keys the mask hides (hidden_keys)
+    qpos: np.ndarray  # (n,) the queries' positions
+    slopes: np.ndarray | None  # ALiBi: one slope per query head of the scenario
+
+    @staticmethod
+    def of(s: Scenario, future: np.ndarray) -> Rule:
+        st = s.settings
+        slopes = None
+        if st.positional == "alibi":
+            slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads), dtype=np.float64)
+        d_k = s.d_k if st.projections else s.d_model
+        return Rule(st, d_k, future, positions(s)[0], slopes)
+
+    def scale(self, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None)) -> None:
+        """Raw scores (H', r, m) of the given query heads and query rows, in place:
+        times the scale, soft-capped, plus ALiBi."""
+        st = self.settings
+        scale = scale_of(st, self.d_k)
+        if scale is None:
+            a /= np.sqrt(self.d_k)
+        elif scale != 1.0:
+            a *= scale
+        if st.softcap is not None:
+            a /= st.softcap
+            np.tanh(a, out=a)
+            a *= st.softcap
+        if self.slopes is not None:
+            distance = np.abs(self.qpos[rows, None] - np.arange(a.shape[-1])[None, :])
+            for k, h in enumerate(heads):
+                a[k] -= self.slopes[h] * distance
+
+    def mask(self, a: np.ndarray, rows: Any = slice(None)) -> None:
+        """Scaled scores (…, r, m) in place: −∞ (causal, sliding-window, custom) or 0
+        (causal-zero) on the hidden keys of the given query rows."""
+        mask = self.settings.mask
+        if mask in MINUS_INF_MASKS:
+            np.copyto(a, -np.inf, where=self.future[rows])
+        elif mask == "causal-zero":
+            np.copyto(a, 0.0, where=self.future[rows])
+
+    @property
+    def reweighted(self) -> bool:
+        """Whether the weights differ from the softmax (drop-after-softmax, dropout)."""
+        return self.settings.mask == "drop-after-softmax" or self.settings.dropout > 0
+
+
+@dataclass(frozen=True, eq=False)
 class Head:
     """One head's intermediates; all arrays read-only float64 (empty_rows and keep bool).
 
     ``Q`` and ``output`` are n × d_k, ``K`` and ``V`` m × d_k (the key/value head this
     query head reads; m = n without cross-attention): the projections with their biases.
     ``Q_rot`` and ``K_rot`` are Q and K after QK-norm and RoPE, what the scores use (the
-    same arrays as Q and K when neither is on). ``scores`` is Q_rot K_rotᵀ, ``scaled`` the
-    scores times the scale, soft-capped and with the ALiBi bias added, ``masked`` what
-    softmax sees, all n × m like ``weights``. Per row (length n):
+    same arrays as Q and K when neither is on). ``weights`` is n × m. ``m`` and ``Z`` are
+    each row's softmax maximum and denominator (Σ exp(s − m), with the sink's term).
+
+    Derived from those on first use, and kept (a view of one head asks for one head):
+    ``scores`` (Q_rot K_rotᵀ), ``scaled`` (times the scale, soft-capped, plus ALiBi) and
+    ``masked`` (what softmax sees), all n × m; and per row (length n):
 
     - ``leak``: total weight on the keys the mask hides (future keys, and under a sliding
       window the keys that fell out of it, or those a custom mask hides);
     - ``row_sum``: total weight of the row (1, except with a sink, after
       drop-after-softmax or dropout);
-    - ``sink``: the share of the row's softmax the sink took (0 without sinks);
     - ``entropy``: entropy in nats of the row's softmax distribution (with the sink as
-      one more outcome; before drop-after-softmax and dropout);
-    - ``empty_rows``: True where every score of the row is masked (−∞) and there is no
-      sink. Such a row has no distribution: its weights, output and entropy are defined
-      as 0, never NaN.
+      one more outcome; before drop-after-softmax and dropout).
 
-    ``keep`` is the n × m dropout mask (True = kept), or None without dropout.
+    Stored per row: ``sink``, the share of the row's softmax the sink took (0 without
+    sinks), and ``empty_rows``, True where every score of the row is masked (−∞) and
+    there is no sink. Such a row has no distribution: its weights, output and entropy are
+    defined as 0, never NaN. ``keep`` is the n × m dropout mask (True = kept), or None.
     """
 
     Q: np.ndarray
     K: np.ndarray
     V: np.ndarray
-    scores: np.ndarray
-    scaled: np.ndarray
-    masked: np.ndarray
-    weights: np.ndarray
-    output: np.ndarray
-    leak: np.ndarray
-    row_sum: np.ndarray
-    entropy: np.ndarray
-    empty_rows: np.ndarray
-    keep: np.ndarray | None
     Q_rot: np.ndarray
     K_rot: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+    m: np.ndarray
+    Z: np.ndarray
+    empty_rows: np.ndarray
     sink: np.ndarray
+    keep: np.ndarray | None
+    index: int = 0  # which query head of the scenario (its ALiBi slope, its sink)
+    rule: Rule | None = None  # None: every derived field was given (the torch engine)
+
+    @cached_property
+    def scores(self) -> np.ndarray:
+        return _readonly(self.Q_rot @ np.ascontiguousarray(self.K_rot.T))
+
+    @cached_property
+    def scaled(self) -> np.ndarray:
+        a = self.scores.copy()
+        self._rule.scale(a[None], [self.index])
+        return _readonly(a)
+
+    @cached_property
+    def masked(self) -> np.ndarray:
+        if self._rule.settings.mask in ("none", "drop-after-softmax"):
+            return self.scaled
+        a = self.scaled.copy()
+        self._rule.mask(a)
+        return _readonly(a)
+
+    @cached_property
+    def entropy(self) -> np.ndarray:
+        p = self.weights
+        if self._rule.reweighted:  # the softmax before the weights were changed
+            p = np.exp(self.masked - self.m[:, None])
+            p /= np.where(self.empty_rows, 1.0, self.Z)[:, None]
+        entropy = row_entropy(self.masked, p, self.m, self.Z, self.empty_rows)
+        sinks = self._rule.settings.sinks
+        if sinks is not None:
+            entropy += self.sink * (self.m - sinks[self.index])
+        return _readonly(entropy)
+
+    @cached_property
+    def leak(self) -> np.ndarray:
+        return _readonly(np.einsum("ij,ij->i", self.weights, self._rule.future.astype(np.float64)))
+
+    @cached_property
+    def row_sum(self) -> np.ndarray:
+        return _readonly(self.weights.sum(axis=-1))
+
+    def with_fields(self, **values: np.ndarray) -> Head:
+        """A copy with the given fields replaced, derived ones (entropy, …) as if computed;
+        the derived values self already holds are kept."""
+        head = dataclasses.replace(self, **{k: v for k, v in values.items() if k not in DERIVED})
+        known = {k: v for k, v in self.__dict__.items() if k in DERIVED}
+        head.__dict__.update(known | {k: v for k, v in values.items() if k in DERIVED})
+        return head
+
+    @property
+    def _rule(self) -> Rule:
+        assert self.rule is not None, "a head without a rule was given every field"
+        return self.rule
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+DERIVED = ("scores", "scaled", "masked", "entropy", "leak", "row_sum")
 
 
 def _stacked(name: str) -> cached_property[Any]:
@@ -241,18 +355,28 @@ def softmax_rows(
     that a row's weights sum to less than 1; m is then at least the sink, and no row is
     empty.
     """
-    m = masked.max(axis=-1)
+    weights = np.array(masked, dtype=np.float64)
+    return (weights, *softmax_in_place(weights, sink))
+
+
+def softmax_in_place(
+    a: np.ndarray, sink: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """softmax_rows with a as the weights: a (masked scores) becomes its softmax; returns
+    (m, Z, empty)."""
+    m = a.max(axis=-1)
     if sink is not None:
         m = np.maximum(m, sink)
     empty = np.isneginf(m)
     if empty.any():
         m = np.where(empty, 0.0, m)
-    weights = np.exp(masked - m[..., None])
-    Z = weights.sum(axis=-1)
+    a -= m[..., None]
+    np.exp(a, out=a)
+    Z = a.sum(axis=-1)
     if sink is not None:
         Z += np.exp(sink - m)
-    weights /= np.where(empty, 1.0, Z)[..., None]
-    return weights, m, Z, empty
+    a /= np.where(empty, 1.0, Z)[..., None]
+    return m, Z, empty
 
 
 def row_entropy(
@@ -270,16 +394,6 @@ def row_entropy(
     np.minimum(gap, np.finfo(np.float64).max, out=gap)  # so that 0·gap is 0, not NaN
     with np.errstate(divide="ignore"):
         return np.where(empty, 0.0, np.log(Z) + np.einsum("...j,...j->...", p, gap))
-
-
-def mask_scores(scaled: np.ndarray, mask: str, future: np.ndarray) -> np.ndarray:
-    """The scores softmax sees: −∞ (causal, sliding-window, custom) or 0 (causal-zero) on
-    the hidden keys."""
-    if mask in MINUS_INF_MASKS:
-        return np.where(future, -np.inf, scaled)
-    if mask == "causal-zero":
-        return np.where(future, 0.0, scaled)
-    return scaled  # none, and drop-after-softmax (which acts on the weights)
 
 
 def _frozen(*arrays: np.ndarray) -> None:
@@ -353,86 +467,85 @@ def _keys(
     return K, V, _turn(s.settings, K, s.k_norm[kv], kpos)
 
 
-def _weights(
-    s: Scenario,
-    scores: np.ndarray,
-    heads: Sequence[int],
-    future: np.ndarray,
-    qpos: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], np.ndarray | None]:
-    """From raw scores (H', rows, m) of the given query heads to (scaled, masked, softmax
-    outputs, sinks): × scale, soft-cap, + ALiBi, mask, softmax with any sink."""
-    st = s.settings
-    d_k = s.d_k if st.projections else s.d_model
-    scale = scale_of(st, d_k)
-    scaled = scores / np.sqrt(d_k) if scale is None else scores * scale
-    if st.softcap is not None:
-        scaled = softcap(scaled, st.softcap)
-    if st.positional == "alibi":
-        slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[list(heads)]
-        distance = np.abs(qpos[:, None] - np.arange(s.m)[None, :])
-        scaled = scaled - slopes[:, None, None] * distance
-    masked = mask_scores(scaled, st.mask, future)
-    sink = None
-    if st.sinks is not None:
-        sink = np.asarray(st.sinks, dtype=np.float64)[list(heads)][:, None]
-    return scaled, masked, softmax_rows(masked, sink), sink
+def _softmax_of(
+    rule: Rule, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Raw scores a (H', r, m) of the given query heads and query rows, in place, to
+    their softmax: × scale, soft-cap, + ALiBi, mask, softmax with any sink. Returns
+    (m, Z, empty, sink logits)."""
+    rule.scale(a, heads, rows)
+    rule.mask(a, rows)
+    sinks = rule.settings.sinks
+    sink = None if sinks is None else np.asarray(sinks, dtype=np.float64)[list(heads)][:, None]
+    return (*softmax_in_place(a, sink), sink)
+
+
+def _reweight(rule: Rule, w: np.ndarray, keep: np.ndarray | None, rows: Any = slice(None)) -> None:
+    """Softmax weights (…, r, m) in place to the weights: drop-after-softmax zeroes the
+    hidden keys; dropout keeps some and rescales them."""
+    if rule.settings.mask == "drop-after-softmax":
+        np.copyto(w, 0.0, where=rule.future[rows])
+    if keep is not None:
+        w *= keep
+        w /= 1.0 - rule.settings.dropout
 
 
 def _attend(
-    s: Scenario,
     heads: Sequence[int],
     P: _Projections,
     kv_index: Sequence[int],
-    future: np.ndarray,
+    rule: Rule,
     keep: np.ndarray | None,
 ) -> list[Head]:
-    """Scores, masks, softmax, outputs and row statistics for the given query heads;
-    query head heads[k] uses Q[k] and key/value head kv_index[k] of P."""
-    st = s.settings
+    """Weights, outputs and softmax statistics for the given query heads; query head
+    heads[k] uses Q[k] and key/value head kv_index[k] of P. The scores are computed into
+    the array that becomes the weights: nothing else n × m is kept."""
     K_rot, V = P.K_rot[kv_index], P.V[kv_index]
-    scores = P.Q_rot @ np.ascontiguousarray(K_rot.transpose(0, 2, 1))
-    scaled, masked, (p, m, Z, empty), sink = _weights(s, scores, heads, future, positions(s)[0])
-    entropy = row_entropy(masked, p, m, Z, empty)
-    share = np.zeros(p.shape[:-1])
-    if sink is not None:
-        share = np.exp(sink - m) / Z
-        entropy += share * (m - sink)
-
-    weights = p
-    if st.mask == "drop-after-softmax":
-        weights[:, future] = 0.0
-    if keep is not None:
-        weights *= keep
-        weights /= 1.0 - st.dropout
+    w = P.Q_rot @ np.ascontiguousarray(K_rot.transpose(0, 2, 1))
+    m, Z, empty, sink = _softmax_of(rule, w, heads)
+    share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
+    _reweight(rule, w, keep)
     stacks = {
         "Q": P.Q,
         "K": P.K[kv_index],
         "V": V,
-        "scores": scores,
-        "scaled": scaled,
-        "masked": masked,
-        "weights": weights,
-        "output": weights @ V,
-        "leak": np.einsum("hij,ij->hi", weights, future.astype(np.float64)),
-        "row_sum": weights.sum(axis=-1),
-        "entropy": entropy,
-        "empty_rows": empty,
         "Q_rot": P.Q_rot,
         "K_rot": K_rot,
+        "weights": w,
+        "output": w @ V,
+        "m": m,
+        "Z": Z,
+        "empty_rows": empty,
         "sink": share,
     }
-    return split_heads(stacks, keep)
+    return split_heads(stacks, keep, heads, rule)
 
 
-def split_heads(stacks: dict[str, np.ndarray], keep: np.ndarray | None) -> list[Head]:
-    """Per-head views of arrays stacked on axis 0, frozen."""
+STORED = ("Q", "K", "V", "Q_rot", "K_rot", "weights", "output", "m", "Z", "empty_rows", "sink")
+
+
+def split_heads(
+    stacks: dict[str, np.ndarray],
+    keep: np.ndarray | None,
+    heads: Sequence[int] | None = None,
+    rule: Rule | None = None,
+) -> list[Head]:
+    """Per-head views of arrays stacked on axis 0, frozen, for the given query heads (in
+    order, by default all). Without a rule, stacks also holds every derived field."""
     _frozen(*stacks.values(), *(() if keep is None else (keep,)))
-    count = stacks["Q"].shape[0]
-    return [
-        Head(**{name: a[h] for name, a in stacks.items()}, keep=None if keep is None else keep[h])
-        for h in range(count)
-    ]
+    numbers = range(stacks["Q"].shape[0]) if heads is None else heads
+    out = []
+    for k, h in enumerate(numbers):
+        head = Head(
+            **{name: stacks[name][k] for name in STORED},
+            keep=None if keep is None else keep[k],
+            index=h,
+            rule=rule,
+        )
+        if rule is None:
+            head.__dict__.update({name: stacks[name][k] for name in DERIVED})
+        out.append(head)
+    return out
 
 
 def _mix(s: Scenario, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -505,10 +618,10 @@ def compute(s: Scenario) -> Result:
     Q, Q_rot = _queries(s, X, heads)
     K, V, K_rot = _kv_all(s, X_kv)
     future = hidden_keys(s)
+    _frozen(X, future)
     keep = dropout_keep(s.settings, (len(heads), s.n, s.m))
     P = _Projections(Q, K, V, Q_rot, K_rot)
-    out = _attend(s, heads, P, _kv_of(s, heads), future, keep)
-    _frozen(X, future)
+    out = _attend(heads, P, _kv_of(s, heads), Rule.of(s, future), keep)
     concat, final = _mix(s, _outputs(out))
     return _result(s, X, out, future, concat=concat, final=final)
 
@@ -536,10 +649,11 @@ def one_head(s: Scenario, h: int) -> Result:
     Q, Q_rot = _queries(s, X, [h])
     K, V, K_rot = _keys(s, X_kv, _kv_of(s, [h]))
     future = hidden_keys(s)
-    keep = dropout_keep(s.settings, (1, s.n, s.m), skip=h)
-    heads = _attend(s, [h], _Projections(Q, K, V, Q_rot, K_rot), [0], future, keep)
     empty = np.empty((0, 0))
     _frozen(X, future, empty)
+    keep = dropout_keep(s.settings, (1, s.n, s.m), skip=h)
+    P = _Projections(Q, K, V, Q_rot, K_rot)
+    heads = _attend([h], P, [0], Rule.of(s, future), keep)
     return _result(s, X, heads, future, concat=empty, final=empty)
 
 
@@ -563,29 +677,22 @@ def _head_output(
     h: int,
     X: np.ndarray,
     X_kv: np.ndarray,
-    future: np.ndarray,
+    rule: Rule,
     keep: np.ndarray | None,
     block: int = 256,
 ) -> np.ndarray:
     """Head h's output weights · V as _attend computes it (the same steps; BLAS may round
     a block's products differently in the last bit), a block of query rows at a time: no
     n × n intermediate is stored."""
-    st = s.settings
     Q_rot, K_rot, V = _head_inputs(s, h, X, X_kv)
     Kt = np.ascontiguousarray(K_rot.T)
-    qpos = positions(s)[0]
     out = np.empty((s.n, V.shape[1]))
     for a in range(0, s.n, block):
         rows = slice(a, min(s.n, a + block))
-        scores = (Q_rot[rows] @ Kt)[None]
-        _, _, (weights, *_), _ = _weights(s, scores, [h], future[rows], qpos[rows])
-        weights = weights[0]
-        if st.mask == "drop-after-softmax":
-            weights[future[rows]] = 0.0
-        if keep is not None:
-            weights *= keep[rows]
-            weights /= 1.0 - st.dropout
-        out[rows] = weights @ V
+        w = (Q_rot[rows] @ Kt)[None]
+        _softmax_of(rule, w, [h], rows)
+        _reweight(rule, w, None if keep is None else keep[rows], rows)
+        out[rows] = w[0] @ V
     return out
 
 
@@ -598,12 +705,13 @@ def layer(s: Scenario, block: int = 256) -> Result:
     """
     X, X_kv = _inputs(s)
     future = hidden_keys(s)
+    _frozen(X, future)
+    rule = Rule.of(s, future)
     outputs = []
     for h in range(_head_count(s)):
         keep = dropout_keep(s.settings, (1, s.n, s.m), skip=h)
         keep = None if keep is None else keep[0]
-        outputs.append(_head_output(s, h, X, X_kv, future, keep, block))
-    _frozen(X, future)
+        outputs.append(_head_output(s, h, X, X_kv, rule, keep, block))
     concat, final = _mix(s, outputs)
     return _result(s, X, (), future, concat=concat, final=final)
 
@@ -685,7 +793,8 @@ def update(
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
         P = _Projections(Q, K, V, Q_rot, K_rot)
-        for h, head in zip(todo, _attend(s, todo, P, kv_index, prev.future, keep), strict=True):
+        rule = Rule.of(s, prev.future)
+        for h, head in zip(todo, _attend(todo, P, kv_index, rule, keep), strict=True):
             new[h] = head
     _frozen(X)
     if preview_head is not None:

@@ -176,6 +176,8 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
         "row_sum": f(weights.sum(dim=-1)),
         "entropy": f(entropy),
         "empty_rows": empty.cpu().numpy().copy(),
+        "m": f(m[..., 0]),
+        "Z": f(Z[..., 0]),
         "Q_rot": f(Q_rot),
         "K_rot": f(K_rot),
         "sink": f(share),
