@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -402,10 +403,10 @@ def test_the_worked_example_with_neutral_extras_is_the_brief():
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, dropout: bool = True) -> Scenario:
-    n = draw(st.integers(1, 5))
+def scenarios(draw: st.DrawFn, dropout: bool = True, tokens: tuple[int, int] = (1, 5)) -> Scenario:
+    n = draw(st.integers(*tokens))
     cross = draw(st.booleans())
-    m = draw(st.integers(1, 5)) if cross else n
+    m = draw(st.integers(*tokens)) if cross else n
     d_model = draw(st.integers(1, 5))
     H = draw(st.integers(1, 4))
     G = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
@@ -562,6 +563,44 @@ def test_incremental_updates_equal_compute(case):
     np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-13)
     assert_matches_reference(after, got)
+
+
+def assert_same_result(got: engine.Result, want: engine.Result) -> None:
+    for h in range(want.n_heads):
+        for name in FIELDS:
+            np.testing.assert_allclose(
+                getattr(got.heads[h], name),
+                getattr(want.heads[h], name),
+                rtol=1e-12,
+                atol=1e-12,
+                err_msg=f"head {h + 1} {name}",
+            )
+    np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-12)
+
+
+@RANDOM
+@given(
+    s=scenarios(dropout=False, tokens=(8, 24)).filter(lambda s: s.settings.projections),
+    data=st.data(),
+)
+def test_row_edits_update_rows_and_columns_and_equal_compute(s, data):
+    """Three one-row edits of X (or X_kv) in a row, each updated from the last result:
+    the rows and columns of the scores they touch are patched (no head is recomputed
+    whole), and every field equals a full compute."""
+    result = engine.compute(s)
+    for _ in range(3):
+        name = "X_kv" if s.cross and data.draw(st.booleans()) else "X"
+        rows, cols = s.matrix(name, None).shape
+        row = data.draw(st.integers(0, rows - 1))
+        values = data.draw(st.lists(st.floats(-3, 3), min_size=cols, max_size=cols))
+        s = s.with_cells(name, None, row, 0, np.array([values]))
+        told = {"x_rows": {row}} if name == "X" else {"kv_rows": {row}}
+        with mock.patch.object(engine, "_attend", wraps=engine._attend) as whole:
+            result = engine.update(result, s, **told)
+        if s.settings.mask != "drop-after-softmax":
+            assert whole.call_count == 0
+        assert_same_result(result, engine.compute(s))
 
 
 def test_a_preview_then_the_rest_equals_compute():

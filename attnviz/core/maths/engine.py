@@ -56,9 +56,11 @@ class Rule:
         d_k = s.d_k if st.projections else s.d_model
         return Rule(st, d_k, future, positions(s)[0], slopes)
 
-    def scale(self, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None)) -> None:
-        """Raw scores (H', r, m) of the given query heads and query rows, in place:
-        times the scale, soft-capped, plus ALiBi."""
+    def scale(
+        self, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None), cols: Any = slice(None)
+    ) -> None:
+        """Raw scores (H', r, c) of the given query heads, query rows and key columns, in
+        place: times the scale, soft-capped, plus ALiBi."""
         st = self.settings
         scale = scale_of(st, self.d_k)
         if scale is None:
@@ -70,18 +72,22 @@ class Rule:
             np.tanh(a, out=a)
             a *= st.softcap
         if self.slopes is not None:
-            distance = np.abs(self.qpos[rows, None] - np.arange(a.shape[-1])[None, :])
+            kpos = np.arange(self.future.shape[1])[cols]
+            distance = np.abs(self.qpos[rows, None] - kpos[None, :])
             for k, h in enumerate(heads):
                 a[k] -= self.slopes[h] * distance
 
-    def mask(self, a: np.ndarray, rows: Any = slice(None)) -> None:
-        """Scaled scores (…, r, m) in place: −∞ (causal, sliding-window, custom) or 0
-        (causal-zero) on the hidden keys of the given query rows."""
-        mask = self.settings.mask
-        if mask in MINUS_INF_MASKS:
-            np.copyto(a, -np.inf, where=self.future[rows])
-        elif mask == "causal-zero":
-            np.copyto(a, 0.0, where=self.future[rows])
+    def mask(self, a: np.ndarray, rows: Any = slice(None), cols: Any = slice(None)) -> None:
+        """Scaled scores (…, r, c) in place: −∞ (causal, sliding-window, custom) or 0
+        (causal-zero) on the hidden keys of the given query rows and key columns."""
+        if self.masks:
+            value = -np.inf if self.settings.mask in MINUS_INF_MASKS else 0.0
+            np.copyto(a, value, where=self.future[rows][:, cols])
+
+    @property
+    def masks(self) -> bool:
+        """Whether the mask sets the hidden keys' scores (−∞ or 0) before softmax."""
+        return self.settings.mask in (*MINUS_INF_MASKS, "causal-zero")
 
     @property
     def reweighted(self) -> bool:
@@ -408,12 +414,17 @@ def _inputs(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
     return X, X if s.X_kv is None else s.X_kv
 
 
+FEW_ROWS = 8
+
+
 def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     """X @ W[h] for every head as one GEMM: (n, d) @ (h, d, d_k) -> (h, n, d_k).
 
     numpy's broadcast matmul over a stack does not reach BLAS; one wide product does.
     """
     h, d, d_k = W.shape
+    if X.shape[0] <= FEW_ROWS:  # an edited row or two: not worth reshaping all of W
+        return np.matmul(X, W)
     flat = X @ W.transpose(1, 0, 2).reshape(d, h * d_k)
     return np.ascontiguousarray(flat.reshape(X.shape[0], h, d_k).transpose(1, 0, 2))
 
@@ -519,6 +530,85 @@ def _attend(
         "sink": share,
     }
     return split_heads(stacks, keep, heads, rule)
+
+
+def _patch_rows(
+    rule: Rule,
+    heads: Sequence[int],
+    kv_index: Sequence[int],
+    old: Sequence[Head],
+    P: _Projections,
+    rows: Sequence[int],
+    krows: Sequence[int],
+) -> list[Head]:
+    """Heads whose weights did not change after some rows of the input did: ``rows`` of
+    the queries (their rows of the scores) and ``krows`` of the keys and values (their
+    columns of the scores). P holds the new projections.
+
+    Only the changed rows are recomputed. Every other row j has new logits c in the
+    changed columns; the softmax keeps its maximum m_j, and the denominator becomes
+    Z'_j = Z_j − Σ e_old + Σ e_new with e = exp(logit − m_j), so the row's other weights
+    are multiplied by Z_j / Z'_j and its output becomes
+    (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
+    changed columns held half its mass or more (so that Z'_j would lose digits to the
+    subtraction, or m_j was there), or whose new logits exceed m_j, is recomputed whole.
+    """
+    n = P.Q_rot.shape[1]
+    K_rot, V = P.K_rot[kv_index], P.V[kv_index]
+    W = np.empty((len(heads), *old[0].weights.shape))
+    out = np.stack([h.output for h in old])
+    m, Z, empty, share = (
+        np.stack([getattr(h, f) for h in old]) for f in ("m", "Z", "empty_rows", "sink")
+    )
+    full = np.zeros((len(heads), n), dtype=bool)
+    full[:, list(rows)] = True
+    if krows:
+        cols = list(krows)
+        c = P.Q_rot @ K_rot[:, cols].transpose(0, 2, 1)  # (H', n, r): the new logits
+        rule.scale(c, heads, cols=cols)
+        rule.mask(c, cols=cols)
+        w_old = W[:, :, cols]
+        e_old = w_old * Z[..., None]
+        e_new = np.exp(c - m[..., None])
+        moved = (c > m[..., None]).any(axis=-1) | (e_old.sum(axis=-1) >= 0.5)
+        seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
+        patch = seen & ~moved & ~full
+        full |= seen & moved
+        Z_new = np.where(patch, Z - e_old.sum(axis=-1) + e_new.sum(axis=-1), Z)
+        f = np.where(patch, Z / Z_new, 1.0)
+        for k, head in enumerate(old):  # the copy and the rescaling in one pass
+            np.multiply(head.weights, f[k, :, None], out=W[k])
+        w_new = np.where(patch[..., None], e_new / Z_new[..., None], w_old)
+        W[:, :, cols] = w_new
+        V_old = np.stack([h.V[cols] for h in old])
+        out = f[..., None] * (out - w_old @ V_old) + w_new @ V[:, cols]
+        share = share * f
+        Z = Z_new
+    else:
+        for k, head in enumerate(old):
+            W[k] = head.weights
+    for k, h in enumerate(heads):
+        r = np.flatnonzero(full[k])
+        if r.size:
+            a = (P.Q_rot[k, r] @ K_rot[k].T)[None]
+            mk, Zk, ek, sink = _softmax_of(rule, a, [h], r)
+            W[k, r], m[k, r], Z[k, r], empty[k, r] = a[0], mk[0], Zk[0], ek[0]
+            share[k, r] = 0.0 if sink is None else (np.exp(sink - mk) / Zk)[0]
+            out[k, r] = a[0] @ V[k]
+    stacks = {
+        "Q": P.Q,
+        "K": P.K[kv_index],
+        "V": V,
+        "Q_rot": P.Q_rot,
+        "K_rot": K_rot,
+        "weights": W,
+        "output": out,
+        "m": m,
+        "Z": Z,
+        "empty_rows": empty,
+        "sink": share,
+    }
+    return split_heads(stacks, None, heads, rule)
 
 
 STORED = ("Q", "K", "V", "Q_rot", "K_rot", "weights", "output", "m", "Z", "empty_rows", "sink")
@@ -792,10 +882,24 @@ def update(
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
-        P = _Projections(Q, K, V, Q_rot, K_rot)
         rule = Rule.of(s, prev.future)
-        for h, head in zip(todo, _attend(todo, P, kv_index, rule, keep), strict=True):
-            new[h] = head
+        # Heads whose weights changed are recomputed whole; the others (only rows of the
+        # input changed) row by row, when few rows did.
+        reweighted = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
+        few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m) and not rule.reweighted
+        whole = [k for k, h in enumerate(todo) if h in reweighted or not few]
+        patched = [k for k in range(len(todo)) if k not in whole]
+        for ks in (whole, patched):
+            if not ks:
+                continue
+            hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
+            P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
+            if ks is whole:
+                got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks])
+            else:
+                got = _patch_rows(rule, hs, kvi, [prev.heads[h] for h in hs], P, rows, krows)
+            for h, head in zip(hs, got, strict=True):
+                new[h] = head
     _frozen(X)
     if preview_head is not None:
         return _result(
