@@ -78,7 +78,7 @@ class SetCells(Command):
         self.new = values
         current = session.scenario.matrix(name, head)
         self.old = np.array(current[row : row + rows, col : col + cols])
-        session.scenario.with_cells(name, head, row, col, values)  # raises if invalid
+        session.scenario.check_cells(name, head, row, col, values)  # raises if invalid
         where = matrix_title(name, head)
         single = f"Edit {where}[{row + 1},{col + 1}]"
         self.text = text or (

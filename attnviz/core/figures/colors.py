@@ -58,8 +58,10 @@ def levels(values: np.ndarray, kind: str) -> tuple[float, float]:
     """
     if kind == "sequential":
         return 0.0, 1.0
-    finite = values[np.isfinite(values)]
-    top = float(np.abs(finite).max()) if finite.size else 0.0
+    top = max(-float(values.min()), float(values.max())) if values.size else 0.0
+    if not math.isfinite(top):  # −∞ (masked) or NaN among them: the finite ones only
+        finite = values[np.isfinite(values)]
+        top = float(np.abs(finite).max()) if finite.size else 0.0
     top = nice_ceiling(top) if top > 0 else 1.0
     return -top, top
 
@@ -85,9 +87,11 @@ def rgba(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray
     """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey."""
     lo, hi = lims
     with np.errstate(invalid="ignore"):
-        t = (values - lo) * ((LUT_SIZE - 1) / (hi - lo))
+        t = np.subtract(values, lo)
+        t *= (LUT_SIZE - 1) / (hi - lo)
         index = np.clip(t, 0, LUT_SIZE - 1, out=t).astype(np.intp)  # NaN casts arbitrarily
-    index[~np.isfinite(values)] = LUT_SIZE
+    if values.size and not (math.isfinite(values.min()) and math.isfinite(values.max())):
+        index[~np.isfinite(values)] = LUT_SIZE
     # Gather whole pixels as 32-bit words: one lookup per cell instead of four.
     packed = lut(kind).view(np.uint32)[:, 0][index]
     return packed.view(np.uint8).reshape(*values.shape, 4)

@@ -442,6 +442,23 @@ class Scenario:
         self, name: str, head: int | None, row: int, col: int, values: np.ndarray
     ) -> Scenario:
         """A copy with the rectangle at (row, col) of one matrix set to values."""
+        values = self.check_cells(name, head, row, col, values)
+        full = np.array(getattr(self, name))
+        block = full[head] if name in HEAD_NAMES else full
+        block[row : row + values.shape[0], col : col + values.shape[1]] = values
+        full.flags.writeable = False
+        # Only the checked block changed, so skip re-checking every matrix (costly at
+        # GPT-2 sizes, and this runs on every keystroke).
+        edited = object.__new__(Scenario)
+        for f in dataclasses.fields(self):
+            object.__setattr__(edited, f.name, getattr(self, f.name))
+        object.__setattr__(edited, name, full)
+        return edited
+
+    def check_cells(
+        self, name: str, head: int | None, row: int, col: int, values: np.ndarray
+    ) -> np.ndarray:
+        """values as float64 rows, if with_cells may set them there; else ScenarioError."""
         values = np.atleast_2d(np.asarray(values, dtype=np.float64))
         target = self.matrix(name, head)
         rows, cols = values.shape
@@ -455,16 +472,7 @@ class Scenario:
                 raise ScenarioError("mask_matrix: a cell is 0 (hidden) or 1 (may attend)")
         else:
             check_values(matrix_label(name, head), values, origin=(row, col))
-        full = np.array(getattr(self, name))
-        block = full[head] if name in HEAD_NAMES else full
-        block[row : row + rows, col : col + cols] = values
-        # Only the checked block changed, so skip re-checking every matrix (costly at
-        # GPT-2 sizes, and this runs on every keystroke).
-        edited = object.__new__(Scenario)
-        for f in dataclasses.fields(self):
-            object.__setattr__(edited, f.name, getattr(self, f.name))
-        object.__setattr__(edited, name, _frozen(full))
-        return edited
+        return values
 
     def with_tokens(self, tokens: Sequence[str]) -> Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))
