@@ -486,14 +486,24 @@ def test_one_head_and_the_layer_equal_compute(s, data):
     np.testing.assert_allclose(whole.final, full.final, rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="one_head/compute_head promise compute's head bit for bit, but with one query "
-    "row (n = 1) or d_k = 1 one head's X @ W_Q is a matrix-vector product, which OpenBLAS "
-    "sums in another order than the product with every head's W_Q side by side: Q (and "
-    "all after it) can differ in the last bit",
+@pytest.mark.parametrize(
+    ("n", "d_k"),
+    [
+        (1, 3),
+        (3, 1),
+        pytest.param(
+            12,
+            1,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="with d_k = 1 one head's X @ W_Q is a matrix-vector product, which "
+                "OpenBLAS sums in another order than the product with every head's W_Q side "
+                "by side: Q (and all after it) can differ in the last bit (up to 8 tokens "
+                "are projected head by head, so there both agree)",
+            ),
+        ),
+    ],
 )
-@pytest.mark.parametrize(("n", "d_k"), [(1, 3), (3, 1)])
 def test_one_head_is_bit_for_bit_with_a_single_token_or_d_k_1(n, d_k):
     for seed in range(10):
         s = make(n=n, d_model=4, H=4, G=2, d_k=d_k, seed=seed, biases=False, norms=False)
@@ -585,20 +595,22 @@ def assert_same_result(got: engine.Result, want: engine.Result) -> None:
     data=st.data(),
 )
 def test_row_edits_update_rows_and_columns_and_equal_compute(s, data):
-    """Three one-row edits of X (or X_kv) in a row, each updated from the last result:
-    the rows and columns of the scores they touch are patched (no head is recomputed
-    whole), and every field equals a full compute."""
+    """Three edits of one to three rows of X (or X_kv), each updated from the last
+    result: the rows and columns of the scores they touch are patched (no head is
+    recomputed whole while few rows changed), and every field equals a full compute."""
     result = engine.compute(s)
     for _ in range(3):
         name = "X_kv" if s.cross and data.draw(st.booleans()) else "X"
         rows, cols = s.matrix(name, None).shape
-        row = data.draw(st.integers(0, rows - 1))
-        values = data.draw(st.lists(st.floats(-3, 3), min_size=cols, max_size=cols))
-        s = s.with_cells(name, None, row, 0, np.array([values]))
-        told = {"x_rows": {row}} if name == "X" else {"kv_rows": {row}}
+        count = data.draw(st.integers(1, 3))
+        row = data.draw(st.integers(0, rows - count))
+        block = data.draw(st.lists(st.floats(-3, 3), min_size=count * cols, max_size=count * cols))
+        s = s.with_cells(name, None, row, 0, np.reshape(block, (count, cols)))
+        edited = set(range(row, row + count))
+        told = {"x_rows": edited} if name == "X" else {"kv_rows": edited}
         with mock.patch.object(engine, "_attend", wraps=engine._attend) as whole:
             result = engine.update(result, s, **told)
-        if s.settings.mask != "drop-after-softmax":
+        if s.settings.mask != "drop-after-softmax" and 8 * count <= max(s.n, s.m):
             assert whole.call_count == 0
         assert_same_result(result, engine.compute(s))
 

@@ -345,6 +345,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.column_mark.setVisible(False)
         self.plot.addItem(self.column_mark)
         self._bar_key: tuple[object, ...] = ()
+        self._pixels = np.zeros((0, 0, 4), dtype=np.uint8)
         self._block_lines: list[QGraphicsLineItem] = []
         self._labels: tuple[object, ...] = ()
         self._titles: tuple[bool, ...] = (True, True)  # rows, columns
@@ -360,8 +361,12 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
         self.spec = spec
         lo, hi = spec.levels
-        # Coloured here with the exported figures' map: masked cells come out grey.
-        self.image.setImage(colors.rgba(spec.values, spec.kind, spec.levels), autoLevels=False)
+        # Coloured here with the exported figures' map: masked cells come out grey. The
+        # pixels go into the same array each time (the image item keeps it).
+        if self._pixels.shape[:2] != spec.values.shape:
+            self._pixels = np.empty((*spec.values.shape, 4), dtype=np.uint8)
+        colors.rgba(spec.values, spec.kind, spec.levels, out=self._pixels)
+        self.image.setImage(self._pixels, autoLevels=False)
         if self._bar_key != (spec.kind, lo, hi):
             self._bar_key = (spec.kind, lo, hi)
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]

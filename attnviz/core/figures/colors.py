@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 
@@ -83,18 +84,42 @@ def lut(kind: str) -> np.ndarray:
     return out
 
 
-def rgba(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:
-    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey."""
+SCRATCH_MOST = 1 << 21  # cells: larger matrices get arrays of their own, not kept
+_scratch = threading.local()  # per thread: exports colour figures off the UI thread
+
+
+def _work(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A scratch array of this thread, reused from call to call (no page faults)."""
+    size = math.prod(shape)
+    if size > SCRATCH_MOST:
+        return np.empty(shape, dtype)
+    buffer = getattr(_scratch, name, None)
+    if buffer is None or buffer.size < size:
+        buffer = np.empty(max(size, 1 << 16), dtype)
+        setattr(_scratch, name, buffer)
+    return buffer[:size].reshape(shape)
+
+
+def rgba(
+    values: np.ndarray, kind: str, lims: tuple[float, float], out: np.ndarray | None = None
+) -> np.ndarray:
+    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey.
+    ``out``: an array of that shape to write them into."""
     lo, hi = lims
+    t = _work("t", values.shape, np.float64)
     with np.errstate(invalid="ignore"):
-        t = np.subtract(values, lo)
+        np.subtract(values, lo, out=t)
         t *= (LUT_SIZE - 1) / (hi - lo)
-        index = np.clip(t, 0, LUT_SIZE - 1, out=t).astype(np.intp)  # NaN casts arbitrarily
+        np.clip(t, 0, LUT_SIZE - 1, out=t)
+    index = _work("index", values.shape, np.intp)
+    np.copyto(index, t, casting="unsafe")  # truncates, as astype does; NaN casts arbitrarily
     if values.size and not (math.isfinite(values.min()) and math.isfinite(values.max())):
         index[~np.isfinite(values)] = LUT_SIZE
+    if out is None:
+        out = np.empty((*values.shape, 4), dtype=np.uint8)
     # Gather whole pixels as 32-bit words: one lookup per cell instead of four.
-    packed = lut(kind).view(np.uint32)[:, 0][index]
-    return packed.view(np.uint8).reshape(*values.shape, 4)
+    np.take(lut(kind).view(np.uint32)[:, 0], index, out=out.view(np.uint32)[..., 0])
+    return out
 
 
 def rgb(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:

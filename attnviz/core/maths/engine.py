@@ -567,7 +567,7 @@ def _patch_rows(
         c = P.Q_rot @ K_rot[:, cols].transpose(0, 2, 1)  # (H', n, r): the new logits
         rule.scale(c, heads, cols=cols)
         rule.mask(c, cols=cols)
-        w_old = W[:, :, cols]
+        w_old = np.stack([h.weights[:, cols] for h in old])
         e_old = w_old * Z[..., None]
         e_new = np.exp(c - m[..., None])
         moved = (c > m[..., None]).any(axis=-1) | (e_old.sum(axis=-1) >= 0.5)
@@ -575,10 +575,11 @@ def _patch_rows(
         patch = seen & ~moved & ~full
         full |= seen & moved
         Z_new = np.where(patch, Z - e_old.sum(axis=-1) + e_new.sum(axis=-1), Z)
-        f = np.where(patch, Z / Z_new, 1.0)
+        den = np.where(patch, Z_new, 1.0)  # (an empty row's Z is 0)
+        f = np.where(patch, Z / den, 1.0)
         for k, head in enumerate(old):  # the copy and the rescaling in one pass
             np.multiply(head.weights, f[k, :, None], out=W[k])
-        w_new = np.where(patch[..., None], e_new / Z_new[..., None], w_old)
+        w_new = np.where(patch[..., None], e_new / den[..., None], w_old)
         W[:, :, cols] = w_new
         V_old = np.stack([h.V[cols] for h in old])
         out = f[..., None] * (out - w_old @ V_old) + w_new @ V[:, cols]
