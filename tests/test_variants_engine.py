@@ -518,6 +518,7 @@ def edits(draw: st.DrawFn) -> tuple[Scenario, Scenario, dict[str, Any]]:
     s = draw(scenarios().filter(lambda s: s.settings.projections))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     told: dict[str, Any] = {"x_rows": set(), "kv_rows": set(), "heads": set(), "kv_heads": set()}
+    told["v_heads"] = set()
     told["w_o"] = False
     edited = s
     names = draw(
@@ -541,7 +542,7 @@ def edits(draw: st.DrawFn) -> tuple[Scenario, Scenario, dict[str, Any]]:
             told["heads"].add(head)
         elif name in ("W_K", "W_V", "b_K", "b_V", "k_norm"):
             head = draw(st.integers(0, s.kv_heads - 1))
-            told["kv_heads"].add(head)
+            told["v_heads" if name in ("W_V", "b_V") else "kv_heads"].add(head)
         target = edited.matrix(name, head)
         row = draw(st.integers(0, target.shape[0] - 1))
         edited = edited.with_cells(name, head, row, 0, rng.normal(size=(1, target.shape[1])))
@@ -613,6 +614,33 @@ def test_row_edits_update_rows_and_columns_and_equal_compute(s, data):
         if s.settings.mask != "drop-after-softmax" and 8 * count <= max(s.n, s.m):
             assert whole.call_count == 0
         assert_same_result(result, engine.compute(s))
+
+
+def test_an_edit_keeps_the_arrays_it_did_not_change():
+    """Views skip redrawing what is the same array, so an update hands back the very
+    arrays an edit did not change (and the same numbers as compute)."""
+    s = make(n=12, H=4, G=2, positional="rope", qk_norm="rms")
+    r = engine.compute(s)
+    # W_V of key/value head 1 (query heads 1 and 2): their weights stay, V and output move.
+    s2 = s.with_cells("W_V", 0, 2, 1, np.array([[0.5]]))
+    u = engine.update(r, s2, v_heads={0})
+    for h in (0, 1):
+        old, new = r.heads[h], u.heads[h]
+        assert all(getattr(new, f) is getattr(old, f) for f in ("weights", "Q", "K", "K_rot"))
+        assert new.V is not old.V and new.output is not old.output
+    assert u.heads[2] is r.heads[2] and u.heads[3] is r.heads[3]
+    assert_same_result(u, engine.compute(s2))
+    # W_Q of query head 2: its keys and values stay, its queries and weights move.
+    s3 = s2.with_cells("W_Q", 1, 0, 0, np.array([[2.0]]))
+    v = engine.update(u, s3, heads={1})
+    assert all(getattr(v.heads[1], f) is getattr(u.heads[1], f) for f in ("K", "V", "K_rot"))
+    assert v.heads[1].Q is not u.heads[1].Q and v.heads[0] is u.heads[0]
+    assert_same_result(v, engine.compute(s3))
+    # W_O: every head and concat stay; final gets a rank update.
+    s4 = s3.with_cells("W_O", None, 5, 2, np.array([[-1.0]]))
+    w = engine.update(v, s4, w_o=True)
+    assert w.heads == v.heads and w.concat is v.concat and w.final is not v.final
+    assert_same_result(w, engine.compute(s4))
 
 
 def test_a_preview_then_the_rest_equals_compute():

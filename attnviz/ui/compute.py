@@ -48,7 +48,8 @@ class Dirty:
 
     x_rows: set[int] = field(default_factory=set)
     heads: set[int] = field(default_factory=set)  # query heads' W_Q, b_Q, q_norm
-    kv_heads: set[int] = field(default_factory=set)  # key/value heads' weights
+    kv_heads: set[int] = field(default_factory=set)  # key/value heads' W_K, b_K, k_norm
+    v_heads: set[int] = field(default_factory=set)  # key/value heads' W_V, b_V
     kv_rows: set[int] = field(default_factory=set)  # rows of X_kv
     w_o: bool = False  # W_O or b_O
     full: bool = False
@@ -127,6 +128,8 @@ class ComputeService(QObject):
                 self._dirty.kv_rows.update(rows)
             elif change.name in Q_HEAD_NAMES and change.head is not None:
                 self._dirty.heads.add(change.head)
+            elif change.name in ("W_V", "b_V") and change.head is not None:
+                self._dirty.v_heads.add(change.head)
             elif change.name in KV_HEAD_NAMES and change.head is not None:
                 self._dirty.kv_heads.add(change.head)
             elif change.name in ("W_O", "b_O"):
@@ -184,10 +187,14 @@ class ComputeService(QObject):
             self._computed.emit(gen, s, engine, compute(s))
             return
         args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
-        more: dict[str, Any] = {"kv_heads": dirty.kv_heads, "kv_rows": dirty.kv_rows}
+        more: dict[str, Any] = {
+            "kv_heads": dirty.kv_heads,
+            "kv_rows": dirty.kv_rows,
+            "v_heads": dirty.v_heads,
+        }
         done: list[int] = []
         touched = dirty.x_rows or dirty.kv_rows or head in dirty.heads
-        if touched or s.kv_head_of(head) in dirty.kv_heads:
+        if touched or s.kv_head_of(head) in dirty.kv_heads | dirty.v_heads:
             self._preview_shown.clear()
             preview = update(base, *args, **more, preview_head=head)
             self._computed.emit(gen, s, engine, preview)

@@ -357,7 +357,11 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.setMinimumSize(150, 120)
 
     def set_spec(self, spec: HeatmapSpec) -> None:
-        """Redraw from a new spec (the values, labels and levels of one matrix)."""
+        """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
+        redrawn when it looks exactly like the last one."""
+        if self.spec is not None and self.spec.looks_like(spec):
+            self.spec = spec
+            return
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
         self.spec = spec
         lo, hi = spec.levels

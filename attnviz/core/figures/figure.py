@@ -66,6 +66,23 @@ class HeatmapSpec:
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
 
+    def looks_like(self, other: HeatmapSpec) -> bool:
+        """Whether other draws exactly as this one does (the same cells, colours, marks
+        and words), so that a view showing one need not redraw for the other."""
+
+        def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+            return a is b or (a is not None and b is not None and np.array_equal(a, b))
+
+        words = ("title", "row_labels", "col_labels", "row_title", "col_title", "caption")
+        return (
+            all(getattr(self, w) == getattr(other, w) for w in words)
+            and (self.kind, self.levels) == (other.kind, other.levels)
+            and self.values.shape == other.values.shape
+            and same(self.masked, other.masked)
+            and same(self.leaked, other.leaked)
+            and same(self.values, other.values)
+        )
+
     def hatched(self) -> np.ndarray:
         """Cells drawn as masked: those the mask set, and any −∞."""
         hatched = ~np.isfinite(self.values)

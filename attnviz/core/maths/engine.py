@@ -175,10 +175,21 @@ class Head:
     def row_sum(self) -> np.ndarray:
         return _readonly(self.weights.sum(axis=-1))
 
+    def reusing(self, old: Head, queries: bool, keys: bool) -> Head:
+        """self with old's query arrays (Q, Q_rot) and key and value arrays (K, V, K_rot)
+        where those did not change: equal values, and the very same arrays."""
+        same: dict[str, Any] = {}
+        if queries:
+            same |= {"Q": old.Q, "Q_rot": old.Q_rot}
+        if keys:
+            same |= {"K": old.K, "V": old.V, "K_rot": old.K_rot}
+        return dataclasses.replace(self, **same) if same else self
+
     def with_fields(self, **values: np.ndarray) -> Head:
         """A copy with the given fields replaced, derived ones (entropy, …) as if computed;
         the derived values self already holds are kept."""
-        head = dataclasses.replace(self, **{k: v for k, v in values.items() if k not in DERIVED})
+        stored: dict[str, Any] = {k: v for k, v in values.items() if k not in DERIVED}
+        head = dataclasses.replace(self, **stored)
         known = {k: v for k, v in self.__dict__.items() if k in DERIVED}
         head.__dict__.update(known | {k: v for k, v in values.items() if k in DERIVED})
         return head
@@ -239,6 +250,7 @@ class Result:
     key_tokens: tuple[str, ...] | None = None  # the keys' labels under cross-attention
     X_kv: np.ndarray | None = None  # the keys' input under cross-attention
     biases: tuple[str, ...] = ()  # the biases in use (not all zero): of b_Q, b_K, b_V, b_O
+    mixed_with: tuple[np.ndarray, np.ndarray] | None = None  # (W_O, b_O) of final
 
     Q = _stacked("Q")
     K = _stacked("K")
@@ -532,6 +544,19 @@ def _attend(
     return split_heads(stacks, keep, heads, rule)
 
 
+def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
+    """V of the given key/value heads."""
+    return _project(X_kv, s.W_V[kv]) + s.b_V[kv]  # type: ignore[no-any-return]
+
+
+def _revalued(old: Head, V: np.ndarray) -> Head:
+    """old with new values V: the same weights (and all derived from them), a new output."""
+    _frozen(V)
+    head = dataclasses.replace(old, V=V, output=_readonly(old.weights @ V))
+    head.__dict__.update({k: v for k, v in old.__dict__.items() if k in DERIVED})
+    return head
+
+
 def _patch_rows(
     rule: Rule,
     heads: Sequence[int],
@@ -694,8 +719,27 @@ def _result(
         key_tokens=s.kv_tokens,
         X_kv=s.X_kv,
         biases=biases_in_use(s),
+        mixed_with=(s.W_O, s.b_O) if s.settings.projections else None,
         **more,
     )
+
+
+def _remix(prev: Result, s: Scenario) -> np.ndarray | None:
+    """final for s from prev's, when only a few rows of W_O (or b_O) changed since:
+    final + concat[:, rows] · ΔW_O[rows] + Δb_O; None when more changed."""
+    if prev.mixed_with is None:
+        return None
+    W_O, b_O = prev.mixed_with
+    changed = np.flatnonzero((s.W_O != W_O).any(axis=1))
+    if len(changed) > FEW_ROWS:
+        return None
+    kept = kept_columns(s.settings, prev.n_heads, prev.d_k)
+    rows = changed[kept[changed]]
+    final = prev.final + prev.concat[:, rows] @ (s.W_O[rows] - W_O[rows])
+    if (s.b_O != b_O).any():
+        final += s.b_O - b_O
+    _frozen(final)
+    return final
 
 
 def _kv_all(s: Scenario, X_kv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -816,6 +860,7 @@ def update(
     *,
     kv_heads: Iterable[int] = (),
     kv_rows: Iterable[int] = (),
+    v_heads: Iterable[int] = (),
     preview_head: int | None = None,
     current_heads: Iterable[int] = (),
 ) -> Result:
@@ -823,13 +868,19 @@ def update(
 
     prev must come from a scenario that differs from s only in the given rows of X
     (``x_rows``) and of X_kv (``kv_rows``), the weights of the given query heads
-    (``heads``: W_Q, b_Q, q_norm, and also the key/value head each reads), of the given
-    key/value heads (``kv_heads``: W_K, W_V, their biases, k_norm), and (``w_o``) W_O
-    and b_O. An X row changes that row of every head's Q (and of K and V without
-    cross-attention); an X_kv row that row of every K and V; a head's weights change
-    that head (a key/value head's, every query head of its group); W_O changes the final
-    output only. Anything else (settings, sizes, the custom mask, no projections) is a
-    full compute.
+    (``heads``: W_Q, b_Q, q_norm), of the given key/value heads (``kv_heads``: W_K, W_V,
+    their biases, k_norm; ``v_heads``: only W_V or b_V), and (``w_o``) W_O and b_O. An X
+    row changes that row of every head's Q (and of K and V without cross-attention); an
+    X_kv row that row of every K and V; a head's weights change that head (a key/value
+    head's, every query head of its group); W_O changes the final output only (a few of
+    its rows, a rank update of final). Anything else (settings, sizes, the custom mask,
+    no projections) is a full compute.
+
+    What did not change is not recomputed: a head whose queries, keys or values did not
+    change keeps those very arrays (views tell by identity that they need not redraw); a
+    head whose values alone changed keeps its weights and multiplies them by the new V;
+    after an edit of a few rows of X the other heads are patched row by row
+    (``_patch_rows``).
 
     ``preview_head``: recompute just that head and return a preview (``complete`` False).
     ``current_heads``: heads of prev that are already current (from such a preview).
@@ -837,6 +888,7 @@ def update(
     st = s.settings
     rows, krows = sorted(set(x_rows)), sorted(set(kv_rows))
     heads, kv_heads = set(heads), set(kv_heads)
+    v_heads = set(v_heads) - kv_heads
     if not s.cross:
         krows = rows
     same = (
@@ -853,9 +905,8 @@ def update(
         return compute(s)
     X = _inputs(s)[0] if rows else prev.X
     X_kv = X if s.X_kv is None else s.X_kv
-    kv_heads |= {s.kv_head_of(h) for h in heads}
     affected = set(range(s.n_heads)) if rows or krows else set(heads)
-    affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads}
+    affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads | v_heads}
     affected -= set(current_heads)
     if preview_head is not None:
         affected &= {preview_head}
@@ -878,18 +929,28 @@ def update(
         edited = [k for k, g in enumerate(kvs) if g in kv_heads]
         if edited:
             K[edited], V[edited], K_rot[edited] = _keys(s, X_kv, [kvs[k] for k in edited])
+        edited = [k for k, g in enumerate(kvs) if g in v_heads]
+        if edited:
+            V[edited] = _values(s, X_kv, [kvs[k] for k in edited])
         if krows:
             K[:, krows], V[:, krows], K_rot[:, krows] = _keys(s, X_kv, kvs, krows)
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
         rule = Rule.of(s, prev.future)
-        # Heads whose weights changed are recomputed whole; the others (only rows of the
-        # input changed) row by row, when few rows did.
+        # Heads whose weights changed are recomputed whole; those whose values alone did
+        # keep their weights; the others (only rows of the input changed) are patched row
+        # by row, when few rows did.
+        revalued = {h for h in todo if s.kv_head_of(h) in v_heads}
         reweighted = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
+        if rows or krows:
+            reweighted |= revalued
         few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m) and not rule.reweighted
         whole = [k for k, h in enumerate(todo) if h in reweighted or not few]
-        patched = [k for k in range(len(todo)) if k not in whole]
+        patched = [k for k, h in enumerate(todo) if k not in whole and h not in revalued]
+        for k, h in enumerate(todo):
+            if h in revalued and h not in reweighted:
+                new[h] = _revalued(prev.heads[h], V[kv_index[k]])
         for ks in (whole, patched):
             if not ks:
                 continue
@@ -900,7 +961,10 @@ def update(
             else:
                 got = _patch_rows(rule, hs, kvi, [prev.heads[h] for h in hs], P, rows, krows)
             for h, head in zip(hs, got, strict=True):
-                new[h] = head
+                old = prev.heads[h]
+                queries = h not in heads and not rows
+                keys = s.kv_head_of(h) not in kv_heads | v_heads and not krows
+                new[h] = head.reusing(old, queries=queries, keys=keys)
     _frozen(X)
     if preview_head is not None:
         return _result(
@@ -913,9 +977,10 @@ def update(
             complete=False,
             fresh=preview_head,
         )
-    concat, final = (
-        _mix(s, _outputs(new))
-        if todo or current_heads or w_o or not prev.complete
-        else (prev.concat, prev.final)
-    )
+    concat, final = prev.concat, prev.final
+    if todo or current_heads or not prev.complete:
+        concat, final = _mix(s, _outputs(new))
+    elif w_o:
+        remixed = _remix(prev, s)
+        concat, final = _mix(s, _outputs(new)) if remixed is None else (concat, remixed)
     return _result(s, X, new, prev.future, concat=concat, final=final)
