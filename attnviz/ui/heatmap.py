@@ -363,13 +363,21 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.spec = spec
             return
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
-        self.spec = spec
+        before, self.spec = self.spec, spec
         lo, hi = spec.levels
         # Coloured here with the exported figures' map: masked cells come out grey. The
-        # pixels go into the same array each time (the image item keeps it).
+        # pixels go into the same array each time (the image item keeps it); when the
+        # colour scale stayed, only the rows and columns whose values changed.
         if self._pixels.shape[:2] != spec.values.shape:
             self._pixels = np.empty((*spec.values.shape, 4), dtype=np.uint8)
-        colors.rgba(spec.values, spec.kind, spec.levels, out=self._pixels)
+        partly = (
+            before is not None
+            and not reshaped
+            and (before.kind, before.levels) == (spec.kind, spec.levels)
+            and self._recolour_changes(before.values, spec)
+        )
+        if not partly:
+            colors.rgba(spec.values, spec.kind, spec.levels, out=self._pixels)
         self.image.setImage(self._pixels, autoLevels=False)
         if self._bar_key != (spec.kind, lo, hi):
             self._bar_key = (spec.kind, lo, hi)
@@ -386,6 +394,22 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.fit()
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+
+    def _recolour_changes(self, old: np.ndarray, spec: HeatmapSpec) -> bool:
+        """Recolour the rows and columns where spec's values differ from old, if few do
+        (an edited token's row and column of the scores); False when it is not worth it."""
+        changed = old != spec.values  # (NaN never equals itself: its row is recoloured)
+        # Rows with more than one change, then the columns of any change outside them.
+        many = changed.sum(axis=1) > 1
+        rows = np.flatnonzero(many)
+        cols = np.flatnonzero(changed[~many].any(axis=0))
+        height, width = changed.shape
+        if len(rows) * width + len(cols) * height > height * width // 4:
+            return False
+        values, pixels = spec.values, self._pixels
+        pixels[rows] = colors.rgba(values[rows], spec.kind, spec.levels)
+        pixels[:, cols] = colors.rgba(values[:, cols], spec.kind, spec.levels)
+        return True
 
     def fit(self) -> None:
         """Show the whole matrix (the user may zoom in; a double click comes back here).

@@ -1,0 +1,65 @@
+"""Redrawing only what an edit changed: the Pipeline's pictures stay exactly the colour
+map of the values (recoloured in part or whole), and a view whose matrix did not change
+is not redrawn at all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz.core.figures import colors
+from attnviz.core.presets import small_model
+
+
+@pytest.fixture
+def window(shared_window, qtbot):
+    tokens = tuple(f"w{i}" for i in range(48))
+    shared_window.doc.reset(small_model(tokens, 8, 2, 4, seed=3), None)
+    shared_window.view_state.set_head(0)
+    shared_window.compute.wait()
+    yield shared_window
+    shared_window.doc.undo_stack.setClean()
+
+
+def by_hand_scores(s, h: int) -> np.ndarray:
+    return (s.X @ s.W_Q[h]) @ (s.X @ s.W_K[h]).T
+
+
+def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtbot):
+    model = window.inputs.model
+    for k, (row, col, value) in enumerate([(5, 2, 0.7), (30, 0, -1.2), (5, 7, 0.05), (47, 3, 2)]):
+        assert model.setData(model.index(row, col), str(value))
+        window.compute.wait()
+        qtbot.wait(1)
+        s = window.doc.scenario
+        assert s.X[row, col] == value
+        views = window.pipeline.views
+        np.testing.assert_allclose(views["scores"].spec.values, by_hand_scores(s, 0), atol=1e-12)
+        for name in window.pipeline.names:
+            view = views[name]
+            spec = view.spec
+            whole = colors.rgba(spec.values, spec.kind, spec.levels)
+            np.testing.assert_array_equal(view._pixels, whole, err_msg=f"edit {k}: {name}")
+
+
+def test_an_edit_of_w_v_redraws_only_v_and_the_output(window, qtbot):
+    painted: set[str] = set()
+    views = window.pipeline.views
+    for view in views.values():
+        view.painted.connect(painted.add)
+    qtbot.wait(20)
+    painted.clear()
+    before = {name: views[name].spec for name in window.pipeline.names}
+    model = window.weights.grids[("W_V", 0)].matrix_model()
+    assert model.setData(model.index(1, 1), "0.9")
+    window.compute.wait()
+    qtbot.waitUntil(lambda: {"V", "output"} <= painted)
+    qtbot.wait(20)
+    assert painted == {"V", "output"}
+    for name in ("Q", "K", "scores", "scaled", "masked", "weights"):
+        assert views[name].spec.values is before[name].values or np.array_equal(
+            views[name].spec.values, before[name].values
+        )
+    s = window.doc.scenario
+    weights = views["weights"].spec.values
+    np.testing.assert_allclose(views["output"].spec.values, weights @ (s.X @ s.W_V[0]), atol=1e-12)
