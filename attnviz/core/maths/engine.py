@@ -251,6 +251,7 @@ class Result:
     X_kv: np.ndarray | None = None  # the keys' input under cross-attention
     biases: tuple[str, ...] = ()  # the biases in use (not all zero): of b_Q, b_K, b_V, b_O
     mixed_with: tuple[np.ndarray, np.ndarray] | None = None  # (W_O, b_O) of final
+    projected_with: dict[str, np.ndarray] | None = None  # W_Q, b_Q, W_K, … of the heads
 
     Q = _stacked("Q")
     K = _stacked("K")
@@ -720,8 +721,32 @@ def _result(
         X_kv=s.X_kv,
         biases=biases_in_use(s),
         mixed_with=(s.W_O, s.b_O) if s.settings.projections else None,
+        projected_with={n: getattr(s, n) for n in PROJECTIONS} if s.settings.projections else None,
         **more,
     )
+
+
+PROJECTIONS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V")
+
+
+def _reprojected(
+    prev: Result, s: Scenario, X: np.ndarray, name: str, index: int, old: np.ndarray
+) -> np.ndarray | None:
+    """Head index's projection ``name`` (W_Q, W_K or W_V, with its bias) of X from its
+    previous value old, when only a few rows of the weights changed since prev:
+    old + X[:, rows] · ΔW[rows] + Δb; None when more changed (project again)."""
+    if prev.projected_with is None:
+        return None
+    bias = "b_" + name[-1]
+    before, now = prev.projected_with[name][index], getattr(s, name)[index]
+    changed = np.flatnonzero((before != now).any(axis=1))
+    if len(changed) > FEW_ROWS:
+        return None
+    out = old + X[:, changed] @ (now[changed] - before[changed])
+    b, b_old = getattr(s, bias)[index], prev.projected_with[bias][index]
+    if (b != b_old).any():
+        out += b - b_old
+    return out  # type: ignore[no-any-return]
 
 
 def _remix(prev: Result, s: Scenario) -> np.ndarray | None:
@@ -921,17 +946,28 @@ def update(
 
         Q, Q_rot = stack(("Q", "Q_rot"), todo, lambda h: h)
         K, V, K_rot = stack(("K", "V", "K_rot"), kvs, lambda g: reader[g])
-        edited = [k for k, h in enumerate(todo) if h in heads]
-        if edited:
-            Q[edited], Q_rot[edited] = _queries(s, X, [todo[k] for k in edited])
+        qpos, kpos = positions(s)
+        for k in [k for k, h in enumerate(todo) if h in heads]:
+            h = todo[k]
+            Q_new = _reprojected(prev, s, X, "W_Q", h, prev.heads[h].Q)
+            if Q_new is None:
+                Q[k], Q_rot[k] = (a[0] for a in _queries(s, X, [h]))
+            else:
+                Q[k], Q_rot[k] = Q_new, _turn(st, Q_new, s.q_norm[h], qpos)
         if rows:
             Q[:, rows], Q_rot[:, rows] = _queries(s, X, todo, rows)
-        edited = [k for k, g in enumerate(kvs) if g in kv_heads]
-        if edited:
-            K[edited], V[edited], K_rot[edited] = _keys(s, X_kv, [kvs[k] for k in edited])
-        edited = [k for k, g in enumerate(kvs) if g in v_heads]
-        if edited:
-            V[edited] = _values(s, X_kv, [kvs[k] for k in edited])
+        for k, g in enumerate(kvs):
+            old = prev.heads[reader[g]]
+            if g in kv_heads:
+                K_new = _reprojected(prev, s, X_kv, "W_K", g, old.K)
+                V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
+                if K_new is None or V_new is None:
+                    K[k], V[k], K_rot[k] = (a[0] for a in _keys(s, X_kv, [g]))
+                else:
+                    K[k], V[k], K_rot[k] = K_new, V_new, _turn(st, K_new, s.k_norm[g], kpos)
+            elif g in v_heads:
+                V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
+                V[k] = _values(s, X_kv, [g])[0] if V_new is None else V_new
         if krows:
             K[:, krows], V[:, krows], K_rot[:, krows] = _keys(s, X_kv, kvs, krows)
         keeps = [prev.heads[h].keep for h in todo]
