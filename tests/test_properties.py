@@ -133,6 +133,7 @@ def test_incremental_update_matches_full_compute(s, data):
 
     prev = compute(s)
     rows, heads, w_o = set(), set(), False
+    kv_heads, v_heads = set(), set()  # (these scenarios have a key/value head per head)
     edited = s
     for _ in range(data.draw(st.integers(1, 4))):
         name = data.draw(st.sampled_from(["X", "W_Q", "W_K", "W_V", "W_O"]))
@@ -148,11 +149,12 @@ def test_incremental_update_matches_full_compute(s, data):
         elif name == "W_O":
             w_o = True
         else:
-            heads.add(head)
+            {"W_Q": heads, "W_K": kv_heads, "W_V": v_heads}[name].add(head)
     full = compute(edited)
     # In one step, or as a preview of one head followed by the rest.
     first = data.draw(st.integers(0, s.n_heads - 1))
-    preview = update(prev, edited, rows, heads, w_o, preview_head=first)
+    told = {"kv_heads": kv_heads, "v_heads": v_heads}
+    preview = update(prev, edited, rows, heads, w_o, **told, preview_head=first)
     # (a preview falls back to a complete result where update cannot be incremental)
     assert preview.complete or preview.fresh == first
     shown = first if not preview.complete else 0
@@ -160,10 +162,9 @@ def test_incremental_update_matches_full_compute(s, data):
         np.testing.assert_allclose(
             preview.matrix(name, shown), full.matrix(name, shown), atol=1e-12
         )
-    rest = update(
-        preview, edited, rows, heads, w_o, current_heads=[] if preview.complete else [first]
-    )
-    for fast in (update(prev, edited, rows, heads, w_o), rest):
+    done = [] if preview.complete else [first]
+    rest = update(preview, edited, rows, heads, w_o, **told, current_heads=done)
+    for fast in (update(prev, edited, rows, heads, w_o, **told), rest):
         assert fast.complete
         for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
             a, b = getattr(fast, name), getattr(full, name)

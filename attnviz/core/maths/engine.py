@@ -711,6 +711,9 @@ def biases_in_use(s: Scenario) -> tuple[str, ...]:
 def _result(
     s: Scenario, X: np.ndarray, heads: Sequence[Head], future: np.ndarray, **more: Any
 ) -> Result:
+    # What the heads were projected and mixed with; not for a preview, whose other heads
+    # and mix are those of an earlier scenario.
+    current = s.settings.projections and more.get("complete", True)
     return Result(
         s.tokens,
         s.settings,
@@ -720,8 +723,8 @@ def _result(
         key_tokens=s.kv_tokens,
         X_kv=s.X_kv,
         biases=biases_in_use(s),
-        mixed_with=(s.W_O, s.b_O) if s.settings.projections else None,
-        projected_with={n: getattr(s, n) for n in PROJECTIONS} if s.settings.projections else None,
+        mixed_with=(s.W_O, s.b_O) if current else None,
+        projected_with={n: getattr(s, n) for n in PROJECTIONS} if current else None,
         **more,
     )
 
