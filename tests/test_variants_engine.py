@@ -555,39 +555,29 @@ def edits(draw: st.DrawFn) -> tuple[Scenario, Scenario, dict[str, Any]]:
     return s, edited, told
 
 
+def assert_same_result(got: engine.Result, want: engine.Result, atol: float = 1e-12) -> None:
+    """Every field of every head, concat and final, to 1e-12 (relative and absolute)."""
+    for h in range(want.n_heads):
+        for name in FIELDS:
+            np.testing.assert_allclose(
+                getattr(got.heads[h], name),
+                getattr(want.heads[h], name),
+                rtol=1e-12,
+                atol=atol,
+                err_msg=f"head {h + 1} {name}",
+            )
+    np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=atol)
+    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=atol)
+
+
 @RANDOM
 @given(case=edits())
 def test_incremental_updates_equal_compute(case):
     before, after, told = case
     got = engine.update(engine.compute(before), after, **told)
-    want = engine.compute(after)
     assert got.complete
-    for h in range(want.n_heads):
-        for name in FIELDS:
-            np.testing.assert_allclose(
-                getattr(got.heads[h], name),
-                getattr(want.heads[h], name),
-                rtol=1e-12,
-                atol=1e-13,
-                err_msg=f"head {h + 1} {name}",
-            )
-    np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-13)
+    assert_same_result(got, engine.compute(after), atol=1e-13)
     assert_matches_reference(after, got)
-
-
-def assert_same_result(got: engine.Result, want: engine.Result) -> None:
-    for h in range(want.n_heads):
-        for name in FIELDS:
-            np.testing.assert_allclose(
-                getattr(got.heads[h], name),
-                getattr(want.heads[h], name),
-                rtol=1e-12,
-                atol=1e-12,
-                err_msg=f"head {h + 1} {name}",
-            )
-    np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-12)
 
 
 @RANDOM
