@@ -356,12 +356,12 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._click)
         self.setMinimumSize(150, 120)
 
-    def set_spec(self, spec: HeatmapSpec) -> None:
+    def set_spec(self, spec: HeatmapSpec) -> bool:
         """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
-        redrawn when it looks exactly like the last one."""
+        redrawn when it looks exactly like the last one. Returns whether it will repaint."""
         if self.spec is not None and self.spec.looks_like(spec):
             self.spec = spec
-            return
+            return False
         reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
         before, self.spec = self.spec, spec
         lo, hi = spec.levels
@@ -394,6 +394,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             self.fit()
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+        return True
 
     def _recolour_changes(self, old: np.ndarray, spec: HeatmapSpec) -> bool:
         """Recolour the rows and columns where spec's values differ from old, if few do

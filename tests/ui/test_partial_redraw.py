@@ -63,3 +63,28 @@ def test_an_edit_of_w_v_redraws_only_v_and_the_output(window, qtbot):
     s = window.doc.scenario
     weights = views["weights"].spec.values
     np.testing.assert_allclose(views["output"].spec.values, weights @ (s.X @ s.W_V[0]), atol=1e-12)
+
+
+def test_a_preview_waits_only_for_the_views_it_redraws(shared_window, qtbot):
+    """The worker waits for the preview of the shown head to be on screen before it
+    computes the other heads: after a W_Q edit K and V are not redrawn, so they are not
+    waited for (they might never paint, and the rest would wait out the timeout)."""
+    from attnviz.core.presets import random_scenario
+
+    window = shared_window
+    window.doc.reset(random_scenario(n=96, d_model=16, heads=12, d_k=4, seed=2), None)
+    window.view_state.set_head(0)
+    window.bring_forward(("Pipeline",))
+    window.compute.wait()
+    qtbot.waitUntil(lambda: all(window.pipeline.views[n].isVisible() for n in ("K", "V")))
+    awaited: list[set[str]] = []
+    window.compute.resultChanged.connect(
+        lambda r: None if r.complete else awaited.append(set(window.pipeline._awaiting))
+    )
+    model = window.weights.grids[("W_Q", 0)].matrix_model()
+    assert model.setData(model.index(3, 1), "0.8")
+    window.compute.wait()
+    assert len(awaited) == 1
+    assert {"Q", "scores", "weights", "output"} <= awaited[0]
+    assert not awaited[0] & {"K", "V"}
+    window.doc.undo_stack.setClean()

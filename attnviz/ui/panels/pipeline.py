@@ -204,13 +204,15 @@ class PipelinePanel(QWidget):
         if names != self.names:
             size = self.size()
             self._place(names, best_columns(size.width(), size.height(), len(names)))
+        redrawn = set()
         for name in names:
             made = {"sink": sink_spec, "alibi": alibi_spec}.get(name)
             spec = made(result, head) if made else spec_for(result, name, head)
-            self.views[name].set_spec(spec)
+            if self.views[name].set_spec(spec):
+                redrawn.add(name)
         if not result.complete:
             # Tell the document once this preview is on screen (it waits to go on).
-            self._awaiting = {n for n, v in self.views.items() if v.isVisible()}
+            self._awaiting = {n for n in redrawn if self.views[n].isVisible()}
             if self._awaiting:
                 self.compute.hold_preview()
 
