@@ -100,8 +100,10 @@ class _Entry(QStyledItemDelegate):
         bold.setBold(True)
         return bold, QFont(option.font)  # type: ignore[attr-defined]
 
-    def _text_width(self, option: QStyleOptionViewItem) -> int:
-        return max(120, option.rect.width() - THUMB - 24)  # type: ignore[attr-defined]
+    @staticmethod
+    def _text_width(width: int) -> int:
+        """The room for the words beside the thumbnail in an entry width pixels wide."""
+        return max(120, width - THUMB - 24)
 
     def sizeHint(
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
@@ -110,7 +112,7 @@ class _Entry(QStyledItemDelegate):
         width = option.rect.width() or 480  # type: ignore[attr-defined]
         if index.data(NAME) is None:  # a group heading
             return QSize(width, QFontMetrics(bold).height() + 12)
-        text_w = max(120, width - THUMB - 24)
+        text_w = self._text_width(width)
         flags = int(Qt.TextFlag.TextWordWrap)
         title = QFontMetrics(bold).boundingRect(QRect(0, 0, text_w, 10_000), flags, index.data())
         summary = QFontMetrics(plain).boundingRect(
@@ -147,7 +149,9 @@ class _Entry(QStyledItemDelegate):
             x = box.left() + (THUMB - size.width()) // 2
             y = box.top() + (THUMB - size.height()) // 2
             painter.drawPixmap(x, y, pixmap)
-        text = QRect(box.right() + 12, rect.top() + 4, self._text_width(option), rect.height() - 8)
+        text = QRect(
+            box.right() + 12, rect.top() + 4, self._text_width(rect.width()), rect.height() - 8
+        )
         flags = int(Qt.TextFlag.TextWordWrap)
         painter.setPen(palette.color(text_role))
         painter.setFont(bold)

@@ -359,11 +359,18 @@ class HeatmapView(pg.GraphicsLayoutWidget):
     def set_spec(self, spec: HeatmapSpec) -> bool:
         """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
         redrawn when it looks exactly like the last one. Returns whether it will repaint."""
-        if self.spec is not None and self.spec.looks_like(spec):
-            self.spec = spec
-            return False
-        reshaped = self.spec is None or self.spec.values.shape != spec.values.shape
-        before, self.spec = self.spec, spec
+        before = self.spec
+        reshaped = before is None or before.values.shape != spec.values.shape
+        changed = None  # where the values differ from those drawn (compared once)
+        if before is not None and not reshaped:
+            if before.values is spec.values:
+                changed = np.zeros(spec.values.shape, dtype=bool)
+            else:
+                changed = before.values != spec.values  # (NaN never equals itself: redrawn)
+            if not changed.any() and before.looks_like(spec, values=False):
+                self.spec = spec
+                return False
+        self.spec = spec
         lo, hi = spec.levels
         # Coloured here with the exported figures' map: masked cells come out grey. The
         # pixels go into the same array each time (the image item keeps it); when the
@@ -371,10 +378,10 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         if self._pixels.shape[:2] != spec.values.shape:
             self._pixels = np.empty((*spec.values.shape, 4), dtype=np.uint8)
         partly = (
-            before is not None
-            and not reshaped
+            changed is not None
+            and before is not None
             and (before.kind, before.levels) == (spec.kind, spec.levels)
-            and self._recolour_changes(before.values, spec)
+            and self._recolour_changes(changed, spec)
         )
         if not partly:
             colors.rgba(spec.values, spec.kind, spec.levels, out=self._pixels)
@@ -396,10 +403,9 @@ class HeatmapView(pg.GraphicsLayoutWidget):
                 self.select(None)
         return True
 
-    def _recolour_changes(self, old: np.ndarray, spec: HeatmapSpec) -> bool:
-        """Recolour the rows and columns where spec's values differ from old, if few do
-        (an edited token's row and column of the scores); False when it is not worth it."""
-        changed = old != spec.values  # (NaN never equals itself: its row is recoloured)
+    def _recolour_changes(self, changed: np.ndarray, spec: HeatmapSpec) -> bool:
+        """Recolour the rows and columns of the changed cells, if few (an edited token's
+        row and column of the scores); False when it is not worth it."""
         # Rows with more than one change, then the columns of any change outside them.
         many = changed.sum(axis=1) > 1
         rows = np.flatnonzero(many)

@@ -12,7 +12,8 @@ import threading
 import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+from waiting import settle
 
 from attnviz.core.examples import examples, find, folder
 from attnviz.core.presets import worked_example
@@ -22,14 +23,6 @@ from attnviz.ui.examples_dialog import NAME, SUMMARY, ExampleGallery, thumbnail_
 
 pytestmark = pytest.mark.usefixtures("answers")  # a message box nobody expects fails
 DARKEST, GREY = (0x08, 0x1D, 0x58), (0xC8, 0xC8, 0xC8)  # YlGnBu's 1.0; masked keys
-
-
-def settle(qtbot, window) -> None:
-    qtbot.waitUntil(
-        lambda: window.compute.result.complete and not window.compute.busy, timeout=10000
-    )
-    for _ in range(5):
-        QApplication.processEvents()
 
 
 def weights_head_1(path) -> np.ndarray:

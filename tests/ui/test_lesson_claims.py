@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import reference as ref
-from PySide6.QtWidgets import QApplication
+from waiting import settle
 
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.engine import softmax_rows
@@ -24,14 +24,6 @@ MASKS_AB = ("causal", "causal-zero")
 def softmax(S: np.ndarray) -> np.ndarray:
     e = np.exp(S - S.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
-
-
-def settle(qtbot, window) -> None:
-    qtbot.waitUntil(
-        lambda: window.compute.result.complete and not window.compute.busy, timeout=10000
-    )
-    for _ in range(5):
-        QApplication.processEvents()
 
 
 @pytest.fixture

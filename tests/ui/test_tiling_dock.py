@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import reference as ref
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from waiting import settle
 
 from attnviz.core.maths.engine import compute
 from attnviz.core.maths.tiling import tiles
@@ -51,14 +51,6 @@ def running(S: np.ndarray, order, k: int) -> tuple[np.ndarray, np.ndarray]:
 def eight_tokens():
     """8 tokens, causal (the default), two heads of d_k 4."""
     return small_model(("the", "dog", "ran", "to", "the", "old", "red", "gate"), 8, 2, 4, seed=5)
-
-
-def settle(qtbot, window) -> None:
-    qtbot.waitUntil(
-        lambda: window.compute.result.complete and not window.compute.busy, timeout=10000
-    )
-    for _ in range(5):
-        QApplication.processEvents()
 
 
 @pytest.fixture

@@ -139,13 +139,13 @@ class Head:
 
     @cached_property
     def scores(self) -> np.ndarray:
-        return _readonly(self.Q_rot @ np.ascontiguousarray(self.K_rot.T))
+        return _frozen(self.Q_rot @ np.ascontiguousarray(self.K_rot.T))
 
     @cached_property
     def scaled(self) -> np.ndarray:
         a = self.scores.copy()
         self._rule.scale(a[None], [self.index])
-        return _readonly(a)
+        return _frozen(a)
 
     @cached_property
     def masked(self) -> np.ndarray:
@@ -153,7 +153,7 @@ class Head:
             return self.scaled
         a = self.scaled.copy()
         self._rule.mask(a)
-        return _readonly(a)
+        return _frozen(a)
 
     @cached_property
     def entropy(self) -> np.ndarray:
@@ -165,15 +165,15 @@ class Head:
         sinks = self._rule.settings.sinks
         if sinks is not None:
             entropy += self.sink * (self.m - sinks[self.index])
-        return _readonly(entropy)
+        return _frozen(entropy)
 
     @cached_property
     def leak(self) -> np.ndarray:
-        return _readonly(np.einsum("ij,ij->i", self.weights, self._rule.future.astype(np.float64)))
+        return _frozen(np.einsum("ij,ij->i", self.weights, self._rule.future.astype(np.float64)))
 
     @cached_property
     def row_sum(self) -> np.ndarray:
-        return _readonly(self.weights.sum(axis=-1))
+        return _frozen(self.weights.sum(axis=-1))
 
     def reusing(self, old: Head, queries: bool, keys: bool) -> Head:
         """self with old's query arrays (Q, Q_rot) and key and value arrays (K, V, K_rot)
@@ -200,9 +200,11 @@ class Head:
         return self.rule
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
+def _frozen(*arrays: np.ndarray) -> np.ndarray:
+    """Make the arrays read-only; returns the first."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays[0]
 
 
 DERIVED = ("scores", "scaled", "masked", "entropy", "leak", "row_sum")
@@ -415,11 +417,6 @@ def row_entropy(
         return np.where(empty, 0.0, np.log(Z) + np.einsum("...j,...j->...", p, gap))
 
 
-def _frozen(*arrays: np.ndarray) -> None:
-    for a in arrays:
-        a.flags.writeable = False
-
-
 def _inputs(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """X plus the sinusoidal encoding, if any, and the keys' input: that same X, or X_kv
     as given under cross-attention (an encoder's output already carries its positions)."""
@@ -553,7 +550,7 @@ def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
 def _revalued(old: Head, V: np.ndarray) -> Head:
     """old with new values V: the same weights (and all derived from them), a new output."""
     _frozen(V)
-    head = dataclasses.replace(old, V=V, output=_readonly(old.weights @ V))
+    head = dataclasses.replace(old, V=V, output=_frozen(old.weights @ V))
     head.__dict__.update({k: v for k, v in old.__dict__.items() if k in DERIVED})
     return head
 
@@ -981,14 +978,14 @@ def update(
         # keep their weights; the others (only rows of the input changed) are patched row
         # by row, when few rows did.
         revalued = {h for h in todo if s.kv_head_of(h) in v_heads}
-        reweighted = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
+        rescored = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
         if rows or krows:
-            reweighted |= revalued
+            rescored |= revalued
         few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m) and not rule.reweighted
-        whole = [k for k, h in enumerate(todo) if h in reweighted or not few]
+        whole = [k for k, h in enumerate(todo) if h in rescored or not few]
         patched = [k for k, h in enumerate(todo) if k not in whole and h not in revalued]
         for k, h in enumerate(todo):
-            if h in revalued and h not in reweighted:
+            if h in revalued and h not in rescored:
                 new[h] = _revalued(prev.heads[h], V[kv_index[k]])
         for ks in (whole, patched):
             if not ks:

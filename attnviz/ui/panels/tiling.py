@@ -171,11 +171,16 @@ class TileGrid(pg.GraphicsObject):
             painter.drawLine(QPointF(c, 0), QPointF(c, n))
         if self.current is not None:
             r0, r1, c0, c1 = self.current
-            pen = QPen(QColor(CURRENT), 4)
-            pen.setCosmetic(True)
-            painter.setPen(pen)
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.drawRect(QRectF(c0, r0, c1 - c0, r1 - r0))
+            outline_current(painter, QRectF(c0, r0, c1 - c0, r1 - r0))
+
+
+def outline_current(painter: QPainter, rect: QRectF) -> None:
+    """The block the step just worked on: a thick outline, 4 px at any zoom."""
+    pen = QPen(QColor(CURRENT), 4)
+    pen.setCosmetic(True)
+    painter.setPen(pen)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRect(rect)
 
 
 class RowBands(pg.GraphicsObject):
@@ -207,12 +212,8 @@ class RowBands(pg.GraphicsObject):
             painter.fillRect(rect, QColor("#f0f0f0"))
             painter.fillRect(rect, QBrush(QColor("#c8c8c8"), Qt.BrushStyle.BDiagPattern))
         if self.current is not None:
-            pen = QPen(QColor(CURRENT), 4)
-            pen.setCosmetic(True)
-            painter.setPen(pen)
-            painter.setBrush(Qt.BrushStyle.NoBrush)
             r0, r1 = self.current
-            painter.drawRect(QRectF(0, r0, d, r1 - r0))
+            outline_current(painter, QRectF(0, r0, d, r1 - r0))
 
 
 def _span(name: str, start: int, stop: int) -> str:
