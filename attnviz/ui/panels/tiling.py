@@ -120,17 +120,28 @@ def state_after(t: Tiling, k: int) -> Shown:
     return Shown(m, l, O, out, started, done)
 
 
-class TileGrid(pg.GraphicsObject):
+class MatrixOverlay(pg.GraphicsObject):
+    """Drawn over a heatmap, in cell units, above its cells: shape is (rows, cols)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shape = (0, 0)
+        self.setZValue(20)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-0.5, -0.5, self.shape[1] + 1, self.shape[0] + 1)
+
+
+class TileGrid(MatrixOverlay):
     """Over the score matrix: the tile grid, skipped tiles shaded, tiles to come faded,
     the current tile outlined. One painting item, in cell units."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.shape, self.blocks = (0, 0), (1, 1)
+        self.blocks = (1, 1)
         self.skipped: list[tuple[int, int, int, int]] = []
         self.current: tuple[int, int, int, int] | None = None
         self.to_come: list[QRectF] = []
-        self.setZValue(20)
 
     def set_state(self, t: Tiling, n: int, m: int, k: int) -> None:
         self.prepareGeometryChange()
@@ -144,9 +155,6 @@ class TileGrid(pg.GraphicsObject):
             (r0, r1), c1 = step.rows, step.cols[1]
             self.to_come = [QRectF(c1, r0, m - c1, r1 - r0), QRectF(0, r1, m, n - r1)]
         self.update()
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(-0.5, -0.5, self.shape[1] + 1, self.shape[0] + 1)
 
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
@@ -183,15 +191,13 @@ def outline_current(painter: QPainter, rect: QRectF) -> None:
     painter.drawRect(rect)
 
 
-class RowBands(pg.GraphicsObject):
+class RowBands(MatrixOverlay):
     """Over an n × d matrix: rows not reached yet covered, the rows just updated outlined."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.shape = (0, 0)
         self.pending_from = 0
         self.current: tuple[int, int] | None = None
-        self.setZValue(20)
 
     def set_state(
         self, shape: tuple[int, int], pending_from: int, current: tuple[int, int] | None
@@ -199,9 +205,6 @@ class RowBands(pg.GraphicsObject):
         self.prepareGeometryChange()
         self.shape, self.pending_from, self.current = shape, pending_from, current
         self.update()
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(-0.5, -0.5, self.shape[1] + 1, self.shape[0] + 1)
 
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
