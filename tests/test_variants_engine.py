@@ -606,6 +606,50 @@ def test_row_edits_update_rows_and_columns_and_equal_compute(s, data):
         assert_same_result(result, engine.compute(s))
 
 
+SCORE_MATRICES = ("scores", "scaled", "masked")
+
+
+@RANDOM
+@given(case=edits(), data=st.data())
+def test_a_drawn_heads_score_matrices_follow_every_update(case, data):
+    """A head a view has drawn (its scores, scaled and masked made) gets them made with
+    each update, patched by rows and columns after an edit of X, copied on the way when
+    its scores are computed again; no other head gets them. They equal compute's, and
+    when an edit of a few rows of X alone patched them, every other cell is the very
+    same number as before."""
+    before, after, told = case
+    prev = engine.compute(before)
+    drawn = data.draw(st.integers(0, prev.n_heads - 1))
+    old = [getattr(prev.heads[drawn], name) for name in SCORE_MATRICES]
+    preview = data.draw(st.booleans())
+    got = engine.update(prev, after, **told, preview_head=drawn if preview else None)
+    want = engine.compute(after)
+    for h, head in enumerate(got.heads):
+        made = [name for name in SCORE_MATRICES if name in head.__dict__]
+        assert made == (list(SCORE_MATRICES) if h == drawn else []), f"head {h + 1}"
+    head = got.heads[drawn]
+    for name in SCORE_MATRICES:
+        np.testing.assert_allclose(
+            getattr(head, name),
+            getattr(want.heads[drawn], name),
+            rtol=1e-12,
+            atol=1e-13,
+            err_msg=name,
+        )
+    rows = sorted(told["x_rows"])
+    cols = sorted(told["kv_rows"] if after.cross else told["x_rows"])
+    weights_edited = told["heads"] or told["kv_heads"]
+    few = 8 * len(set(rows) | set(cols)) <= max(after.n, after.m)
+    plain = after.settings.mask != "drop-after-softmax" and after.settings.dropout == 0
+    if (rows or cols) and not weights_edited and few and plain:
+        untouched = np.ones(head.scores.shape, dtype=bool)
+        untouched[rows] = False
+        untouched[:, cols] = False
+        for name, before_edit in zip(SCORE_MATRICES, old, strict=True):
+            now = getattr(head, name)
+            np.testing.assert_array_equal(now[untouched], before_edit[untouched], err_msg=name)
+
+
 def test_an_edit_keeps_the_arrays_it_did_not_change():
     """Views skip redrawing what is the same array, so an update hands back the very
     arrays an edit did not change (and the same numbers as compute)."""

@@ -2,9 +2,11 @@
 
 It follows the document's changes and the view state's engine. Small scenarios are
 computed at once, on the UI thread; large ones on a worker, the shown head first (a
-preview the views draw at once), then the rest. A result older than the latest edit is
-dropped (a generation counter). ``result_for`` gives any panel the result of a variant
-(another mask, say), computed once and cached, so panels share it.
+preview the views draw at once), then the rest. Up to GPT-2 sizes that preview is made
+on the UI thread too (a few milliseconds, and no hand-off to the worker and back). A
+result older than the latest edit is dropped (a generation counter). ``result_for`` gives
+any panel the result of a variant (another mask, say), computed once and cached, so
+panels share it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ SYNC_SCORE_CELLS = 1 << 16
 SYNC_WEIGHTS = 1 << 22
 SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
+SYNC_PREVIEW_CELLS = 1 << 20
+SYNC_PREVIEW_WEIGHTS = 1 << 23
+
+
+def previews_at_once(s: Scenario) -> bool:
+    """Whether one head's update after an edit is a fraction of a frame's work (up to
+    1024 × 1024 scores, a GPT-2-sized layer's weights; with projections, without which
+    every edit is a full compute): then the shown head is updated on the UI thread, with
+    no hand-off to the worker and back before it is drawn."""
+    weights = s.W_Q.size + s.W_K.size + s.W_V.size + s.W_O.size
+    cells, projections = s.n * s.m, s.settings.projections
+    return projections and cells <= SYNC_PREVIEW_CELLS and weights <= SYNC_PREVIEW_WEIGHTS
 
 
 def computes_at_once(s: Scenario) -> bool:
@@ -53,6 +67,29 @@ class Dirty:
     kv_rows: set[int] = field(default_factory=set)  # rows of X_kv
     w_o: bool = False  # W_O or b_O
     full: bool = False
+
+
+def _shows(dirty: Dirty, s: Scenario, head: int) -> bool:
+    """Whether the changes touch the shown head (so a preview of it comes first)."""
+    kv = s.kv_head_of(head)
+    return bool(dirty.x_rows or dirty.kv_rows or head in dirty.heads) or kv in (
+        dirty.kv_heads | dirty.v_heads
+    )
+
+
+def _update(base: Result, s: Scenario, dirty: Dirty, **more: Any) -> Result:
+    """update(base, s) for the changes in dirty (not a full one)."""
+    return update(
+        base,
+        s,
+        dirty.x_rows,
+        dirty.heads,
+        dirty.w_o,
+        kv_heads=dirty.kv_heads,
+        kv_rows=dirty.kv_rows,
+        v_heads=dirty.v_heads,
+        **more,
+    )
 
 
 def _key(s: Scenario) -> tuple[object, ...]:
@@ -164,20 +201,47 @@ class ComputeService(QObject):
         gen, s, base, dirty = self._generation, self.doc.scenario, self._base, self._dirty
         head, engine = self.view.head, self.view.engine
         self._dirty = Dirty()
-        self._queue.submit(lambda: self._work(gen, s, base, dirty, head, engine))
+        done: list[int] = []
+        if engine == "numpy" and not dirty.full and previews_at_once(s) and _shows(dirty, s, head):
+            try:
+                preview = _update(base, s, dirty, preview_head=head)
+            except Exception:  # e.g. out of memory: the worker tries again, and says why
+                preview = None
+            if preview is not None:
+                self._show_preview(preview, s)
+                if preview.complete:
+                    self._set_busy(False)
+                    return
+                base, done = preview, [head]
+        self._queue.submit(lambda: self._work(gen, s, base, dirty, head, engine, done))
 
     def _work(
-        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+        self,
+        gen: int,
+        s: Scenario,
+        base: Result,
+        dirty: Dirty,
+        head: int,
+        engine: str,
+        done: list[int],
     ) -> None:
         try:
-            self._compute(gen, s, base, dirty, head, engine)
+            self._compute(gen, s, base, dirty, head, engine, done)
         except Exception as e:  # e.g. torch missing or out of memory: say so, keep going
             self._failed.emit(gen, f"{type(e).__name__}: {e}")
 
     def _compute(
-        self, gen: int, s: Scenario, base: Result, dirty: Dirty, head: int, engine: str
+        self,
+        gen: int,
+        s: Scenario,
+        base: Result,
+        dirty: Dirty,
+        head: int,
+        engine: str,
+        done: list[int],
     ) -> None:
-        """On the worker thread: the shown head first (a preview), then the rest."""
+        """On the worker thread: the shown head first (a preview) unless it was shown
+        already (done), then the rest."""
         if engine != "numpy":
             from attnviz.core.maths.torch_engine import compute_torch
 
@@ -186,24 +250,18 @@ class ComputeService(QObject):
         if dirty.full:
             self._computed.emit(gen, s, engine, compute(s))
             return
-        args = (s, dirty.x_rows, dirty.heads, dirty.w_o)
-        more: dict[str, Any] = {
-            "kv_heads": dirty.kv_heads,
-            "kv_rows": dirty.kv_rows,
-            "v_heads": dirty.v_heads,
-        }
-        done: list[int] = []
-        touched = dirty.x_rows or dirty.kv_rows or head in dirty.heads
-        if touched or s.kv_head_of(head) in dirty.kv_heads | dirty.v_heads:
+        if done:
+            # The rest would compete with the UI for the two cores: let it draw first.
+            self._preview_shown.wait(timeout=1.0)
+        elif _shows(dirty, s, head):
             self._preview_shown.clear()
-            preview = update(base, *args, **more, preview_head=head)
+            preview = _update(base, s, dirty, preview_head=head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
-            # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=1.0)
             base, done = preview, [head]
-        self._computed.emit(gen, s, engine, update(base, *args, **more, current_heads=done))
+        self._computed.emit(gen, s, engine, _update(base, s, dirty, current_heads=done))
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:
@@ -250,6 +308,14 @@ class ComputeService(QObject):
     def preview_drawn(self) -> None:
         self._preview_held = False
         self._preview_shown.set()
+
+    def _show_preview(self, preview: Result, scenario: Scenario) -> None:
+        """Publish a preview made on the UI thread; the worker waits until it is drawn."""
+        self._preview_shown.clear()
+        self._preview_held = False
+        self._publish(preview, scenario)
+        if not self._preview_held:
+            self._preview_shown.set()  # nobody is drawing it
 
     def _publish(self, result: Result, scenario: Scenario) -> None:
         if result.complete and self.view.engine == "numpy":

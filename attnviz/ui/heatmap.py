@@ -63,8 +63,11 @@ class CellOverlay(pg.GraphicsObject):
         if spec.values.shape != self.values.shape:
             self.prepareGeometryChange()
         self.values, self.kind, self.levels = spec.values, spec.kind, spec.levels
-        self.hatched, self.leaked = spec.hatched(), spec.leaked
-        self.shade = None
+        hatched, self.leaked = spec.hatched(), spec.leaked
+        self.update()
+        if hatched.shape == self.hatched.shape and not (hatched != self.hatched).any():
+            return  # the same cells masked: the same shade
+        self.hatched, self.shade = hatched, None
         if self.hatched.any():
             rows, cols = self.hatched.shape
             # Premultiplied ARGB: the hatch grey at 43% over the cell's colour.
@@ -76,7 +79,6 @@ class CellOverlay(pg.GraphicsObject):
                 4 * cols,
                 QImage.Format.Format_ARGB32_Premultiplied,
             )
-        self.update()
 
     def boundingRect(self) -> QRectF:
         rows, cols = self.values.shape
@@ -296,6 +298,22 @@ def _overhanging_min(label: pg.LabelItem) -> None:
     label.updateGeometry()
 
 
+SAMPLED_ROWS = 16  # every so many rows compared first, for a matrix at least 4 × taller
+
+
+def changed_cells(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
+    """Where new differs from old, of the same shape (NaN never equals itself); None when
+    a sample of the rows shows nearly every cell changed (after a weight edit, say): not
+    worth comparing in full, everything is recoloured."""
+    if old is new:
+        return np.zeros(new.shape, dtype=bool)
+    if len(new) >= 4 * SAMPLED_ROWS:
+        sample = old[::SAMPLED_ROWS] != new[::SAMPLED_ROWS]
+        if 4 * np.count_nonzero(sample) > 3 * sample.size:
+            return None
+    return old != new  # type: ignore[no-any-return]
+
+
 class HeatmapView(pg.GraphicsLayoutWidget):
     """One matrix as a heatmap with token labels, a colour bar, a tooltip and click-to-select."""
 
@@ -363,11 +381,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         reshaped = before is None or before.values.shape != spec.values.shape
         changed = None  # where the values differ from those drawn (compared once)
         if before is not None and not reshaped:
-            if before.values is spec.values:
-                changed = np.zeros(spec.values.shape, dtype=bool)
-            else:
-                changed = before.values != spec.values  # (NaN never equals itself: redrawn)
-            if not changed.any() and before.looks_like(spec, values=False):
+            changed = changed_cells(before.values, spec.values)
+            if changed is not None and not changed.any() and before.looks_like(spec, False):
                 self.spec = spec
                 return False
         self.spec = spec
@@ -404,19 +419,36 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         return True
 
     def _recolour_changes(self, changed: np.ndarray, spec: HeatmapSpec) -> bool:
-        """Recolour the rows and columns of the changed cells, if few (an edited token's
-        row and column of the scores); False when it is not worth it."""
-        # Rows with more than one change, then the columns of any change outside them.
-        many = changed.sum(axis=1) > 1
-        rows = np.flatnonzero(many)
-        cols = np.flatnonzero(changed[~many].any(axis=0))
+        """Recolour only the rows and columns holding the changed cells (an edited token's
+        row and column of the scores, the rows of the weights below it); False when that
+        would be most of the matrix."""
         height, width = changed.shape
-        if len(rows) * width + len(cols) * height > height * width // 4:
+        counts = changed.view(np.uint8)
+        row_count, col_count = (
+            counts.sum(axis=1, dtype=np.int32),
+            counts.sum(axis=0, dtype=np.int32),
+        )
+        # Whole rows (or columns) where most cells changed, then the columns (rows) of the
+        # changes outside them: whichever order covers fewer cells.
+        many_rows = np.flatnonzero(row_count > width // 2)
+        many_cols = np.flatnonzero(col_count > height // 2)
+        by_rows = (many_rows, np.flatnonzero(col_count > changed[many_rows].sum(axis=0)))
+        by_cols = (np.flatnonzero(row_count > changed[:, many_cols].sum(axis=1)), many_cols)
+        rows, cols = min(by_rows, by_cols, key=lambda rc: len(rc[0]) * width + len(rc[1]) * height)
+        if len(rows) * width + len(cols) * height > height * width * 3 // 4:
             return False
-        values, pixels = spec.values, self._pixels
-        pixels[rows] = colors.rgba(values[rows], spec.kind, spec.levels)
-        pixels[:, cols] = colors.rgba(values[:, cols], spec.kind, spec.levels)
+        self._recolour(spec, rows, cols)
         return True
+
+    def _recolour(self, spec: HeatmapSpec, rows: np.ndarray, cols: np.ndarray) -> None:
+        values, pixels, kind, levels = spec.values, self._pixels, spec.kind, spec.levels
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
+            span = slice(rows[0], rows[-1] + 1)
+            colors.rgba(values[span], kind, levels, out=pixels[span])
+        elif len(rows):
+            pixels[rows] = colors.rgba(values[rows], kind, levels)
+        if len(cols):
+            pixels[:, cols] = colors.rgba(values[:, cols], kind, levels)
 
     def fit(self) -> None:
         """Show the whole matrix (the user may zoom in; a double click comes back here).

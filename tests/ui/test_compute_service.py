@@ -7,6 +7,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from PySide6.QtCore import QCoreApplication
 
 import attnviz.ui.compute as compute_module
@@ -33,8 +34,16 @@ def large_workspace(qtbot) -> Workspace:
     return ws
 
 
-def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(qtbot):
+@pytest.mark.parametrize("at_once", [True, False])
+def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
+    qtbot, monkeypatch, at_once
+):
+    """Up to GPT-2 sizes the preview is made on the UI thread, published before the edit
+    returns; beyond, on the worker. Either way the rest waits until it is drawn."""
+    if not at_once:
+        monkeypatch.setattr(compute_module, "SYNC_PREVIEW_CELLS", 0)
     ws = large_workspace(qtbot)
+    assert compute_module.previews_at_once(ws.doc.scenario) == at_once
     published = []
 
     def on_result(result):
@@ -44,6 +53,7 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(qtbot):
 
     ws.compute.resultChanged.connect(on_result)
     ws.doc.push(SetCells(ws.doc.session, "X", None, 5, 7, np.array([[0.75]])))
+    assert bool(published) == at_once  # no event processed yet
     qtbot.waitUntil(lambda: bool(published), timeout=10_000)
     preview = published[0]
     assert not preview.complete

@@ -42,6 +42,54 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
             np.testing.assert_array_equal(view._pixels, whole, err_msg=f"edit {k}: {name}")
 
 
+def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
+    from attnviz.ui.heatmap import changed_cells
+
+    rng = np.random.default_rng(0)
+    old = rng.standard_normal((96, 80))
+    assert not changed_cells(old, old).any()
+    new = old.copy()
+    new[7] += 1.0  # an edited token's row and column of the scores
+    new[:, 7] -= 1.0
+    new[90:] = np.nan  # NaN never equals itself: redrawn
+    np.testing.assert_array_equal(changed_cells(old, new), old != new)
+    assert changed_cells(old, old + 1e-9) is None  # a weight edit changes every cell
+    # A short matrix is always compared in full.
+    np.testing.assert_array_equal(changed_cells(old[:40], old[:40] + 1), np.ones((40, 80), bool))
+
+
+def test_edits_at_a_size_that_previews_leave_every_picture_its_colour_map(shared_window, qtbot):
+    """At 96 tokens the shown head is previewed and pictures are recoloured by rows and
+    columns (an edit of X) or whole (a weight edit changes every score): after each, every
+    picture is exactly the colour map of its values, and the scores are right."""
+    from attnviz.core.presets import random_scenario
+
+    window = shared_window
+    window.doc.reset(random_scenario(n=96, d_model=16, heads=12, d_k=4, seed=5), None)
+    window.view_state.set_head(2)
+    window.compute.wait()
+    grids = window.weights.grids
+    edits = [
+        (window.inputs.model, 10, 3, 1.5),
+        (window.inputs.model, 60, 0, -0.4),
+        (grids[("W_K", 2)].matrix_model(), 4, 1, 0.9),
+        (window.inputs.model, 95, 5, 0.3),
+        (grids[("W_Q", 2)].matrix_model(), 0, 3, -1.1),
+    ]
+    for k, (model, row, col, value) in enumerate(edits):
+        assert model.setData(model.index(row, col), str(value))
+        window.compute.wait()
+        qtbot.wait(1)
+        s = window.doc.scenario
+        views = window.pipeline.views
+        np.testing.assert_allclose(views["scores"].spec.values, by_hand_scores(s, 2), atol=1e-12)
+        for name in window.pipeline.names:
+            spec = views[name].spec
+            whole = colors.rgba(spec.values, spec.kind, spec.levels)
+            np.testing.assert_array_equal(views[name]._pixels, whole, err_msg=f"edit {k}: {name}")
+    window.doc.undo_stack.setClean()
+
+
 def test_an_edit_of_w_v_redraws_only_v_and_the_output(window, qtbot):
     painted: set[str] = set()
     views = window.pipeline.views

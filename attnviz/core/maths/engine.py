@@ -183,7 +183,7 @@ class Head:
             same |= {"Q": old.Q, "Q_rot": old.Q_rot}
         if keys:
             same |= {"K": old.K, "V": old.V, "K_rot": old.K_rot}
-        return dataclasses.replace(self, **same) if same else self
+        return self.with_fields(**same) if same else self
 
     def with_fields(self, **values: np.ndarray) -> Head:
         """A copy with the given fields replaced, derived ones (entropy, …) as if computed;
@@ -193,6 +193,42 @@ class Head:
         known = {k: v for k, v in self.__dict__.items() if k in DERIVED}
         head.__dict__.update(known | {k: v for k, v in values.items() if k in DERIVED})
         return head
+
+    def carrying(self, old: Head, rows: Sequence[int], cols: Sequence[int]) -> Head:
+        """self with the derived matrices old holds (scores, scaled, masked) taken over,
+        the given query rows and key columns recomputed: right when only those rows of
+        Q_rot and K_rot differ from old's. The other cells stay the very same numbers (a
+        view recolours only what changed), and a matrix no view asked for stays unmade."""
+        held, rule = old.__dict__, self._rule
+
+        def patch(name: str, part: Any) -> None:
+            a = held[name].copy()
+            if rows:
+                a[rows] = part(rows, slice(None))
+            if cols:
+                a[:, cols] = part(slice(None), cols)
+            self.__dict__[name] = _frozen(a)
+
+        def scaled(r: Any, c: Any) -> np.ndarray:
+            a = self.scores[r][:, c]
+            rule.scale(a[None], [self.index], r, c)
+            return a
+
+        def masked(r: Any, c: Any) -> np.ndarray:
+            a = self.scaled[r][:, c]
+            rule.mask(a, r, c)
+            return a
+
+        if "scores" in held:
+            patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
+        if "scaled" in held and "scores" in held:
+            patch("scaled", scaled)
+        if "masked" in held and "scaled" in held:
+            if held["masked"] is held["scaled"]:
+                self.__dict__["masked"] = self.scaled
+            else:
+                patch("masked", masked)
+        return self
 
     @property
     def _rule(self) -> Rule:
@@ -489,13 +525,31 @@ def _keys(
 
 
 def _softmax_of(
-    rule: Rule, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None)
+    rule: Rule,
+    a: np.ndarray,
+    heads: Sequence[int],
+    rows: Any = slice(None),
+    stages: dict[int, dict[str, np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Raw scores a (H', r, m) of the given query heads and query rows, in place, to
     their softmax: × scale, soft-cap, + ALiBi, mask, softmax with any sink. Returns
-    (m, Z, empty, sink logits)."""
+    (m, Z, empty, sink logits). ``stages``: for some indices k of a, filled with copies
+    of a[k] on the way (scores, scaled, masked: a Head's derived matrices)."""
+    stages = {} if stages is None else stages
+
+    def snapshot(name: str) -> None:
+        for k, kept in stages.items():
+            kept[name] = _frozen(a[k].copy())
+
+    snapshot("scores")
     rule.scale(a, heads, rows)
-    rule.mask(a, rows)
+    snapshot("scaled")
+    if rule.masks:
+        rule.mask(a, rows)
+        snapshot("masked")
+    else:  # what softmax sees is the scaled scores themselves (Head.masked)
+        for kept in stages.values():
+            kept["masked"] = kept["scaled"]
     sinks = rule.settings.sinks
     sink = None if sinks is None else np.asarray(sinks, dtype=np.float64)[list(heads)][:, None]
     return (*softmax_in_place(a, sink), sink)
@@ -517,13 +571,17 @@ def _attend(
     kv_index: Sequence[int],
     rule: Rule,
     keep: np.ndarray | None,
+    shown: Iterable[int] = (),
 ) -> list[Head]:
     """Weights, outputs and softmax statistics for the given query heads; query head
     heads[k] uses Q[k] and key/value head kv_index[k] of P. The scores are computed into
-    the array that becomes the weights: nothing else n × m is kept."""
+    the array that becomes the weights: nothing else n × m is kept, except for the
+    heads in ``shown`` (a view draws them), whose scores, scaled and masked are copied
+    on the way rather than computed again when the view asks."""
     K_rot, V = P.K_rot[kv_index], P.V[kv_index]
     w = P.Q_rot @ np.ascontiguousarray(K_rot.transpose(0, 2, 1))
-    m, Z, empty, sink = _softmax_of(rule, w, heads)
+    stages: dict[int, dict[str, np.ndarray]] = {heads.index(h): {} for h in shown}
+    m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
     _reweight(rule, w, keep)
     stacks = {
@@ -539,7 +597,10 @@ def _attend(
         "empty_rows": empty,
         "sink": share,
     }
-    return split_heads(stacks, keep, heads, rule)
+    out = split_heads(stacks, keep, heads, rule)
+    for k, kept in stages.items():
+        out[k].__dict__.update(kept)
+    return out
 
 
 def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
@@ -993,7 +1054,8 @@ def update(
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
             P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
             if ks is whole:
-                got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks])
+                shown = [h for h in hs if "scores" in prev.heads[h].__dict__]
+                got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
             else:
                 got = _patch_rows(rule, hs, kvi, [prev.heads[h] for h in hs], P, rows, krows)
             for h, head in zip(hs, got, strict=True):
@@ -1001,6 +1063,8 @@ def update(
                 queries = h not in heads and not rows
                 keys = s.kv_head_of(h) not in kv_heads | v_heads and not krows
                 new[h] = head.reusing(old, queries=queries, keys=keys)
+                if h not in heads and s.kv_head_of(h) not in kv_heads:  # rows of X alone
+                    new[h] = new[h].carrying(old, rows, krows)
     _frozen(X)
     if preview_head is not None:
         return _result(

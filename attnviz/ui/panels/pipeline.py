@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
@@ -219,8 +219,8 @@ class PipelinePanel(QWidget):
     def _painted(self, name: str) -> None:
         if name in self._awaiting:
             self._awaiting.discard(name)
-            if not self._awaiting:
-                self.compute.preview_drawn()
+            if not self._awaiting:  # once this paint is on screen, not from inside it
+                QTimer.singleShot(0, self.compute.preview_drawn)
 
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
