@@ -1,8 +1,9 @@
-"""A labelled matrix heatmap: ImageItem, colour bar, token labels, values, hover and click.
+"""A labelled matrix heatmap: cell image, colour bar, token labels, values, hover, click.
 
-The image is fed RGBA, row-major, coloured by the core's colour map with explicit levels
-(the same colours as the exported figures; masked cells grey). Values and the hatching
-of masked (−∞) cells are painted by one item, and only for the cells on screen.
+The image holds one pixel per cell, coloured by the core's colour map with explicit
+levels (the same colours as the exported figures; masked cells grey); an edit recolours
+the rows and columns it changed. Values and the hatching of masked (−∞) cells are
+painted by one item, and only for the cells on screen.
 """
 
 from __future__ import annotations
@@ -130,6 +131,38 @@ class CellOverlay(pg.GraphicsObject):
                 rect = QRectF(x, y, sx, sy).normalized()
                 painter.drawText(rect, align, colors.cell_text(float(block[i, j])))
         painter.restore()
+
+
+class CellImage(pg.GraphicsObject):
+    """The cells' colours, one pixel per cell, drawn unsmoothed: a QImage in Format_RGB32
+    over an array of 0xffRRGGBB words (pyqtgraph's ImageItem makes an RGBA8888 image,
+    which Qt converts on every paint)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pixels = np.zeros((0, 0), dtype=np.uint32)
+        self._image: QImage | None = None
+
+    def set_pixels(self, pixels: np.ndarray) -> None:
+        """Show these words (kept, not copied: call again after changing them)."""
+        if pixels.shape != self.pixels.shape:
+            self.prepareGeometryChange()
+        self.pixels = pixels
+        rows, cols = pixels.shape
+        fmt = QImage.Format.Format_RGB32
+        self._image = QImage(pixels.data, cols, rows, 4 * cols, fmt) if pixels.size else None
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        rows, cols = self.pixels.shape
+        return QRectF(0, 0, cols, rows)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        if self._image is not None:
+            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+            painter.drawImage(self.boundingRect(), self._image)
 
 
 class ColorBar(pg.GraphicsWidget):
@@ -344,7 +377,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         # A title wider than the matrix may overhang it; it must not squeeze the colour bar.
         title.updateMin = lambda: _overhanging_min(title)
 
-        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image = CellImage()
         self.plot.addItem(self.image)
         self.overlay = CellOverlay()
         self.plot.addItem(self.overlay)
@@ -363,7 +396,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.column_mark.setVisible(False)
         self.plot.addItem(self.column_mark)
         self._bar_key: tuple[object, ...] = ()
-        self._pixels = np.zeros((0, 0, 4), dtype=np.uint8)
+        self._pixels = np.zeros((0, 0), dtype=np.uint32)
         self._block_lines: list[QGraphicsLineItem] = []
         self._labels: tuple[object, ...] = ()
         self._titles: tuple[bool, ...] = (True, True)  # rows, columns
@@ -390,8 +423,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         # Coloured here with the exported figures' map: masked cells come out grey. The
         # pixels go into the same array each time (the image item keeps it); when the
         # colour scale stayed, only the rows and columns whose values changed.
-        if self._pixels.shape[:2] != spec.values.shape:
-            self._pixels = np.empty((*spec.values.shape, 4), dtype=np.uint8)
+        if self._pixels.shape != spec.values.shape:
+            self._pixels = np.empty(spec.values.shape, dtype=np.uint32)
         partly = (
             changed is not None
             and before is not None
@@ -399,8 +432,8 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             and self._recolour_changes(changed, spec)
         )
         if not partly:
-            colors.rgba(spec.values, spec.kind, spec.levels, out=self._pixels)
-        self.image.setImage(self._pixels, autoLevels=False)
+            colors.argb(spec.values, spec.kind, spec.levels, out=self._pixels)
+        self.image.set_pixels(self._pixels)
         if self._bar_key != (spec.kind, lo, hi):
             self._bar_key = (spec.kind, lo, hi)
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
@@ -444,11 +477,11 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         values, pixels, kind, levels = spec.values, self._pixels, spec.kind, spec.levels
         if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
             span = slice(rows[0], rows[-1] + 1)
-            colors.rgba(values[span], kind, levels, out=pixels[span])
+            colors.argb(values[span], kind, levels, out=pixels[span])
         elif len(rows):
-            pixels[rows] = colors.rgba(values[rows], kind, levels)
+            pixels[rows] = colors.argb(values[rows], kind, levels)
         if len(cols):
-            pixels[:, cols] = colors.rgba(values[:, cols], kind, levels)
+            pixels[:, cols] = colors.argb(values[:, cols], kind, levels)
 
     def fit(self) -> None:
         """Show the whole matrix (the user may zoom in; a double click comes back here).

@@ -38,7 +38,7 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
         for name in window.pipeline.names:
             view = views[name]
             spec = view.spec
-            whole = colors.rgba(spec.values, spec.kind, spec.levels)
+            whole = colors.argb(spec.values, spec.kind, spec.levels)
             np.testing.assert_array_equal(view._pixels, whole, err_msg=f"edit {k}: {name}")
 
 
@@ -85,7 +85,7 @@ def test_edits_at_a_size_that_previews_leave_every_picture_its_colour_map(shared
         np.testing.assert_allclose(views["scores"].spec.values, by_hand_scores(s, 2), atol=1e-12)
         for name in window.pipeline.names:
             spec = views[name].spec
-            whole = colors.rgba(spec.values, spec.kind, spec.levels)
+            whole = colors.argb(spec.values, spec.kind, spec.levels)
             np.testing.assert_array_equal(views[name]._pixels, whole, err_msg=f"edit {k}: {name}")
     window.doc.undo_stack.setClean()
 

@@ -136,6 +136,25 @@ def test_masked_cells_keep_minus_infinity_and_are_hatched(shown_window, qtbot):
     assert hatch & 0xFFFFFF not in pixels(3, 0)  # not masked: a colour, no hatching
 
 
+def test_each_cell_shows_the_colour_map_of_its_value_on_screen(shown_window, qtbot):
+    """Read from the screen, just inside each cell's corner (clear of the printed value):
+    the colour of the documented map, as in the exported figures."""
+    from attnviz.core.figures import colors
+
+    window = shown_window()
+    view = window.pipeline.views["scaled"]
+    qtbot.waitUntil(view.isVisible)
+    image = view.grab().toImage()
+    spec = view.spec
+    for row in range(4):
+        for col in range(4):
+            corner = QPointF(col + 0.15, row + 0.15)
+            at = view.mapFromScene(view.plot.vb.mapViewToScene(corner))
+            got = QColor(image.pixel(at.x(), at.y()))
+            want = colors.rgb(spec.values[row : row + 1, col], spec.kind, spec.levels)[0]
+            assert (got.red(), got.green(), got.blue()) == tuple(want), (row, col)
+
+
 def test_hover_text_names_the_cell_and_its_exact_value(shown_window):
     window = shown_window()
     views = window.pipeline.views

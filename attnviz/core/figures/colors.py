@@ -100,11 +100,9 @@ def _work(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
     return buffer[:size].reshape(shape)
 
 
-def rgba(
-    values: np.ndarray, kind: str, lims: tuple[float, float], out: np.ndarray | None = None
-) -> np.ndarray:
-    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey.
-    ``out``: an array of that shape to write them into."""
+def _lut_index(values: np.ndarray, lims: tuple[float, float]) -> np.ndarray:
+    """Each value's row of the colour table (a scratch array of this thread): the level
+    between lims, the masked grey (the last row) for non-finite values."""
     lo, hi = lims
     t = _work("t", values.shape, np.float64)
     with np.errstate(invalid="ignore"):
@@ -115,10 +113,38 @@ def rgba(
     np.copyto(index, t, casting="unsafe")  # truncates, as astype does; NaN casts arbitrarily
     if values.size and not (math.isfinite(values.min()) and math.isfinite(values.max())):
         index[~np.isfinite(values)] = LUT_SIZE
+    return index
+
+
+def rgba(
+    values: np.ndarray, kind: str, lims: tuple[float, float], out: np.ndarray | None = None
+) -> np.ndarray:
+    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey.
+    ``out``: an array of that shape to write them into."""
     if out is None:
         out = np.empty((*values.shape, 4), dtype=np.uint8)
     # Gather whole pixels as 32-bit words: one lookup per cell instead of four.
-    np.take(lut(kind).view(np.uint32)[:, 0], index, out=out.view(np.uint32)[..., 0])
+    words = lut(kind).view(np.uint32)[:, 0]
+    np.take(words, _lut_index(values, lims), out=out.view(np.uint32)[..., 0])
+    return out
+
+
+@functools.cache
+def _argb_words(kind: str) -> np.ndarray:
+    c = lut(kind).astype(np.uint32)
+    words = (c[:, 3] << 24) | (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]
+    words.flags.writeable = False
+    return words  # type: ignore[no-any-return]
+
+
+def argb(
+    values: np.ndarray, kind: str, lims: tuple[float, float], out: np.ndarray | None = None
+) -> np.ndarray:
+    """The colours of rgba as 32-bit words 0xAARRGGBB, an array of values' shape: the
+    pixels of a QImage in Format_RGB32, which Qt draws fastest."""
+    if out is None:
+        out = np.empty(values.shape, dtype=np.uint32)
+    np.take(_argb_words(kind), _lut_index(values, lims), out=out)
     return out
 
 
