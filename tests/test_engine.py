@@ -136,3 +136,36 @@ def test_ablated_head_leaves_the_mix():
     only_head_1 = concat[:, :2] @ ref.W_O[:2]
     np.testing.assert_allclose(r.final, only_head_1, atol=1e-15)
     assert not np.allclose(r.final, final)
+
+
+@pytest.mark.parametrize("with_sink", [False, True])
+def test_softmax_skipping_each_rows_trailing_minus_infinity_equals_the_whole(with_sink):
+    """Rows in blocks, each cut where its −∞ begin (a causal mask, a row hidden whole):
+    the weights and statistics of the plain softmax, computed here in a few lines."""
+    from attnviz.core.maths.engine import softmax_in_place
+
+    rng = np.random.default_rng(4)
+    n = 300  # more than two blocks of rows
+    scores = rng.normal(0, 3, (2, n, n))
+    future = np.triu(np.ones((n, n), dtype=bool), 1)
+    future[150] = True  # a row that sees no key
+    scores[:, future] = -np.inf
+    sink = np.array([[0.5], [-1.0]]) if with_sink else None
+    ends = np.array([0 if future[i].all() else i + 1 for i in range(n)])
+
+    m = scores.max(axis=-1)
+    if with_sink:
+        m = np.maximum(m, sink)
+    empty = np.isneginf(m)
+    m_safe = np.where(empty, 0.0, m)
+    e = np.exp(scores - m_safe[..., None])
+    Z = e.sum(axis=-1) + (np.exp(sink - m_safe) if with_sink else 0.0)
+    want = e / np.where(empty, 1.0, Z)[..., None]
+
+    got = scores.copy()
+    got_m, got_Z, got_empty = softmax_in_place(got, sink, ends)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(got[:, future], 0.0)
+    np.testing.assert_allclose(got_Z, Z, rtol=1e-13)
+    np.testing.assert_array_equal(got_empty, empty)
+    np.testing.assert_array_equal(got_m, m_safe)

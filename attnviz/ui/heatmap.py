@@ -415,7 +415,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         changed = None  # where the values differ from those drawn (compared once)
         if before is not None and not reshaped:
             changed = changed_cells(before.values, spec.values)
-            if changed is not None and not changed.any() and before.looks_like(spec, False):
+            if changed is not None and not changed.any() and before.looks_like(spec):
                 self.spec = spec
                 return False
         self.spec = spec

@@ -66,10 +66,9 @@ class HeatmapSpec:
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
 
-    def looks_like(self, other: HeatmapSpec, values: bool = True) -> bool:
-        """Whether other draws exactly as this one does (the same cells, colours, marks
-        and words), so that a view showing one need not redraw for the other; with values
-        False, all but the values (a caller that compares those itself)."""
+    def looks_like(self, other: HeatmapSpec) -> bool:
+        """Whether other draws as this one does but for the values (the same shape,
+        colours, marks and words), which a view compares itself, once."""
 
         def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
             return a is b or (a is not None and b is not None and np.array_equal(a, b))
@@ -81,7 +80,6 @@ class HeatmapSpec:
             and self.values.shape == other.values.shape
             and same(self.masked, other.masked)
             and same(self.leaked, other.leaked)
-            and (not values or same(self.values, other.values))
         )
 
     def hatched(self) -> np.ndarray:
