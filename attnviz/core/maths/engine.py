@@ -581,7 +581,8 @@ def _softmax_of(
             kept["masked"] = kept["scaled"]
     sinks = rule.settings.sinks
     sink = None if sinks is None else np.asarray(sinks, dtype=np.float64)[list(heads)][:, None]
-    ends = rule.ends[rows] if rule.settings.mask in MINUS_INF_MASKS else None
+    blocks = a.shape[-2] > SOFTMAX_ROWS and rule.settings.mask in MINUS_INF_MASKS
+    ends = rule.ends[rows] if blocks else None
     return (*softmax_in_place(a, sink, ends), sink)
 
 
