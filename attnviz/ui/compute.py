@@ -69,10 +69,23 @@ class Dirty:
     full: bool = False
 
 
-def _shows(dirty: Dirty, s: Scenario, head: int) -> bool:
-    """Whether the changes touch the shown head (so a preview of it comes first)."""
-    kv = s.kv_head_of(head)
-    return bool(dirty.x_rows or dirty.kv_rows or head in dirty.heads) or kv in (
+@dataclass
+class _Job:
+    """One computation: of the scenario, from base, for the changes in dirty."""
+
+    gen: int
+    scenario: Scenario
+    base: Result
+    dirty: Dirty
+    head: int  # the shown head
+    engine: str
+    done: list[int] = field(default_factory=list)  # heads of base already current
+
+
+def _shows(job: _Job) -> bool:
+    """Whether the job's changes touch the shown head (so a preview of it comes first)."""
+    dirty, kv = job.dirty, job.scenario.kv_head_of(job.head)
+    return bool(dirty.x_rows or dirty.kv_rows or job.head in dirty.heads) or kv in (
         dirty.kv_heads | dirty.v_heads
     )
 
@@ -198,13 +211,12 @@ class ComputeService(QObject):
     def _start(self) -> None:
         self._set_busy(True)
         self._pending = False
-        gen, s, base, dirty = self._generation, self.doc.scenario, self._base, self._dirty
-        head, engine = self.view.head, self.view.engine
+        s, dirty, head = self.doc.scenario, self._dirty, self.view.head
+        job = _Job(self._generation, s, self._base, dirty, head, self.view.engine)
         self._dirty = Dirty()
-        done: list[int] = []
-        if engine == "numpy" and not dirty.full and previews_at_once(s) and _shows(dirty, s, head):
+        if job.engine == "numpy" and not dirty.full and previews_at_once(s) and _shows(job):
             try:
-                preview = _update(base, s, dirty, preview_head=head)
+                preview = _update(job.base, s, dirty, preview_head=head)
             except Exception:  # e.g. out of memory: the worker tries again, and says why
                 preview = None
             if preview is not None:
@@ -212,36 +224,19 @@ class ComputeService(QObject):
                 if preview.complete:
                     self._set_busy(False)
                     return
-                base, done = preview, [head]
-        self._queue.submit(lambda: self._work(gen, s, base, dirty, head, engine, done))
+                job.base, job.done = preview, [head]
+        self._queue.submit(lambda: self._work(job))
 
-    def _work(
-        self,
-        gen: int,
-        s: Scenario,
-        base: Result,
-        dirty: Dirty,
-        head: int,
-        engine: str,
-        done: list[int],
-    ) -> None:
+    def _work(self, job: _Job) -> None:
         try:
-            self._compute(gen, s, base, dirty, head, engine, done)
+            self._compute(job)
         except Exception as e:  # e.g. torch missing or out of memory: say so, keep going
-            self._failed.emit(gen, f"{type(e).__name__}: {e}")
+            self._failed.emit(job.gen, f"{type(e).__name__}: {e}")
 
-    def _compute(
-        self,
-        gen: int,
-        s: Scenario,
-        base: Result,
-        dirty: Dirty,
-        head: int,
-        engine: str,
-        done: list[int],
-    ) -> None:
+    def _compute(self, job: _Job) -> None:
         """On the worker thread: the shown head first (a preview) unless it was shown
-        already (done), then the rest."""
+        already (job.done), then the rest."""
+        gen, s, base, dirty, engine = job.gen, job.scenario, job.base, job.dirty, job.engine
         if engine != "numpy":
             from attnviz.core.maths.torch_engine import compute_torch
 
@@ -250,17 +245,18 @@ class ComputeService(QObject):
         if dirty.full:
             self._computed.emit(gen, s, engine, compute(s))
             return
+        done = job.done
         if done:
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=1.0)
-        elif _shows(dirty, s, head):
+        elif _shows(job):
             self._preview_shown.clear()
-            preview = _update(base, s, dirty, preview_head=head)
+            preview = _update(base, s, dirty, preview_head=job.head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             self._preview_shown.wait(timeout=1.0)
-            base, done = preview, [head]
+            base, done = preview, [job.head]
         self._computed.emit(gen, s, engine, _update(base, s, dirty, current_heads=done))
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:

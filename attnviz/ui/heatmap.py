@@ -41,6 +41,13 @@ MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
 
 
+def image_over(words: np.ndarray, fmt: QImage.Format) -> QImage:
+    """A QImage over the memory of a (rows, cols) uint32 array (not a copy: keep the
+    array alive, and the image shows changes made to it in place)."""
+    rows, cols = words.shape
+    return QImage(words.data, cols, rows, 4 * cols, fmt)
+
+
 class CellOverlay(pg.GraphicsObject):
     """Hatches masked cells and prints each value while cells are large enough to read."""
 
@@ -70,16 +77,9 @@ class CellOverlay(pg.GraphicsObject):
             return  # the same cells masked: the same shade
         self.hatched, self.shade = hatched, None
         if self.hatched.any():
-            rows, cols = self.hatched.shape
             # Premultiplied ARGB: the hatch grey at 43% over the cell's colour.
             self._shade_pixels = np.where(self.hatched, np.uint32(0x6E3C3C3C), np.uint32(0))
-            self.shade = QImage(
-                self._shade_pixels.data,
-                cols,
-                rows,
-                4 * cols,
-                QImage.Format.Format_ARGB32_Premultiplied,
-            )
+            self.shade = image_over(self._shade_pixels, QImage.Format.Format_ARGB32_Premultiplied)
 
     def boundingRect(self) -> QRectF:
         rows, cols = self.values.shape
@@ -148,9 +148,7 @@ class CellImage(pg.GraphicsObject):
         if pixels.shape != self.pixels.shape:
             self.prepareGeometryChange()
         self.pixels = pixels
-        rows, cols = pixels.shape
-        fmt = QImage.Format.Format_RGB32
-        self._image = QImage(pixels.data, cols, rows, 4 * cols, fmt) if pixels.size else None
+        self._image = image_over(pixels, QImage.Format.Format_RGB32) if pixels.size else None
         self.update()
 
     def boundingRect(self) -> QRectF:

@@ -1094,7 +1094,7 @@ def update(
                 queries = h not in heads and not rows
                 keys = s.kv_head_of(h) not in kv_heads | v_heads and not krows
                 new[h] = head.reusing(old, queries=queries, keys=keys)
-                if h not in heads and s.kv_head_of(h) not in kv_heads:  # rows of X alone
+                if ks is patched:  # rows of X alone: a drawn head's scores patched too
                     new[h] = new[h].carrying(old, rows, krows)
     _frozen(X)
     if preview_head is not None:
