@@ -2,8 +2,8 @@
 
 It follows the document's changes and the view state's engine. Small scenarios are
 computed at once, on the UI thread; large ones on a worker, the shown head first (a
-preview the views draw at once), then the rest. Up to GPT-2 sizes that preview is made
-on the UI thread too (a few milliseconds, and no hand-off to the worker and back). A
+preview the views draw at once), then the rest. Up to 512 tokens that preview is made
+on the UI thread (a few milliseconds, and no hand-off to the worker and back). A
 result older than the latest edit is dropped (a generation counter). ``result_for`` gives
 any panel the result of a variant (another mask, say), computed once and cached, so
 panels share it.
@@ -31,15 +31,16 @@ SYNC_SCORE_CELLS = 1 << 16
 SYNC_WEIGHTS = 1 << 22
 SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
-SYNC_PREVIEW_CELLS = 1 << 20
+SYNC_PREVIEW_CELLS = 1 << 18
 SYNC_PREVIEW_WEIGHTS = 1 << 23
 
 
 def previews_at_once(s: Scenario) -> bool:
     """Whether one head's update after an edit is a fraction of a frame's work (up to
-    1024 × 1024 scores, a GPT-2-sized layer's weights; with projections, without which
+    512 × 512 scores, a GPT-2-sized layer's weights; with projections, without which
     every edit is a full compute): then the shown head is updated on the UI thread, with
-    no hand-off to the worker and back before it is drawn."""
+    no hand-off to the worker and back before it is drawn (2–3 ms, which matter only
+    when the whole edit fits in a frame; larger heads keep the UI thread free)."""
     weights = s.W_Q.size + s.W_K.size + s.W_V.size + s.W_O.size
     cells, projections = s.n * s.m, s.settings.projections
     return projections and cells <= SYNC_PREVIEW_CELLS and weights <= SYNC_PREVIEW_WEIGHTS
