@@ -38,7 +38,7 @@ def large_workspace(qtbot) -> Workspace:
 def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     qtbot, monkeypatch, at_once
 ):
-    """Up to GPT-2 sizes the preview is made on the UI thread, published before the edit
+    """Up to 512 tokens the preview is made on the UI thread, published before the edit
     returns; beyond, on the worker. Either way the rest waits until it is drawn."""
     if not at_once:
         monkeypatch.setattr(compute_module, "SYNC_PREVIEW_CELLS", 0)
