@@ -394,7 +394,6 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.column_mark.setVisible(False)
         self.plot.addItem(self.column_mark)
         self._bar_key: tuple[object, ...] = ()
-        self._pixels = np.zeros((0, 0), dtype=np.uint32)
         self._block_lines: list[QGraphicsLineItem] = []
         self._labels: tuple[object, ...] = ()
         self._titles: tuple[bool, ...] = (True, True)  # rows, columns
@@ -419,19 +418,20 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.spec = spec
         lo, hi = spec.levels
         # Coloured here with the exported figures' map: masked cells come out grey. The
-        # pixels go into the same array each time (the image item keeps it); when the
-        # colour scale stayed, only the rows and columns whose values changed.
-        if self._pixels.shape != spec.values.shape:
-            self._pixels = np.empty(spec.values.shape, dtype=np.uint32)
+        # pixels go into the image's own array; when the colour scale stayed, only the
+        # rows and columns whose values changed.
+        pixels = self.image.pixels
+        if reshaped:
+            pixels = np.empty(spec.values.shape, dtype=np.uint32)
         partly = (
             changed is not None
             and before is not None
             and (before.kind, before.levels) == (spec.kind, spec.levels)
-            and self._recolour_changes(changed, spec)
+            and self._recolour_changes(changed, spec, pixels)
         )
         if not partly:
-            colors.argb(spec.values, spec.kind, spec.levels, out=self._pixels)
-        self.image.set_pixels(self._pixels)
+            colors.argb(spec.values, spec.kind, spec.levels, out=pixels)
+        self.image.set_pixels(pixels)
         if self._bar_key != (spec.kind, lo, hi):
             self._bar_key = (spec.kind, lo, hi)
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
@@ -449,16 +449,15 @@ class HeatmapView(pg.GraphicsLayoutWidget):
                 self.select(None)
         return True
 
-    def _recolour_changes(self, changed: np.ndarray, spec: HeatmapSpec) -> bool:
+    @staticmethod
+    def _recolour_changes(changed: np.ndarray, spec: HeatmapSpec, pixels: np.ndarray) -> bool:
         """Recolour only the rows and columns holding the changed cells (an edited token's
         row and column of the scores, the rows of the weights below it); False when that
         would be most of the matrix."""
         height, width = changed.shape
         counts = changed.view(np.uint8)
-        row_count, col_count = (
-            counts.sum(axis=1, dtype=np.int32),
-            counts.sum(axis=0, dtype=np.int32),
-        )
+        row_count = counts.sum(axis=1, dtype=np.int32)
+        col_count = counts.sum(axis=0, dtype=np.int32)
         # Whole rows (or columns) where most cells changed, then the columns (rows) of the
         # changes outside them: whichever order covers fewer cells.
         many_rows = np.flatnonzero(row_count > width // 2)
@@ -468,11 +467,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         rows, cols = min(by_rows, by_cols, key=lambda rc: len(rc[0]) * width + len(rc[1]) * height)
         if len(rows) * width + len(cols) * height > height * width * 3 // 4:
             return False
-        self._recolour(spec, rows, cols)
-        return True
-
-    def _recolour(self, spec: HeatmapSpec, rows: np.ndarray, cols: np.ndarray) -> None:
-        values, pixels, kind, levels = spec.values, self._pixels, spec.kind, spec.levels
+        values, kind, levels = spec.values, spec.kind, spec.levels
         if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
             span = slice(rows[0], rows[-1] + 1)
             colors.argb(values[span], kind, levels, out=pixels[span])
@@ -480,6 +475,7 @@ class HeatmapView(pg.GraphicsLayoutWidget):
             pixels[rows] = colors.argb(values[rows], kind, levels)
         if len(cols):
             pixels[:, cols] = colors.argb(values[:, cols], kind, levels)
+        return True
 
     def fit(self) -> None:
         """Show the whole matrix (the user may zoom in; a double click comes back here).

@@ -39,7 +39,7 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
             view = views[name]
             spec = view.spec
             whole = colors.argb(spec.values, spec.kind, spec.levels)
-            np.testing.assert_array_equal(view._pixels, whole, err_msg=f"edit {k}: {name}")
+            np.testing.assert_array_equal(view.image.pixels, whole, err_msg=f"edit {k}: {name}")
 
 
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
@@ -86,7 +86,9 @@ def test_edits_at_a_size_that_previews_leave_every_picture_its_colour_map(shared
         for name in window.pipeline.names:
             spec = views[name].spec
             whole = colors.argb(spec.values, spec.kind, spec.levels)
-            np.testing.assert_array_equal(views[name]._pixels, whole, err_msg=f"edit {k}: {name}")
+            np.testing.assert_array_equal(
+                views[name].image.pixels, whole, err_msg=f"edit {k}: {name}"
+            )
     window.doc.undo_stack.setClean()
 
 

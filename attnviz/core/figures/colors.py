@@ -116,13 +116,9 @@ def _lut_index(values: np.ndarray, lims: tuple[float, float]) -> np.ndarray:
     return index
 
 
-def rgba(
-    values: np.ndarray, kind: str, lims: tuple[float, float], out: np.ndarray | None = None
-) -> np.ndarray:
-    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey.
-    ``out``: an array of that shape to write them into."""
-    if out is None:
-        out = np.empty((*values.shape, 4), dtype=np.uint8)
+def rgba(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:
+    """Colours for values as (..., 4) uint8 RGBA; non-finite values get the masked grey."""
+    out = np.empty((*values.shape, 4), dtype=np.uint8)
     # Gather whole pixels as 32-bit words: one lookup per cell instead of four.
     words = lut(kind).view(np.uint32)[:, 0]
     np.take(words, _lut_index(values, lims), out=out.view(np.uint32)[..., 0])

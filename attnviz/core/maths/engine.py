@@ -227,11 +227,12 @@ class Head:
             rule.mask(a, r, c)
             return a
 
+        # (scaled is made from scores, and masked from scaled: each implies the one before)
         if "scores" in held:
             patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
-        if "scaled" in held and "scores" in held:
+        if "scaled" in held:
             patch("scaled", scaled)
-        if "masked" in held and "scaled" in held:
+        if "masked" in held:
             if held["masked"] is held["scaled"]:
                 self.__dict__["masked"] = self.scaled
             else:
@@ -527,6 +528,13 @@ class _Projections:
     Q_rot: np.ndarray
     K_rot: np.ndarray
 
+    def read_by(self, kv_index: Sequence[int]) -> _Projections:
+        """The same, with K, V and K_rot repeated for the query heads: query head k reads
+        key/value head kv_index[k]."""
+        return _Projections(
+            self.Q, self.K[kv_index], self.V[kv_index], self.Q_rot, self.K_rot[kv_index]
+        )
+
 
 def _queries(
     s: Scenario, X: np.ndarray, heads: Sequence[int], rows: Any = slice(None)
@@ -609,26 +617,13 @@ def _attend(
     the array that becomes the weights: nothing else n × m is kept, except for the
     heads in ``shown`` (a view draws them), whose scores, scaled and masked are copied
     on the way rather than computed again when the view asks."""
-    K_rot, V = P.K_rot[kv_index], P.V[kv_index]
-    w = P.Q_rot @ np.ascontiguousarray(K_rot.transpose(0, 2, 1))
+    P = P.read_by(kv_index)
+    w = P.Q_rot @ np.ascontiguousarray(P.K_rot.transpose(0, 2, 1))
     stages: dict[int, dict[str, np.ndarray]] = {heads.index(h): {} for h in shown}
     m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
     _reweight(rule, w, keep)
-    stacks = {
-        "Q": P.Q,
-        "K": P.K[kv_index],
-        "V": V,
-        "Q_rot": P.Q_rot,
-        "K_rot": K_rot,
-        "weights": w,
-        "output": w @ V,
-        "m": m,
-        "Z": Z,
-        "empty_rows": empty,
-        "sink": share,
-    }
-    out = split_heads(stacks, keep, heads, rule)
+    out = _heads(P, heads, rule, keep, w, w @ P.V, m, Z, empty, share)
     for k, kept in stages.items():
         out[k].__dict__.update(kept)
     return out
@@ -641,10 +636,7 @@ def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
 
 def _revalued(old: Head, V: np.ndarray) -> Head:
     """old with new values V: the same weights (and all derived from them), a new output."""
-    _frozen(V)
-    head = dataclasses.replace(old, V=V, output=_frozen(old.weights @ V))
-    head.__dict__.update({k: v for k, v in old.__dict__.items() if k in DERIVED})
-    return head
+    return old.with_fields(V=_frozen(V), output=_frozen(old.weights @ V))
 
 
 def _patch_rows(
@@ -669,7 +661,8 @@ def _patch_rows(
     subtraction, or m_j was there), or whose new logits exceed m_j, is recomputed whole.
     """
     n = P.Q_rot.shape[1]
-    K_rot, V = P.K_rot[kv_index], P.V[kv_index]
+    P = P.read_by(kv_index)
+    K_rot, V = P.K_rot, P.V
     W = np.empty((len(heads), *old[0].weights.shape))
     out = np.stack([h.output for h in old])
     m, Z, empty, share = (
@@ -711,20 +704,22 @@ def _patch_rows(
             W[k, r], m[k, r], Z[k, r], empty[k, r] = a[0], mk[0], Zk[0], ek[0]
             share[k, r] = 0.0 if sink is None else (np.exp(sink - mk) / Zk)[0]
             out[k, r] = a[0] @ V[k]
-    stacks = {
-        "Q": P.Q,
-        "K": P.K[kv_index],
-        "V": V,
-        "Q_rot": P.Q_rot,
-        "K_rot": K_rot,
-        "weights": W,
-        "output": out,
-        "m": m,
-        "Z": Z,
-        "empty_rows": empty,
-        "sink": share,
-    }
-    return split_heads(stacks, None, heads, rule)
+    return _heads(P, heads, rule, None, W, out, m, Z, empty, share)
+
+
+def _heads(
+    P: _Projections,
+    heads: Sequence[int],
+    rule: Rule,
+    keep: np.ndarray | None,
+    *attended: np.ndarray,
+) -> list[Head]:
+    """The given query heads from their projections (P, read by them) and the stacks of
+    their weights, output, m, Z, empty_rows and sink share, in that order."""
+    stacks = {"Q": P.Q, "K": P.K, "V": P.V, "Q_rot": P.Q_rot, "K_rot": P.K_rot}
+    names = ("weights", "output", "m", "Z", "empty_rows", "sink")
+    stacks |= dict(zip(names, attended, strict=True))
+    return split_heads(stacks, keep, heads, rule)
 
 
 STORED = ("Q", "K", "V", "Q_rot", "K_rot", "weights", "output", "m", "Z", "empty_rows", "sink")

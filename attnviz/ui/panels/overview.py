@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QP
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
+from attnviz.ui.heatmap import image_over
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.workspace import Workspace
 
@@ -38,10 +39,9 @@ class OverviewGrid(QWidget):
         """maps: (layers, heads, n, n) weights, or None."""
         self.images = []
         if maps is not None:
-            pixels = colors.rgba(maps, "sequential", (0.0, 1.0))
-            self._pixels = np.ascontiguousarray(pixels)  # the images share this memory
+            self._pixels = colors.argb(maps, "sequential", (0.0, 1.0))  # the images' memory
             self.images = [
-                [_image(self._pixels[layer, head]) for head in range(maps.shape[1])]
+                [image_over(self._pixels[layer, head], RGB32) for head in range(maps.shape[1])]
                 for layer in range(maps.shape[0])
             ]
         self.updateGeometry()
@@ -118,9 +118,7 @@ class OverviewGrid(QWidget):
             self.picked.emit(*spot)
 
 
-def _image(rgba: np.ndarray) -> QImage:
-    rows, cols = rgba.shape[:2]
-    return QImage(rgba.data, cols, rows, 4 * cols, QImage.Format.Format_RGBA8888)
+RGB32 = QImage.Format.Format_RGB32
 
 
 class OverviewPanel(QWidget):
