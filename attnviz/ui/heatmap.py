@@ -1,351 +1,71 @@
 """A labelled matrix heatmap: cell image, colour bar, token labels, values, hover, click.
 
-The image holds one pixel per cell, coloured by the core's colour map with explicit
-levels (the same colours as the exported figures; masked cells grey); an edit recolours
-the rows and columns it changed. Values and the hatching of masked (−∞) cells are
-painted by one item, and only for the cells on screen.
+One plain widget paints it all (a QGraphicsScene per view cost five times as much a
+paint): the cells as an image, one pixel per cell, coloured by the core's colour map
+with explicit levels (the exported figures' colours; masked cells grey); the hatching
+of masked (−∞) cells and each value, for the cells on screen; the token labels, thinned
+so that they never overlap; a colour bar and bars beside the rows. An edit recolours
+the rows and columns it changed. The wheel zooms, a drag pans, a double click shows the
+whole matrix again.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
-    QBrush,
     QColor,
-    QCursor,
     QFont,
-    QFontMetrics,
-    QImage,
-    QLinearGradient,
+    QFontMetricsF,
+    QMouseEvent,
     QPainter,
     QPaintEvent,
     QPen,
+    QPixmap,
     QResizeEvent,
+    QTransform,
+    QWheelEvent,
 )
-from PySide6.QtWidgets import QGraphicsLineItem, QStyleOptionGraphicsItem, QToolTip, QWidget
+from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, tick_label
-
-pg.setConfigOptions(
-    imageAxisOrder="row-major", background="w", foreground="#222222", antialias=False
+from attnviz.ui.heatmap_parts import (
+    CellImage,
+    CellMarks,
+    ColorBar,
+    RowBars,
+    RowStrip,
+    changed_cells,
+    changed_lines,
+    image_over,
+    labelled,
 )
 
+__all__ = ["HeatmapView", "Overlay", "RowBars", "changed_cells", "image_over"]
+
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
-MIN_HATCH_CELL = 5.0  # below this, masked cells are plain grey
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
+MARGIN = 4.0
+INK = QColor("#222222")
 
 
-def image_over(words: np.ndarray, fmt: QImage.Format) -> QImage:
-    """A QImage over the memory of a (rows, cols) uint32 array (not a copy: keep the
-    array alive, and the image shows changes made to it in place)."""
-    rows, cols = words.shape
-    return QImage(words.data, cols, rows, 4 * cols, fmt)
+class Overlay:
+    """Something drawn over a heatmap's cells, in cell units (x: columns, y: rows)."""
+
+    view: HeatmapView | None = None
+
+    def update(self) -> None:
+        if self.view is not None:
+            self.view.update()
+
+    def paint(self, painter: QPainter) -> None:
+        raise NotImplementedError
 
 
-class CellOverlay(pg.GraphicsObject):
-    """Hatches masked cells and prints each value while cells are large enough to read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values = np.zeros((0, 0))
-        self.hatched = np.zeros((0, 0), dtype=bool)
-        self.leaked: np.ndarray | None = None
-        self.kind, self.levels = "diverging", (-1.0, 1.0)
-        self.font = QFont()
-        self.font.setPointSizeF(8.5)
-        self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
-        self.shade: QImage | None = None  # masked cells shaded, for cells too small to hatch
-        self._shade_pixels = np.zeros((0, 0), dtype=np.uint32)
-        self.dark_pen, self.light_pen = QPen(QColor("#000000")), QPen(QColor("#ffffff"))
-        self.leak_pen = QPen(QColor(colors.LEAK), 2.5)
-        self.leak_pen.setCosmetic(True)
-        self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # for exposedRect
-
-    def set_data(self, spec: HeatmapSpec) -> None:
-        if spec.values.shape != self.values.shape:
-            self.prepareGeometryChange()
-        self.values, self.kind, self.levels = spec.values, spec.kind, spec.levels
-        hatched, self.leaked = spec.hatched(), spec.leaked
-        self.update()
-        if hatched.shape == self.hatched.shape and not (hatched != self.hatched).any():
-            return  # the same cells masked: the same shade
-        self.hatched, self.shade = hatched, None
-        if self.hatched.any():
-            # Premultiplied ARGB: the hatch grey at 43% over the cell's colour.
-            self._shade_pixels = np.where(self.hatched, np.uint32(0x6E3C3C3C), np.uint32(0))
-            self.shade = image_over(self._shade_pixels, QImage.Format.Format_ARGB32_Premultiplied)
-
-    def boundingRect(self) -> QRectF:
-        rows, cols = self.values.shape
-        return QRectF(0, 0, cols, rows)
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        rows, cols = self.values.shape
-        if not rows:
-            return
-        visible = option.exposedRect.intersected(self.boundingRect())  # type: ignore[attr-defined]
-        r0, r1 = max(0, int(visible.top())), min(rows, math.ceil(visible.bottom()))
-        c0, c1 = max(0, int(visible.left())), min(cols, math.ceil(visible.right()))
-        block = self.values[r0:r1, c0:c1]
-        to_device = painter.worldTransform()  # not deviceTransform: grab() adds an offset
-        cell_w, cell_h = abs(to_device.m11()), abs(to_device.m22())
-        # Masked cells: hatched over their colour (−∞ is grey), or shaded where cells are too
-        # small for hatching to show; one run per row.
-        if min(cell_w, cell_h) < MIN_HATCH_CELL:
-            if self.shade is not None:  # too small for hatching: shaded, in one image
-                painter.drawImage(QRectF(0, 0, cols, rows), self.shade)
-            return
-        for i, row in enumerate(self.hatched[r0:r1, c0:c1]):
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
-            for start, stop in zip(edges[::2], edges[1::2], strict=True):
-                painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
-        if self.leaked is not None:
-            painter.setPen(self.leak_pen)
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            inset = 2.0 / min(cell_w, cell_h)  # two pixels, in cells
-            size = 1 - 2 * inset
-            for i, j in np.argwhere(self.leaked[r0:r1, c0:c1]):
-                painter.drawRect(QRectF(c0 + j + inset, r0 + i + inset, size, size))
-        if cell_w < MIN_TEXT_CELL[0] or cell_h < MIN_TEXT_CELL[1]:
-            return
-        painter.save()
-        painter.resetTransform()
-        font = QFont(self.font)
-        font.setPixelSize(max(9, min(14, int(min(cell_h * 0.45, cell_w * 0.24)))))
-        painter.setFont(font)
-        dark = colors.dark_text(colors.rgb(block, self.kind, self.levels)) | ~np.isfinite(block)
-        sx, sy, ox, oy = to_device.m11(), to_device.m22(), to_device.dx(), to_device.dy()
-        align = Qt.AlignmentFlag.AlignCenter
-        for use_dark, pen in ((True, self.dark_pen), (False, self.light_pen)):
-            painter.setPen(pen)
-            for i, j in np.argwhere(dark == use_dark):
-                x, y = ox + sx * (c0 + j), oy + sy * (r0 + i)
-                rect = QRectF(x, y, sx, sy).normalized()
-                painter.drawText(rect, align, colors.cell_text(float(block[i, j])))
-        painter.restore()
-
-
-class CellImage(pg.GraphicsObject):
-    """The cells' colours, one pixel per cell, drawn unsmoothed: a QImage in Format_RGB32
-    over an array of 0xffRRGGBB words (pyqtgraph's ImageItem makes an RGBA8888 image,
-    which Qt converts on every paint)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pixels = np.zeros((0, 0), dtype=np.uint32)
-        self._image: QImage | None = None
-
-    def set_pixels(self, pixels: np.ndarray) -> None:
-        """Show these words (kept, not copied: call again after changing them)."""
-        if pixels.shape != self.pixels.shape:
-            self.prepareGeometryChange()
-        self.pixels = pixels
-        self._image = image_over(pixels, QImage.Format.Format_RGB32) if pixels.size else None
-        self.update()
-
-    def boundingRect(self) -> QRectF:
-        rows, cols = self.pixels.shape
-        return QRectF(0, 0, cols, rows)
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        if self._image is not None:
-            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-            painter.drawImage(self.boundingRect(), self._image)
-
-
-class ColorBar(pg.GraphicsWidget):
-    """A vertical colour bar with low, middle and high ticks, painted in one go.
-
-    Lighter than pyqtgraph's ColorBarItem (a whole PlotItem with menus), which made
-    every heatmap slow to build.
-    """
-
-    WIDTH, TEXT = 12.0, 36.0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setCacheMode(self.CacheMode.DeviceCoordinateCache)  # repainted on new levels only
-        self.kind, self.ticks = "diverging", [(0.0, "0")]
-        self.levels = (-1.0, 1.0)
-        self.setFixedWidth(self.WIDTH + self.TEXT + 8)
-        self.font = QFont()
-        self.font.setPixelSize(11)
-
-    def set_scale(
-        self, kind: str, levels: tuple[float, float], ticks: list[tuple[float, str]]
-    ) -> None:
-        self.kind, self.levels, self.ticks = kind, levels, ticks
-        self.update()
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        rect = self.boundingRect().adjusted(4, 10, 0, -10)
-        bar = QRectF(rect.left(), rect.top(), self.WIDTH, rect.height())
-        gradient = QLinearGradient(bar.bottomLeft(), bar.topLeft())
-        table = colors.stops(self.kind)
-        for k, (r, g, b) in enumerate(table):
-            gradient.setColorAt(k / (len(table) - 1), QColor(int(r), int(g), int(b)))
-        painter.fillRect(bar, QBrush(gradient))
-        painter.setPen(QPen(QColor("#666666")))
-        painter.drawRect(bar)
-        painter.setFont(self.font)
-        lo, hi = self.levels
-        for value, text in self.ticks:
-            y = bar.bottom() - (value - lo) / (hi - lo) * bar.height()
-            painter.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + 4, y))
-            painter.drawText(
-                QRectF(bar.right() + 6, y - 8, self.TEXT, 16), Qt.AlignmentFlag.AlignVCenter, text
-            )
-
-
-@dataclass(frozen=True, eq=False)
-class RowBars:
-    """One column of per-row bars beside a heatmap: lengths value / limit, one colour per row."""
-
-    title: str
-    values: np.ndarray
-    limit: float
-    colors: tuple[str, ...]
-    texts: tuple[str, ...]
-
-
-class RowStrip(pg.GraphicsWidget):
-    """Bars beside a heatmap's rows (e.g. the weight each row leaks), aligned with its cells."""
-
-    COLUMN = 40.0
-
-    def __init__(self, vb: pg.ViewBox) -> None:
-        super().__init__()
-        self.vb = vb
-        self.columns: list[RowBars] = []
-        self.font = QFont()
-        self.font.setPixelSize(11)
-        self.set_columns([])
-        vb.sigTransformChanged.connect(lambda *_: self.update())
-        vb.sigResized.connect(lambda *_: self.update())
-
-    def set_columns(self, columns: list[RowBars]) -> None:
-        self.columns = columns
-        self.setFixedWidth(self.COLUMN * len(columns) + (6 if columns else 0))
-        self.update()
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        if not self.columns:
-            return
-        rows = len(self.columns[0].values)
-        top = self.mapFromScene(self.vb.mapViewToScene(QPointF(0, 0))).y()
-        bottom = self.mapFromScene(self.vb.mapViewToScene(QPointF(0, rows))).y()
-        shown = self.mapRectFromScene(self.vb.sceneBoundingRect())
-        step = (bottom - top) / max(rows, 1)
-        first = max(0, math.floor((shown.top() - top) / step))
-        last = min(rows, math.ceil((shown.bottom() - top) / step))
-        painter.setFont(self.font)
-        painter.setClipRect(QRectF(0, shown.top() - 18, self.width(), shown.height() + 18))
-        pad = min(2.0, step * 0.15)
-        for c, column in enumerate(self.columns):
-            x = 4 + c * self.COLUMN
-            width = self.COLUMN - 8
-            painter.setPen(QPen(QColor("#222222")))
-            painter.drawText(
-                QRectF(x, shown.top() - 17, width + 4, 15), Qt.AlignmentFlag.AlignLeft, column.title
-            )
-            painter.setPen(Qt.PenStyle.NoPen)
-            fractions = np.clip(np.abs(column.values) / (column.limit or 1.0), 0, 1)
-            for i in range(first, last):
-                y = top + i * step
-                painter.fillRect(QRectF(x, y + pad, width, step - 2 * pad), QColor("#eeeeee"))
-                length = width * float(fractions[i])
-                bar = QColor(column.colors[i])
-                bar.setAlpha(150)  # light enough for black text on any bar
-                painter.fillRect(QRectF(x, y + pad, length, step - 2 * pad), bar)
-            if step >= 13:
-                painter.setPen(QPen(QColor("#000000")))
-                for i in range(first, last):
-                    painter.drawText(
-                        QRectF(x + 2, top + i * step, width, step),
-                        Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                        column.texts[i],
-                    )
-
-
-class LabelAxis(pg.AxisItem):
-    """Token (or feature) labels at cell centres, thinned so that they never overlap."""
-
-    def __init__(self, orientation: str):
-        super().__init__(orientation)
-        self.labels: tuple[str, ...] = ()
-
-    def set_labels(self, labels: tuple[str, ...]) -> None:
-        self.labels = labels
-        self.picture = None  # pyqtgraph's cached drawing
-        self.update()
-
-    def tickValues(
-        self, minVal: float, maxVal: float, size: float
-    ) -> list[tuple[float, list[float]]]:
-        count = len(self.labels)
-        minVal, maxVal = sorted((minVal, maxVal))  # the row axis runs downwards
-        if not count or size <= 0 or maxVal <= minVal:
-            return []
-        pixels_per_cell = size / (maxVal - minVal)
-        metrics = QFontMetrics(self.style["tickFont"] or QFont())
-        if self.orientation in ("top", "bottom"):
-            needed = max(metrics.horizontalAdvance(label) for label in self.labels) + 6
-        else:
-            needed = metrics.height() + 1
-        step = max(1, math.ceil(needed / pixels_per_cell))
-        first = max(0, math.floor(minVal)) // step * step
-        last = min(count, math.ceil(maxVal))
-        return [(float(step), [i + 0.5 for i in range(first, last, step)])]
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
-
-
-def _overhanging_min(label: pg.LabelItem) -> None:
-    """pyqtgraph's LabelItem.updateMin, less the minimum width."""
-    bounds = label.itemRect()
-    label.setMinimumWidth(0)
-    label.setMinimumHeight(bounds.height())
-    label._sizeHint = {
-        Qt.SizeHint.MinimumSize: (0, bounds.height()),
-        Qt.SizeHint.PreferredSize: (bounds.width(), bounds.height()),
-        Qt.SizeHint.MaximumSize: (-1, -1),
-        Qt.SizeHint.MinimumDescent: (0, 0),
-    }
-    label.updateGeometry()
-
-
-SAMPLED_ROWS = 16  # every so many rows compared first, for a matrix at least 4 × taller
-
-
-def changed_cells(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
-    """Where new differs from old, of the same shape (NaN never equals itself); None when
-    a sample of the rows shows nearly every cell changed (after a weight edit, say): not
-    worth comparing in full, everything is recoloured."""
-    if old is new:
-        return np.zeros(new.shape, dtype=bool)
-    if len(new) >= 4 * SAMPLED_ROWS:
-        sample = old[::SAMPLED_ROWS] != new[::SAMPLED_ROWS]
-        if 4 * np.count_nonzero(sample) > 3 * sample.size:
-            return None
-    return old != new  # type: ignore[no-any-return]
-
-
-class HeatmapView(pg.GraphicsLayoutWidget):
+class HeatmapView(QWidget):
     """One matrix as a heatmap with token labels, a colour bar, a tooltip and click-to-select."""
 
     cellClicked = Signal(str, int, int)  # view name, row, col
@@ -356,53 +76,34 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         self.name = name
         self.spec: HeatmapSpec | None = None
         self.selected: tuple[int, int] | None = None
-        self.rows_axis, self.cols_axis = LabelAxis("left"), LabelAxis("top")
-        self.plot = self.addPlot(axisItems={"left": self.rows_axis, "top": self.cols_axis})
-        self.plot.invertY(True)
-        self.plot.hideButtons()
-        self.plot.setMenuEnabled(False)
-        self.plot.showAxis("top")
-        self.plot.hideAxis("bottom")
-        for side in ("top", "left"):
-            axis = self.plot.getAxis(side)
-            axis.setStyle(tickLength=0)
-            axis.setPen(pg.mkPen(None))  # labels only: a line would run past square cells
-            axis.setTextPen(pg.mkPen("#222222"))
-            # Token labels rarely change: repaint them from a pixmap, not glyph by glyph.
-            axis.setCacheMode(axis.CacheMode.DeviceCoordinateCache)
-        title = self.plot.titleLabel
-        title.setCacheMode(title.CacheMode.DeviceCoordinateCache)
-        # A title wider than the matrix may overhang it; it must not squeeze the colour bar.
-        title.updateMin = lambda: _overhanging_min(title)
-
-        self.image = CellImage()
-        self.plot.addItem(self.image)
-        self.overlay = CellOverlay()
-        self.plot.addItem(self.overlay)
-        self.marker = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
-        self.marker.setPen(pg.mkPen("#ff7f00", width=3, cosmetic=True))
-        self.marker.setVisible(False)
-        self.plot.addItem(self.marker)
-        self.strip = RowStrip(self.plot.vb)
-        self.addItem(self.strip)
-        self.bar = ColorBar()
-        if colorbar:  # off where a neighbour's bar shows the same scale
-            self.addItem(self.bar)
-        self.column_mark = pg.QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
-        probe_pen = pg.mkPen(colors.PROBE, width=3, cosmetic=True, style=Qt.PenStyle.DashLine)
-        self.column_mark.setPen(probe_pen)
-        self.column_mark.setVisible(False)
-        self.plot.addItem(self.column_mark)
-        self._bar_key: tuple[object, ...] = ()
-        self._block_lines: list[QGraphicsLineItem] = []
-        self._labels: tuple[object, ...] = ()
-        self._titles: tuple[bool, ...] = (True, True)  # rows, columns
-        self._fill = (1.0, 1.0)  # how much of each axis the matrix fills
+        self.marked_column: int | None = None
+        self.block_lines: list[int] = []  # x of each line between column blocks
         self.square_cells = False  # set by panels that want them
-        self.plot.vb.sigResized.connect(self._resized)
-        self.scene().sigMouseMoved.connect(self._hover)
-        self.scene().sigMouseClicked.connect(self._click)
+        self.image, self.marks, self.strip = CellImage(), CellMarks(), RowStrip()
+        self.bar = ColorBar() if colorbar else None  # none where a neighbour's shows the scale
+        self.overlays: list[Overlay] = []
+        self.caption_font = QFont()
+        self.caption_font.setPointSizeF(10)
+        self.value_font = QFont()
+        self._line = QFontMetricsF(self.font()).height()  # of a label
+        self._caption_line = QFontMetricsF(self.caption_font).height()
+        self._range = QRectF(0, 0, 1, 1)  # the cells shown: x columns, y rows
+        self._limits = QRectF(0, 0, 1, 1)  # how far zooming out and panning may go
+        self._plot = QRectF(0, 0, 1, 1)  # where the cells are drawn, in pixels
+        self._titles = (True, True)  # axis titles shown: rows, columns
+        self._fill = (1.0, 1.0)  # how much of each axis the matrix fills
+        self._label_width = 0.0  # the widest row label
+        self._label_height = 0.0  # the widest column label (thinning is by width)
+        self._backdrop: QPixmap | None = None  # everything but the cells and the row bars
+        self._backdrop_key: tuple[object, ...] = ()
+        self._press: tuple[QPointF, QRectF] | None = None  # a left press: where, range then
+        self._panned = False
+        self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # the last one clicked is exported
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.setMinimumSize(150, 120)
+
+    # The data ----------------------------------------------------------------------------
 
     def set_spec(self, spec: HeatmapSpec) -> bool:
         """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
@@ -416,174 +117,64 @@ class HeatmapView(pg.GraphicsLayoutWidget):
                 self.spec = spec
                 return False
         self.spec = spec
-        lo, hi = spec.levels
         # Coloured here with the exported figures' map: masked cells come out grey. The
         # pixels go into the image's own array; when the colour scale stayed, only the
         # rows and columns whose values changed.
-        pixels = self.image.pixels
-        if reshaped:
-            pixels = np.empty(spec.values.shape, dtype=np.uint32)
-        partly = (
-            changed is not None
-            and before is not None
-            and (before.kind, before.levels) == (spec.kind, spec.levels)
-            and self._recolour_changes(changed, spec, pixels)
-        )
-        if not partly:
+        pixels = np.empty(spec.values.shape, np.uint32) if reshaped else self.image.pixels
+        same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
+        lines = changed_lines(changed) if changed is not None and same_scale else None
+        if lines is None:
             colors.argb(spec.values, spec.kind, spec.levels, out=pixels)
+        else:
+            _recolour(spec, pixels, *lines)
         self.image.set_pixels(pixels)
-        if self._bar_key != (spec.kind, lo, hi):
-            self._bar_key = (spec.kind, lo, hi)
+        self.marks.set_data(spec, lines)
+        if self.bar is not None and (self.bar.kind, self.bar.levels) != (spec.kind, spec.levels):
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
-            self.bar.set_scale(spec.kind, (lo, hi), ticks)
-        self.overlay.set_data(spec)
-        if self.plot.titleLabel.text != spec.caption:
-            self.plot.setTitle(spec.caption, size="10pt")
-        labels = (spec.row_labels, spec.col_labels, spec.row_title, spec.col_title)
-        if labels != self._labels:
-            self._labels = labels
-            self._set_ticks()
+            self.bar.set_scale(spec.kind, spec.levels, ticks)
+        if before is None or (before.row_labels, before.col_labels) != (
+            spec.row_labels,
+            spec.col_labels,
+        ):
+            metrics = QFontMetricsF(self.font())
+            advance = metrics.horizontalAdvance
+            self._label_width = max(map(advance, spec.row_labels), default=0.0)
+            self._label_height = max(map(advance, spec.col_labels), default=0.0)
         if reshaped:
             self.fit()
             if self.selected and not self._inside(*self.selected):
                 self.select(None)
+        else:
+            self._relayout()
+        self.update()
         return True
-
-    @staticmethod
-    def _recolour_changes(changed: np.ndarray, spec: HeatmapSpec, pixels: np.ndarray) -> bool:
-        """Recolour only the rows and columns holding the changed cells (an edited token's
-        row and column of the scores, the rows of the weights below it); False when that
-        would be most of the matrix."""
-        height, width = changed.shape
-        counts = changed.view(np.uint8)
-        row_count = counts.sum(axis=1, dtype=np.int32)
-        col_count = counts.sum(axis=0, dtype=np.int32)
-        # Whole rows (or columns) where most cells changed, then the columns (rows) of the
-        # changes outside them: whichever order covers fewer cells.
-        many_rows = np.flatnonzero(row_count > width // 2)
-        many_cols = np.flatnonzero(col_count > height // 2)
-        by_rows = (many_rows, np.flatnonzero(col_count > changed[many_rows].sum(axis=0)))
-        by_cols = (np.flatnonzero(row_count > changed[:, many_cols].sum(axis=1)), many_cols)
-        rows, cols = min(by_rows, by_cols, key=lambda rc: len(rc[0]) * width + len(rc[1]) * height)
-        if len(rows) * width + len(cols) * height > height * width * 3 // 4:
-            return False
-        values, kind, levels = spec.values, spec.kind, spec.levels
-        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
-            span = slice(rows[0], rows[-1] + 1)
-            colors.argb(values[span], kind, levels, out=pixels[span])
-        elif len(rows):
-            pixels[rows] = colors.argb(values[rows], kind, levels)
-        if len(cols):
-            pixels[:, cols] = colors.argb(values[:, cols], kind, levels)
-        return True
-
-    def fit(self) -> None:
-        """Show the whole matrix (the user may zoom in; a double click comes back here).
-
-        With square cells the matrix sits in the top-left corner, next to its labels.
-        """
-        if self.spec is None:
-            return
-        rows, cols = self.spec.values.shape
-        vb = self.plot.vb
-        width, height = vb.width(), vb.height()
-        self._fill = (1.0, 1.0)
-        if self._square() and width > 0 and height > 0:
-            cell = min(width / cols, height / rows)
-            self._fill = (rows * cell / height, cols * cell / width)
-            rows, cols = height / cell, width / cell  # what the box shows around the matrix
-        # Limits first: the old limits would clamp the new range (a grown matrix shown cut).
-        vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
-        vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
-        self._show_axis_titles()
-
-    def _resized(self, _: object) -> None:
-        if self._square():
-            self.fit()
-
-    def _square(self) -> bool:
-        """Square cells, when asked for, for matrices small enough to read cell by cell."""
-        rows, cols = self.spec.values.shape if self.spec is not None else (0, 0)
-        return self.square_cells and (rows == cols or max(rows, cols) <= SQUARE_UP_TO)
 
     def set_row_bars(self, columns: list[RowBars]) -> None:
         """Per-row bars beside the matrix (none by default)."""
-        self.strip.set_columns(columns)
+        self.strip.columns = columns
+        self._relayout()
+        self.update()
 
     def mark_column(self, col: int | None) -> None:
         """Outline a whole column, dashed (the key a probe nudged), or none."""
-        self.column_mark.setVisible(col is not None and self.spec is not None)
-        if col is not None and self.spec is not None:
-            self.column_mark.setRect(col, 0, 1, self.spec.values.shape[0])
-
-    def resizeEvent(self, event: QResizeEvent | None) -> None:
-        if hasattr(self, "_titles"):  # once built
-            self._show_axis_titles()
-        super().resizeEvent(event)
-
-    def sizeHint(self) -> QSize:
-        return QSize(240, 200)  # pyqtgraph asks for 480 high, which makes panels scroll
+        self.marked_column = col
+        self.update()
 
     def mark_column_blocks(self, width: int) -> None:
         """Draw a line every width columns (the head blocks of concat)."""
-        for line in self._block_lines:
-            self.plot.removeItem(line)
-        self._block_lines = []
-        rows, cols = self.spec.values.shape if self.spec is not None else (0, 0)
-        pen = pg.mkPen("#222222", width=2, cosmetic=True)
-        for x in range(width, cols, width):
-            line = QGraphicsLineItem(x, 0, x, rows)  # the matrix's height only
-            line.setPen(pen)
-            self.plot.addItem(line)
-            self._block_lines.append(line)
+        cols = self.spec.values.shape[1] if self.spec is not None else 0
+        self.block_lines = list(range(width, cols, width))
+        self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:
-        super().paintEvent(event)
-        self.painted.emit(self.name)
+    def add_overlay(self, overlay: Overlay) -> None:
+        overlay.view = self
+        self.overlays.append(overlay)
+        self.update()
 
-    def _set_ticks(self) -> None:
-        assert self.spec is not None
-        self.rows_axis.set_labels(self.spec.row_labels)
-        self.cols_axis.set_labels(self.spec.col_labels)
-        for axis, title, on in zip(
-            (self.rows_axis, self.cols_axis),
-            (self.spec.row_title, self.spec.col_title),
-            self._titles,
-            strict=True,
-        ):
-            axis.setLabel(title)
-            axis.showLabel(on)
-
-    def _show_axis_titles(self) -> None:
-        """Axis titles (query, key, …) only where there is room and the matrix fills its axis.
-
-        Small views give the room to their cells; a square-celled matrix that leaves much of
-        an axis empty would have its title float beside nothing. (Hysteresis, because
-        hiding a title resizes the cells.)
-        """
-        roomy = self.height() >= 220 and self.width() >= 240
-        titles: tuple[bool, ...] = tuple(
-            roomy and (fill > 0.8 or (shown and fill > 0.6))
-            for fill, shown in zip(self._fill, self._titles, strict=True)
-        )
-        if titles != self._titles:
-            self._titles = titles
-            for axis, on in zip((self.rows_axis, self.cols_axis), titles, strict=True):
-                axis.showLabel(on)
-
-    def _inside(self, row: int, col: int) -> bool:
-        return (
-            self.spec is not None
-            and 0 <= row < self.spec.values.shape[0]
-            and 0 <= col < self.spec.values.shape[1]
-        )
-
-    def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
-        if not self.plot.sceneBoundingRect().contains(scene_pos):
-            return None
-        p = self.plot.vb.mapSceneToView(scene_pos)
-        row, col = math.floor(p.y()), math.floor(p.x())
-        return (row, col) if self._inside(row, col) else None
+    def select(self, cell: tuple[int, int] | None) -> None:
+        """Outline one cell (or none)."""
+        self.selected = cell
+        self.update()
 
     def describe(self, row: int, col: int) -> str:
         """The tooltip text: which cell and its exact value."""
@@ -594,28 +185,351 @@ class HeatmapView(pg.GraphicsLayoutWidget):
         where = f"{s.row_title} {s.row_labels[row]} · {s.col_title} {s.col_labels[col]}"
         return f"{s.title}\n{where}\n{value}"
 
-    def _hover(self, scene_pos: QPointF) -> None:
-        cell = self._cell_at(scene_pos)
+    # Where things go ---------------------------------------------------------------------
+
+    def fit(self) -> None:
+        """Show the whole matrix (the user may zoom in; a double click comes back here).
+
+        With square cells the matrix sits in the top-left corner, next to its labels.
+        """
+        if self.spec is None:
+            return
+        for _ in range(2):  # once more if the axis titles came or went: the room changed
+            self._place()
+            rows, cols = self.spec.values.shape
+            width, height = self._plot.width(), self._plot.height()
+            self._fill = (1.0, 1.0)
+            if self._square():
+                cell = min(width / cols, height / rows)
+                self._fill = (rows * cell / height, cols * cell / width)
+                rows, cols = height / cell, width / cell  # what is shown around the matrix
+            self._range = QRectF(0, 0, cols, rows)
+            self._limits = QRectF(self._range)
+            if not self._show_axis_titles():
+                break
+        self.update()
+
+    def _square(self) -> bool:
+        """Square cells, when asked for, for matrices small enough to read cell by cell."""
+        rows, cols = self.spec.values.shape if self.spec is not None else (0, 0)
+        return self.square_cells and (rows == cols or max(rows, cols) <= SQUARE_UP_TO)
+
+    def _show_axis_titles(self) -> bool:
+        """Axis titles (query, key, …) only where there is room and the matrix fills its
+        axis; True when that changed.
+
+        Small views give the room to their cells; a square-celled matrix that leaves much of
+        an axis empty would have its title float beside nothing. (Hysteresis, because
+        hiding a title resizes the cells.)
+        """
+        roomy = self.height() >= 220 and self.width() >= 240
+        titles = tuple(
+            roomy and (fill > 0.8 or (shown and fill > 0.6))
+            for fill, shown in zip(self._fill, self._titles, strict=True)
+        )
+        changed = titles != self._titles
+        self._titles = (titles[0], titles[1])
+        return changed
+
+    def _place(self) -> None:
+        """The cells' rectangle: below the caption, the column title and labels, right of
+        the row title and labels, left of the row bars and the colour bar."""
+        line = self._line
+        top = MARGIN + self._caption_line + 4
+        top += (line + 2) * (1 + self._titles[1])
+        left = MARGIN + (line + 4) * self._titles[0] + min(self._label_width, 160.0) + 6
+        right = self.width() - MARGIN - self.strip.width()
+        right -= self.bar.ROOM if self.bar is not None else 0
+        bottom = self.height() - MARGIN
+        self._plot = QRectF(left, top, max(1.0, right - left), max(1.0, bottom - top))
+
+    def _relayout(self) -> None:
+        """Place the cells again; square cells are fitted again when their room changed."""
+        before = QRectF(self._plot)
+        self._place()
+        if self._square() and self._plot != before:
+            self.fit()
+
+    def _transform(self) -> QTransform:
+        """Cell units to widget pixels."""
+        shown, plot = self._range, self._plot
+        sx, sy = plot.width() / shown.width(), plot.height() / shown.height()
+        return QTransform(
+            sx, 0, 0, sy, plot.left() - shown.left() * sx, plot.top() - shown.top() * sy
+        )
+
+    def view_range(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The cells shown: (first column, last column), (first row, last row)."""
+        r = self._range
+        return (r.left(), r.right()), (r.top(), r.bottom())
+
+    def point_at(self, x: float, y: float) -> QPointF:
+        """Widget pixels of a point in cell units (x: columns, y: rows)."""
+        return self._transform().map(QPointF(x, y))
+
+    def labelled(self) -> tuple[range, range]:
+        """The rows and the columns whose labels are shown."""
+        if self.spec is None:
+            return range(0), range(0)
+        rows, cols = self.spec.values.shape
+        (x0, x1), (y0, y1) = self.view_range()
+        line = self._line
+        return (
+            labelled(rows, y0, y1, self._plot.height() / (y1 - y0), line + 1),
+            labelled(cols, x0, x1, self._plot.width() / (x1 - x0), self._label_height + 6),
+        )
+
+    def _inside(self, row: int, col: int) -> bool:
+        return (
+            self.spec is not None
+            and 0 <= row < self.spec.values.shape[0]
+            and 0 <= col < self.spec.values.shape[1]
+        )
+
+    def _cell_at(self, pos: QPointF) -> tuple[int, int] | None:
+        if not self._plot.contains(pos):
+            return None
+        p = self._transform().inverted()[0].map(pos)
+        row, col = math.floor(p.y()), math.floor(p.x())
+        return (row, col) if self._inside(row, col) else None
+
+    # Painting ----------------------------------------------------------------------------
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.drawPixmap(0, 0, self._backdrop_now())
+        if self.spec is not None and self.image.image is not None:
+            self._paint_cells(painter)
+            top = self.point_at(0, 0)
+            step = self.point_at(0, 1).y() - top.y()
+            right = min(self._plot.right(), self.point_at(self.spec.values.shape[1], 0).x())
+            self.strip.paint(painter, right, top.y(), step, self._plot)
+        painter.end()
+        self.painted.emit(self.name)
+
+    def _backdrop_now(self) -> QPixmap:
+        """The white page with the caption, axis titles, labels and colour bar: redrawn
+        when one of them or the view changes, not on every edit."""
+        spec = self.spec
+        words = () if spec is None else (spec.caption, spec.row_labels, spec.col_labels)
+        titles = () if spec is None else (spec.row_title, spec.col_title, self._titles)
+        bar = None if self.bar is None else (self.bar.kind, self.bar.levels)
+        key = (self.size(), self.devicePixelRatioF(), self._range, self._plot, words, titles, bar)
+        if self._backdrop is not None and key == self._backdrop_key:
+            return self._backdrop
+        ratio = self.devicePixelRatioF()
+        pixmap = QPixmap(self.size() * ratio)
+        pixmap.setDevicePixelRatio(ratio)
+        pixmap.fill(QColor("white"))
+        painter = QPainter(pixmap)
+        if spec is not None:
+            self._paint_words(painter, spec)
+        if self.bar is not None:
+            self.bar.paint(
+                painter,
+                self.width() - MARGIN - self.bar.ROOM,
+                self._plot.top(),
+                self._plot.height(),
+            )
+        painter.end()
+        self._backdrop, self._backdrop_key = pixmap, key
+        return pixmap
+
+    def _paint_words(self, painter: QPainter, spec: HeatmapSpec) -> None:
+        """The caption over the cells, the axis titles, and the labels of the rows and
+        columns on screen."""
+        plot, line = self._plot, self._line
+        cells = QRectF(self.point_at(0, 0), self.point_at(*spec.values.shape[::-1]))
+        cells = cells.intersected(plot)
+        painter.setPen(QPen(INK))
+        painter.setFont(self.caption_font)
+        caption_height = self._caption_line
+        centre = Qt.AlignmentFlag.AlignCenter
+        over = QRectF(cells.left() - 200, MARGIN, cells.width() + 400, caption_height)
+        painter.drawText(over, centre | Qt.TextFlag.TextDontClip, spec.caption)
+        painter.setFont(self.font())
+        rows, cols = self.labelled()
+        y = plot.top() - line - 2
+        for j in cols:
+            x = self.point_at(j + 0.5, 0).x()
+            painter.drawText(QRectF(x - 100, y, 200, line), centre, spec.col_labels[j])
+        width = min(self._label_width, 160.0)
+        right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+        for i in rows:
+            y = self.point_at(0, i + 0.5).y()
+            painter.drawText(
+                QRectF(plot.left() - 6 - width, y - line / 2, width, line),
+                right,
+                spec.row_labels[i],
+            )
+        if self._titles[1]:
+            painter.drawText(
+                QRectF(cells.left(), plot.top() - 2 * line - 4, cells.width(), line),
+                centre,
+                spec.col_title,
+            )
+        if self._titles[0]:
+            painter.save()
+            painter.translate(MARGIN, cells.center().y())
+            painter.rotate(-90)
+            painter.drawText(
+                QRectF(-cells.height() / 2, 0, cells.height(), line), centre, spec.row_title
+            )
+            painter.restore()
+
+    def _paint_cells(self, painter: QPainter) -> None:
+        """The cells on screen, their marks and values, and what lies over them."""
+        assert self.spec is not None and self.image.image is not None
+        rows, cols = self.spec.values.shape
+        to_pixels = self._transform()
+        shown = to_pixels.inverted()[0].mapRect(self._plot).intersected(QRectF(0, 0, cols, rows))
+        if shown.isEmpty():
+            return
+        r0, r1 = max(0, int(shown.top())), min(rows, math.ceil(shown.bottom()))
+        c0, c1 = max(0, int(shown.left())), min(cols, math.ceil(shown.right()))
+        painter.save()
+        painter.setClipRect(self._plot)
+        painter.setTransform(to_pixels)
+        part = QRectF(c0, r0, c1 - c0, r1 - r0)
+        painter.drawImage(part, self.image.image, part)
+        cell_w, cell_h = to_pixels.m11(), to_pixels.m22()
+        self.marks.paint(painter, (r0, r1, c0, c1), min(cell_w, cell_h))
+        if cell_w >= MIN_TEXT_CELL[0] and cell_h >= MIN_TEXT_CELL[1]:
+            self._paint_values(painter, (r0, r1, c0, c1), to_pixels)
+        self._paint_lines(painter, rows, cols)
+        for overlay in self.overlays:
+            overlay.paint(painter)
+        painter.restore()
+
+    def _paint_values(
+        self, painter: QPainter, shown: tuple[int, int, int, int], to_pixels: QTransform
+    ) -> None:
+        """Each value, centred in its cell, black or white, whichever reads better."""
+        assert self.spec is not None
+        r0, r1, c0, c1 = shown
+        block = self.spec.values[r0:r1, c0:c1]
+        sx, sy, ox, oy = to_pixels.m11(), to_pixels.m22(), to_pixels.dx(), to_pixels.dy()
+        painter.save()
+        painter.resetTransform()
+        font = QFont(self.value_font)
+        font.setPixelSize(max(9, min(14, int(min(sy * 0.45, sx * 0.24)))))
+        painter.setFont(font)
+        kind, levels = self.spec.kind, self.spec.levels
+        dark = colors.dark_text(colors.rgb(block, kind, levels)) | ~np.isfinite(block)
+        for use_dark, colour in ((True, "#000000"), (False, "#ffffff")):
+            painter.setPen(QPen(QColor(colour)))
+            for i, j in np.argwhere(dark == use_dark):
+                rect = QRectF(ox + sx * (c0 + j), oy + sy * (r0 + i), sx, sy)
+                painter.drawText(
+                    rect, Qt.AlignmentFlag.AlignCenter, colors.cell_text(float(block[i, j]))
+                )
+        painter.restore()
+
+    def _paint_lines(self, painter: QPainter, rows: int, cols: int) -> None:
+        """Lines between column blocks, the probe's column (dashed), the selected cell."""
+
+        def pen(colour: str, width: float, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> QPen:
+            p = QPen(QColor(colour), width, style)
+            p.setCosmetic(True)
+            return p
+
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.setPen(pen("#222222", 2))
+        for x in self.block_lines:
+            painter.drawLine(QPointF(x, 0), QPointF(x, rows))
+        if self.marked_column is not None and 0 <= self.marked_column < cols:
+            painter.setPen(pen(colors.PROBE, 3, Qt.PenStyle.DashLine))
+            painter.drawRect(QRectF(self.marked_column, 0, 1, rows))
+        if self.selected is not None:
+            painter.setPen(pen("#ff7f00", 3))
+            painter.drawRect(QRectF(self.selected[1], self.selected[0], 1, 1))
+
+    # Events ------------------------------------------------------------------------------
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._show_axis_titles()
+        self._relayout()
+
+    def sizeHint(self) -> QSize:
+        return QSize(240, 200)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        """Zoom about the pointer, both axes alike, between one cell and the whole matrix."""
+        if self.spec is None or not self._plot.contains(event.position()):
+            event.ignore()
+            return
+        shown, limits = self._range, self._limits
+        factor = 0.8 ** (event.angleDelta().y() / 120)
+        smallest = max(1 / shown.width(), 1 / shown.height())
+        largest = min(limits.width() / shown.width(), limits.height() / shown.height())
+        factor = min(max(factor, smallest), max(largest, smallest))
+        at = self._transform().inverted()[0].map(event.position())
+        zoomed = QRectF(
+            at.x() - (at.x() - shown.left()) * factor,
+            at.y() - (at.y() - shown.top()) * factor,
+            shown.width() * factor,
+            shown.height() * factor,
+        )
+        self._show(zoomed)
+        event.accept()
+
+    def _show(self, shown: QRectF) -> None:
+        """Show these cells, moved inside the limits."""
+        limits = self._limits
+        x = min(max(shown.left(), limits.left()), limits.right() - shown.width())
+        y = min(max(shown.top(), limits.top()), limits.bottom() - shown.height())
+        self._range = QRectF(
+            max(x, limits.left()), max(y, limits.top()), shown.width(), shown.height()
+        )
+        self.update()
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._press, self._panned = (event.position(), QRectF(self._range)), False
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._press is not None:
+            start, shown = self._press
+            moved = event.position() - start
+            if self._panned or moved.manhattanLength() >= QApplication.startDragDistance():
+                self._panned = True
+                to_pixels = self._transform()
+                dx, dy = moved.x() / to_pixels.m11(), moved.y() / to_pixels.m22()
+                self._show(shown.translated(-dx, -dy))
+                return
+        cell = self._cell_at(event.position())
         if cell is None:
             QToolTip.hideText()
-            return
-        QToolTip.showText(QCursor.pos(), self.describe(*cell), self)
+        else:
+            QToolTip.showText(event.globalPosition().toPoint(), self.describe(*cell), self)
 
-    def _click(self, event: object) -> None:
-        button = event.button()  # type: ignore[attr-defined]
-        if button != Qt.MouseButton.LeftButton:
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or self._press is None:
             return
-        if event.double():  # type: ignore[attr-defined]
-            self.fit()
+        self._press = None
+        if self._panned:
             return
-        cell = self._cell_at(event.scenePos())  # type: ignore[attr-defined]
+        cell = self._cell_at(event.position())
         if cell is not None:
             self.select(cell)
             self.cellClicked.emit(self.name, *cell)
 
-    def select(self, cell: tuple[int, int] | None) -> None:
-        """Outline one cell (or none)."""
-        self.selected = cell
-        self.marker.setVisible(cell is not None)
-        if cell is not None:
-            self.marker.setRect(cell[1], cell[0], 1, 1)
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.fit()
+
+    def leaveEvent(self, event: object) -> None:
+        QToolTip.hideText()
+
+
+def _recolour(spec: HeatmapSpec, pixels: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+    """Recolour these rows and columns of pixels from spec."""
+    values, kind, levels = spec.values, spec.kind, spec.levels
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
+        span = slice(rows[0], rows[-1] + 1)
+        colors.argb(values[span], kind, levels, out=pixels[span])
+    elif len(rows):
+        pixels[rows] = colors.argb(values[rows], kind, levels)
+    if len(cols):
+        pixels[:, cols] = colors.argb(values[:, cols], kind, levels)

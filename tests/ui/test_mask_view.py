@@ -7,7 +7,6 @@ import contextlib
 import numpy as np
 import pytest
 import reference as ref
-from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
 from attnviz.core.figures import colors
@@ -31,7 +30,7 @@ def pixels_near(view, row: int, col: int, corner: bool) -> set[int]:
     """Colours around a cell's centre, or just inside its top-left corner."""
     image = view.grab().toImage()
     at = (col + 0.1, row + 0.1) if corner else (col + 0.5, row + 0.5)
-    p = view.mapFromScene(view.plot.vb.mapViewToScene(QPointF(*at)))
+    p = view.point_at(*at).toPoint()
     return {
         image.pixel(p.x() + dx, p.y() + dy) & 0xFFFFFF for dx in range(-2, 3) for dy in range(-2, 3)
     }
@@ -88,20 +87,17 @@ def test_masks_has_square_cells_and_every_token_label(window, qtbot):
     masks = window.masks
     qtbot.waitUntil(lambda: masks.comparison is not None and masks.isVisible(), timeout=5000)
     for key, view in masks.views.items():
-        vb = view.plot.vb
-        corner = vb.mapViewToScene(QPointF(0, 0))
-        right, down = vb.mapViewToScene(QPointF(1, 0)), vb.mapViewToScene(QPointF(0, 1))
+        corner = view.point_at(0, 0)
+        right, down = view.point_at(1, 0), view.point_at(0, 1)
         width, height = right.x() - corner.x(), down.y() - corner.y()
         assert width == pytest.approx(height, rel=1e-6), key
 
         def labelled(view=view) -> int:
-            (x0, x1), _ = view.plot.vb.viewRange()
-            ticks = view.cols_axis.tickValues(x0, x1, view.cols_axis.geometry().width())
-            return len(ticks[0][1])
+            return len(view.labelled()[1])
 
         with contextlib.suppress(qtbot.TimeoutError):  # the layout settles; then all four
             qtbot.waitUntil(lambda labelled=labelled: labelled() == 4, timeout=10000)
-        assert labelled() == 4, (key, view.size().toTuple(), view.plot.vb.viewRange())  # keys
+        assert labelled() == 4, (key, view.size().toTuple(), view.view_range())  # keys
 
 
 def test_the_probe_is_drawn_on_the_heatmaps(window, qtbot):
@@ -113,8 +109,7 @@ def test_the_probe_is_drawn_on_the_heatmaps(window, qtbot):
     masks.run_probe()
     qtbot.waitUntil(lambda: masks.probes is not None, timeout=5000)
     for key in ("A-scores", "B-scores", "A", "B"):
-        mark = masks.views[key].column_mark
-        assert mark.isVisible() and mark.rect().x() == 2 and mark.rect().height() == 4
+        assert masks.views[key].marked_column == 2
     nudged = ref.X.copy()
     nudged[2] += 1.0
     for key, mask in (("A", "causal"), ("B", "causal-zero")):
@@ -131,4 +126,4 @@ def test_the_probe_is_drawn_on_the_heatmaps(window, qtbot):
     bars = {b.title: b for b in masks.views["B"].strip.columns}
     _, W = head1("drop-after-softmax")
     np.testing.assert_allclose(bars["Σ"].values, W.sum(axis=1), atol=1e-12)
-    assert not masks.views["B"].column_mark.isVisible()  # a new comparison: no probe yet
+    assert masks.views["B"].marked_column is None  # a new comparison: no probe yet

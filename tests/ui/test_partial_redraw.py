@@ -25,6 +25,21 @@ def by_hand_scores(s, h: int) -> np.ndarray:
     return (s.X @ s.W_Q[h]) @ (s.X @ s.W_K[h]).T
 
 
+def assert_drawn_as_a_whole(view, where: str) -> None:
+    """The view's pixels and masked marks are what drawing its matrix afresh gives: the
+    colour map of every value, the cells that are masked or not finite, and their shade."""
+    spec = view.spec
+    whole = colors.argb(spec.values, spec.kind, spec.levels)
+    np.testing.assert_array_equal(view.image.pixels, whole, err_msg=where)
+    hatched = ~np.isfinite(spec.values)
+    if spec.masked is not None:
+        hatched |= spec.masked
+    np.testing.assert_array_equal(view.marks.hatched, hatched, err_msg=where)
+    if hatched.any():
+        shade = np.where(hatched, 0x6E3C3C3C, 0).astype(np.uint32)  # the hatch grey at 43 %
+        np.testing.assert_array_equal(view.marks._shade_pixels, shade, err_msg=where)
+
+
 def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtbot):
     model = window.inputs.model
     for k, (row, col, value) in enumerate([(5, 2, 0.7), (30, 0, -1.2), (5, 7, 0.05), (47, 3, 2)]):
@@ -36,10 +51,7 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
         views = window.pipeline.views
         np.testing.assert_allclose(views["scores"].spec.values, by_hand_scores(s, 0), atol=1e-12)
         for name in window.pipeline.names:
-            view = views[name]
-            spec = view.spec
-            whole = colors.argb(spec.values, spec.kind, spec.levels)
-            np.testing.assert_array_equal(view.image.pixels, whole, err_msg=f"edit {k}: {name}")
+            assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
 
 
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
@@ -56,6 +68,40 @@ def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_change
     assert changed_cells(old, old + 1e-9) is None  # a weight edit changes every cell
     # A short matrix is always compared in full.
     np.testing.assert_array_equal(changed_cells(old[:40], old[:40] + 1), np.ones((40, 80), bool))
+
+
+def covers(lines, changed: np.ndarray) -> bool:
+    rows, cols = lines
+    covered = np.zeros_like(changed)
+    covered[rows] = True
+    covered[:, cols] = True
+    return bool(covered[changed].all())
+
+
+def test_changed_lines_cover_every_changed_cell_with_few_rows_and_columns():
+    from attnviz.ui.heatmap_parts import changed_lines
+
+    changed = np.zeros((60, 50), bool)
+    changed[7] = changed[:, 7] = True  # an edited token: its row and column
+    rows, cols = changed_lines(changed)
+    assert list(rows) == [7] and list(cols) == [7]
+    changed[40:, :30] = True  # the rows below an edited key change in most cells
+    rows, cols = changed_lines(changed)
+    assert list(rows) == [7, *range(40, 60)] and list(cols) == [7]
+    assert changed_lines(np.ones((60, 50), bool)) is None  # everything: all recoloured
+    no_rows, no_cols = changed_lines(np.zeros((60, 50), bool))
+    assert not len(no_rows) and not len(no_cols)
+    rng = np.random.default_rng(4)
+    partly = 0
+    for _ in range(200):
+        changed = rng.random((30, 20)) < rng.choice([0.002, 0.02, 0.2])
+        changed[rng.integers(30)] |= rng.random(20) < 0.9  # a mostly changed row
+        lines = changed_lines(changed)
+        if lines is not None:  # None: recoloured whole
+            partly += 1
+            assert covers(lines, changed)
+            assert len(lines[0]) * 20 + len(lines[1]) * 30 <= 30 * 20 * 3 // 4
+    assert partly > 100
 
 
 def test_edits_at_a_size_that_previews_leave_every_picture_its_colour_map(shared_window, qtbot):
@@ -84,11 +130,7 @@ def test_edits_at_a_size_that_previews_leave_every_picture_its_colour_map(shared
         views = window.pipeline.views
         np.testing.assert_allclose(views["scores"].spec.values, by_hand_scores(s, 2), atol=1e-12)
         for name in window.pipeline.names:
-            spec = views[name].spec
-            whole = colors.argb(spec.values, spec.kind, spec.levels)
-            np.testing.assert_array_equal(
-                views[name].image.pixels, whole, err_msg=f"edit {k}: {name}"
-            )
+            assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
     window.doc.undo_stack.setClean()
 
 
@@ -138,3 +180,38 @@ def test_a_preview_waits_only_for_the_views_it_redraws(shared_window, qtbot):
     assert {"Q", "scores", "weights", "output"} <= awaited[0]
     assert not awaited[0] & {"K", "V"}
     window.doc.undo_stack.setClean()
+
+
+def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
+    """The hatched cells after edits that turn cells of a row or a column to −∞, NaN or
+    back to numbers (under a fixed mask), updated in the changed lines only, are the
+    hatched cells of the new matrix; and so is their shade."""
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui.heatmap_parts import CellMarks, changed_cells, changed_lines
+
+    rng = np.random.default_rng(7)
+    masked = np.triu(np.ones((40, 40), bool), 1)
+    values = rng.standard_normal((40, 40))
+    labels = tuple(str(i) for i in range(40))
+
+    def spec(v: np.ndarray) -> HeatmapSpec:
+        return HeatmapSpec("t", v, labels, labels, "q", "k", "diverging", (-3, 3), "", masked)
+
+    marks = CellMarks()
+    marks.set_data(spec(values))
+    partly = 0
+    for _ in range(60):
+        new = values.copy()
+        line = rng.integers(40)
+        cells = new[line] if rng.random() < 0.5 else new[:, line]
+        cells[rng.random(40) < 0.3] = rng.choice([-np.inf, np.nan, np.inf, 0.5])
+        lines = changed_lines(changed_cells(values, new))
+        partly += lines is not None
+        marks.set_data(spec(new), lines)
+        hatched = ~np.isfinite(new) | masked
+        np.testing.assert_array_equal(marks.hatched, hatched)
+        np.testing.assert_array_equal(
+            marks._shade_pixels, np.where(hatched, 0x6E3C3C3C, 0).astype(np.uint32)
+        )
+        values = new
+    assert partly > 30

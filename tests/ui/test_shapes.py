@@ -51,12 +51,12 @@ def assert_whole_matrices_shown(window, qtbot) -> None:
         views = shown()
         for view in views:
             rows, cols = view.spec.values.shape
-            (x0, x1), (y0, y1) = view.plot.vb.viewRange()
+            (x0, x1), (y0, y1) = view.view_range()
             where = f"{title} {view.name} {rows}×{cols}: x {x0:.2f}..{x1:.2f}, y {y0:.2f}..{y1:.2f}"
             assert x0 <= 1e-9 and x1 >= cols - 1e-9, where
             assert y0 <= 1e-9 and y1 >= rows - 1e-9, where
-            assert len(view.rows_axis.labels) == rows, where
-            assert len(view.cols_axis.labels) == cols, where
+            assert len(view.spec.row_labels) == rows, where
+            assert len(view.spec.col_labels) == cols, where
     if s.settings.mask != "none":  # the masked cells are the future keys, and only those
         spec = window.pipeline.views["masked"].spec
         future = np.triu(np.ones((s.n, s.n), dtype=bool), k=1)

@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 import reference as ref
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFormLayout, QMessageBox, QPushButton
 
@@ -129,12 +129,11 @@ def edit_x(window, row: int, col: int, text: str) -> None:
 
 def click_cell(view, row: int, col: int) -> None:
     """A left click with the mouse in the middle of a heatmap cell."""
-    scene = view.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
     QTest.mouseClick(
-        view.viewport(),
+        view,
         Qt.MouseButton.LeftButton,
         Qt.KeyboardModifier.NoModifier,
-        view.mapFromScene(scene),
+        view.point_at(col + 0.5, row + 0.5).toPoint(),
     )
     settle()
 
@@ -396,7 +395,7 @@ def check_mix(mix, X: np.ndarray) -> None:
 def test_mix_concat_blocks_w_o_output_and_contributions(window):
     mix = bring(window, "Mix")
     check_mix(mix, ref.X)
-    assert [line.line().x1() for line in mix.concat._block_lines] == [2]  # between the heads
+    assert mix.concat.block_lines == [2]  # between the heads
     assert "4 × 4" in mix.diagram.text()  # concat and output: 4 tokens × 4 features
 
     edit_x(window, 3, 0, "-1.25")
@@ -415,7 +414,7 @@ def test_mix_concat_blocks_w_o_output_and_contributions(window):
     for h, view in enumerate(mix.parts):
         part = outs[h] @ s.W_O[3 * h : 3 * h + 3]
         np.testing.assert_allclose(view.spec.values, part, atol=EXACT)
-    assert [line.line().x1() for line in mix.concat._block_lines] == [3]
+    assert mix.concat.block_lines == [3]
 
 
 # Inspector ------------------------------------------------------------------------------

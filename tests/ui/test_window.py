@@ -61,8 +61,7 @@ def edit(doc, name: str, head, row: int, col: int, value: float) -> None:
 
 def cell_center(view, row: int, col: int) -> QPoint:
     """Widget coordinates of the centre of a heatmap cell."""
-    scene = view.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
-    return view.mapFromScene(scene)
+    return view.point_at(col + 0.5, row + 0.5).toPoint()
 
 
 def save_to(monkeypatch, path: Path) -> None:
@@ -119,7 +118,7 @@ def test_masked_cells_keep_minus_infinity_and_are_hatched(shown_window, qtbot):
     view = window.pipeline.views["masked"]
     qtbot.waitUntil(view.isVisible)
     assert view.spec.values[0, 3] == -math.inf and view.spec.values[2, 3] == -math.inf
-    assert np.isneginf(view.overlay.values).sum() == 6  # the hatching item sees −∞ too
+    assert view.marks.hatched.sum() == 6  # the −∞ cells are hatched
     image = view.grab().toImage()
     hatch = QColor(colors.MASKED_HATCH).rgb()
 
@@ -149,7 +148,7 @@ def test_each_cell_shows_the_colour_map_of_its_value_on_screen(shown_window, qtb
     for row in range(4):
         for col in range(4):
             corner = QPointF(col + 0.15, row + 0.15)
-            at = view.mapFromScene(view.plot.vb.mapViewToScene(corner))
+            at = view.point_at(corner.x(), corner.y()).toPoint()
             got = QColor(image.pixel(at.x(), at.y()))
             want = colors.rgb(spec.values[row : row + 1, col], spec.kind, spec.levels)[0]
             assert (got.red(), got.green(), got.blue()) == tuple(want), (row, col)
@@ -184,7 +183,7 @@ def test_hovering_a_cell_shows_its_tooltip(shown_window, qtbot):
     window = shown_window()
     view = window.pipeline.views["scaled"]
     qtbot.waitUntil(view.isVisible)
-    qtbot.mouseMove(view.viewport(), cell_center(view, 1, 0))
+    qtbot.mouseMove(view, cell_center(view, 1, 0))
     qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
     assert QToolTip.text() == view.describe(1, 0)
 
@@ -197,11 +196,10 @@ def test_click_selects_the_cell(shown_window, qtbot):
         qtbot.waitSignal(view.cellClicked, timeout=2000) as clicked,
         qtbot.waitSignal(window.pipeline.cellClicked, timeout=2000) as panel,
     ):
-        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=cell_center(view, 3, 2))
+        qtbot.mouseClick(view, Qt.MouseButton.LeftButton, pos=cell_center(view, 3, 2))
     assert clicked.args == ["weights", 3, 2]
     assert panel.args == ["weights", 0, 3, 2]
     assert view.selected == (3, 2)
-    assert view.marker.isVisible()
     _, weights, _ = reference.head(
         reference.X, reference.W_Q[0], reference.W_K[0], reference.W_V[0]
     )
@@ -211,7 +209,7 @@ def test_click_selects_the_cell(shown_window, qtbot):
     # Clicking another view moves the selection there.
     other = window.pipeline.views["Q"]
     with qtbot.waitSignal(other.cellClicked, timeout=2000) as clicked:
-        qtbot.mouseClick(other.viewport(), Qt.MouseButton.LeftButton, pos=cell_center(other, 0, 1))
+        qtbot.mouseClick(other, Qt.MouseButton.LeftButton, pos=cell_center(other, 0, 1))
     assert clicked.args == ["Q", 0, 1]
     assert view.selected is None
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QKeySequence, QPainter, QPen, QShortcut
 from PySide6.QtWidgets import (
@@ -25,7 +24,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QStyleOptionGraphicsItem,
     QVBoxLayout,
     QWidget,
 )
@@ -37,7 +35,7 @@ from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
 from attnviz.core.maths.tiling import PRECISIONS, Tiling, check_supported, describe_step, tiles
 from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
-from attnviz.ui.heatmap import HeatmapView, RowBars
+from attnviz.ui.heatmap import HeatmapView, Overlay, RowBars
 from attnviz.ui.panels.common import ResultPanel, int_spin
 from attnviz.ui.workspace import Workspace
 
@@ -120,31 +118,18 @@ def state_after(t: Tiling, k: int) -> Shown:
     return Shown(m, l, O, out, started, done)
 
 
-class MatrixOverlay(pg.GraphicsObject):
-    """Drawn over a heatmap, in cell units, above its cells: shape is (rows, cols)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.shape = (0, 0)
-        self.setZValue(20)
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(-0.5, -0.5, self.shape[1] + 1, self.shape[0] + 1)
-
-
-class TileGrid(MatrixOverlay):
+class TileGrid(Overlay):
     """Over the score matrix: the tile grid, skipped tiles shaded, tiles to come faded,
     the current tile outlined. One painting item, in cell units."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.shape = (0, 0)
         self.blocks = (1, 1)
         self.skipped: list[tuple[int, int, int, int]] = []
         self.current: tuple[int, int, int, int] | None = None
         self.to_come: list[QRectF] = []
 
     def set_state(self, t: Tiling, n: int, m: int, k: int) -> None:
-        self.prepareGeometryChange()
         self.shape, self.blocks = (n, m), (t.block_q, t.block_k)
         self.skipped = [(*x.rows, *x.cols) for x in t.steps if x.skipped]
         step = t.steps[k - 1] if k else None
@@ -156,9 +141,7 @@ class TileGrid(MatrixOverlay):
             self.to_come = [QRectF(c1, r0, m - c1, r1 - r0), QRectF(0, r1, m, n - r1)]
         self.update()
 
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
+    def paint(self, painter: QPainter) -> None:
         n, m = self.shape
         for rect in self.to_come:
             painter.fillRect(rect, QColor(255, 255, 255, 120))
@@ -191,24 +174,21 @@ def outline_current(painter: QPainter, rect: QRectF) -> None:
     painter.drawRect(rect)
 
 
-class RowBands(MatrixOverlay):
+class RowBands(Overlay):
     """Over an n × d matrix: rows not reached yet covered, the rows just updated outlined."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.shape = (0, 0)
         self.pending_from = 0
         self.current: tuple[int, int] | None = None
 
     def set_state(
         self, shape: tuple[int, int], pending_from: int, current: tuple[int, int] | None
     ) -> None:
-        self.prepareGeometryChange()
         self.shape, self.pending_from, self.current = shape, pending_from, current
         self.update()
 
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
+    def paint(self, painter: QPainter) -> None:
         n, d = self.shape
         if self.pending_from < n:
             rect = QRectF(0, self.pending_from, d, n - self.pending_from)
@@ -320,12 +300,12 @@ class TilingPanel(ResultPanel):
         self.scores.square_cells = True
         self.scores.strip.COLUMN = 50.0
         self.grid = TileGrid()
-        self.scores.plot.addItem(self.grid)
+        self.scores.add_overlay(self.grid)
         self.O_view, self.out_view = HeatmapView("tiling-O"), HeatmapView("tiling-output")
         self.error_view = HeatmapView("tiling-error")
         self.bands = {"O": RowBands(), "out": RowBands()}
-        self.O_view.plot.addItem(self.bands["O"])
-        self.out_view.plot.addItem(self.bands["out"])
+        self.O_view.add_overlay(self.bands["O"])
+        self.out_view.add_overlay(self.bands["out"])
         # The square score matrix leaves room below it: the error map goes there.
         self.views = views = QGridLayout()
         views.addWidget(self.scores, 0, 0, 2, 1)

@@ -1,0 +1,263 @@
+"""What a heatmap view paints, piece by piece: the cells' image, the masked cells'
+marks, the colour bar, the bars beside the rows; and which cells an edit changed.
+
+Each piece paints with a QPainter it is given, in cell units (x: columns, y: rows) for
+the cells and in widget pixels for the rest; the view decides where.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QImage, QLinearGradient, QPainter, QPen
+
+from attnviz.core.figures import colors
+from attnviz.core.figures.figure import HeatmapSpec
+
+MIN_HATCH_CELL = 5.0  # device pixels; below this, masked cells are shaded, not hatched
+SHADE = np.uint32(0x6E3C3C3C)  # premultiplied ARGB: the hatch grey at 43 % over a cell
+
+
+def image_over(words: np.ndarray, fmt: QImage.Format) -> QImage:
+    """A QImage over the memory of a (rows, cols) uint32 array (not a copy: keep the
+    array alive, and the image shows changes made to it in place)."""
+    rows, cols = words.shape
+    return QImage(words.data, cols, rows, 4 * cols, fmt)
+
+
+class CellImage:
+    """The cells' colours, one pixel per cell: a QImage in Format_RGB32 over an array of
+    0xffRRGGBB words (the format Qt draws fastest)."""
+
+    def __init__(self) -> None:
+        self.pixels = np.zeros((0, 0), dtype=np.uint32)
+        self.image: QImage | None = None
+
+    def set_pixels(self, pixels: np.ndarray) -> None:
+        """Show these words (kept, not copied: changes made in place show)."""
+        if pixels is not self.pixels:
+            self.pixels = pixels
+            self.image = image_over(pixels, QImage.Format.Format_RGB32) if pixels.size else None
+
+
+Lines = tuple[np.ndarray, np.ndarray]  # rows, columns
+
+
+def _hatched(spec: HeatmapSpec, index: tuple[Any, ...]) -> np.ndarray:
+    """spec.hatched() at an index of rows or of columns only."""
+    hatched = ~np.isfinite(spec.values[index])
+    return hatched | spec.masked[index] if spec.masked is not None else hatched
+
+
+class CellMarks:
+    """Masked cells hatched over their colour (shaded where cells are too small for
+    hatching to show), and leaked weight outlined."""
+
+    def __init__(self) -> None:
+        self.hatched = np.zeros((0, 0), dtype=bool)
+        self.leaked: np.ndarray | None = None
+        self.hatch = QBrush(QColor(colors.MASKED_HATCH), Qt.BrushStyle.BDiagPattern)
+        self.leak_pen = QPen(QColor(colors.LEAK), 2.5)
+        self.leak_pen.setCosmetic(True)
+        self._masked: np.ndarray | None = None
+        self._shade_pixels = np.zeros((0, 0), dtype=np.uint32)
+        self.shade: QImage | None = None
+
+    def set_data(self, spec: HeatmapSpec, changed: Lines | None = None) -> None:
+        """Marks for spec; changed: the only rows and columns whose values moved, if known."""
+        self.leaked = spec.leaked
+        if (
+            changed is not None
+            and spec.masked is self._masked
+            and self.hatched.shape == spec.values.shape
+        ):
+            rows, cols = changed
+            for index in ((rows,), (slice(None), cols)):
+                hatched = _hatched(spec, index)
+                if (hatched != self.hatched[index]).any():
+                    self.hatched[index] = hatched
+                    if self.shade is None:
+                        self._new_shade()
+                    self._shade_pixels[index] = np.where(hatched, SHADE, np.uint32(0))
+            return
+        self._masked = spec.masked
+        hatched = spec.hatched()
+        if hatched.shape == self.hatched.shape and not (hatched != self.hatched).any():
+            return  # the same cells masked: the same shade
+        self.hatched, self.shade = hatched, None
+        if hatched.any():
+            self._new_shade()
+
+    def _new_shade(self) -> None:
+        self._shade_pixels = np.where(self.hatched, SHADE, np.uint32(0))
+        self.shade = image_over(self._shade_pixels, QImage.Format.Format_ARGB32_Premultiplied)
+
+    def paint(self, painter: QPainter, shown: tuple[int, int, int, int], cell: float) -> None:
+        """Paint rows r0:r1, columns c0:c1 (shown), in cell units; cell: a cell's smaller
+        side in device pixels."""
+        r0, r1, c0, c1 = shown
+        if cell < MIN_HATCH_CELL:
+            if self.shade is not None:
+                part = QRectF(c0, r0, c1 - c0, r1 - r0)
+                painter.drawImage(part, self.shade, part)
+            return
+        for i, row in enumerate(self.hatched[r0:r1, c0:c1]):  # one run of cells at a time
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
+            for start, stop in zip(edges[::2], edges[1::2], strict=True):
+                painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
+        if self.leaked is not None:
+            painter.setPen(self.leak_pen)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            inset = 2.0 / cell  # two pixels, in cells
+            size = 1 - 2 * inset
+            for i, j in np.argwhere(self.leaked[r0:r1, c0:c1]):
+                painter.drawRect(QRectF(c0 + j + inset, r0 + i + inset, size, size))
+
+
+class ColorBar:
+    """A vertical colour bar with low, middle and high ticks."""
+
+    WIDTH, TEXT = 12.0, 36.0
+    ROOM = WIDTH + TEXT + 14  # pixels it takes beside the cells
+
+    def __init__(self) -> None:
+        self.kind, self.levels = "diverging", (-1.0, 1.0)
+        self.ticks: list[tuple[float, str]] = [(0.0, "0")]
+        self.font = QFont()
+        self.font.setPixelSize(11)
+
+    def set_scale(
+        self, kind: str, levels: tuple[float, float], ticks: list[tuple[float, str]]
+    ) -> None:
+        self.kind, self.levels, self.ticks = kind, levels, ticks
+
+    def paint(self, painter: QPainter, left: float, top: float, height: float) -> None:
+        bar = QRectF(left + 10, top, self.WIDTH, height)
+        gradient = QLinearGradient(bar.bottomLeft(), bar.topLeft())
+        table = colors.stops(self.kind)
+        for k, (r, g, b) in enumerate(table):
+            gradient.setColorAt(k / (len(table) - 1), QColor(int(r), int(g), int(b)))
+        painter.fillRect(bar, QBrush(gradient))
+        painter.setPen(QPen(QColor("#666666")))
+        painter.drawRect(bar)
+        painter.setFont(self.font)
+        lo, hi = self.levels
+        for value, text in self.ticks:
+            y = bar.bottom() - (value - lo) / (hi - lo) * bar.height()
+            painter.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + 4, y))
+            painter.drawText(
+                QRectF(bar.right() + 6, y - 8, self.TEXT, 16), Qt.AlignmentFlag.AlignVCenter, text
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class RowBars:
+    """One column of per-row bars beside a heatmap: lengths value / limit, one colour per row."""
+
+    title: str
+    values: np.ndarray
+    limit: float
+    colors: tuple[str, ...]
+    texts: tuple[str, ...]
+
+
+class RowStrip:
+    """Bars beside a heatmap's rows (e.g. the weight each row leaks), aligned with its cells."""
+
+    COLUMN = 40.0
+
+    def __init__(self) -> None:
+        self.columns: list[RowBars] = []
+        self.font = QFont()
+        self.font.setPixelSize(11)
+
+    def width(self) -> float:
+        return self.COLUMN * len(self.columns) + (6 if self.columns else 0)
+
+    def paint(self, painter: QPainter, left: float, top: float, step: float, clip: QRectF) -> None:
+        """Row i spans top + i·step to top + (i+1)·step; clip: the cells' area, whose
+        height bounds the bars and whose top the titles sit above."""
+        if not self.columns:
+            return
+        rows = len(self.columns[0].values)
+        first = max(0, math.floor((clip.top() - top) / step))
+        last = min(rows, math.ceil((clip.bottom() - top) / step))
+        painter.save()
+        painter.setFont(self.font)
+        painter.setClipRect(QRectF(left, clip.top() - 18, self.width(), clip.height() + 18))
+        pad = min(2.0, step * 0.15)
+        for c, column in enumerate(self.columns):
+            x = left + 4 + c * self.COLUMN
+            width = self.COLUMN - 8
+            painter.setPen(QPen(QColor("#222222")))
+            painter.drawText(
+                QRectF(x, clip.top() - 17, width + 4, 15), Qt.AlignmentFlag.AlignLeft, column.title
+            )
+            painter.setPen(Qt.PenStyle.NoPen)
+            fractions = np.clip(np.abs(column.values) / (column.limit or 1.0), 0, 1)
+            for i in range(first, last):
+                y = top + i * step
+                painter.fillRect(QRectF(x, y + pad, width, step - 2 * pad), QColor("#eeeeee"))
+                bar = QColor(column.colors[i])
+                bar.setAlpha(150)  # light enough for black text on any bar
+                length = width * float(fractions[i])
+                painter.fillRect(QRectF(x, y + pad, length, step - 2 * pad), bar)
+            if step >= 13:
+                painter.setPen(QPen(QColor("#000000")))
+                for i in range(first, last):
+                    painter.drawText(
+                        QRectF(x + 2, top + i * step, width, step),
+                        Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                        column.texts[i],
+                    )
+        painter.restore()
+
+
+def labelled(count: int, low: float, high: float, pixels_per_cell: float, needed: float) -> range:
+    """The cells between low and high (cell units) whose labels are shown: every so many,
+    so that labels needing `needed` pixels never overlap."""
+    if not count or pixels_per_cell <= 0 or high <= low:
+        return range(0)
+    step = max(1, math.ceil(needed / pixels_per_cell))
+    first = max(0, math.floor(low)) // step * step
+    return range(first, min(count, math.ceil(high)), step)
+
+
+SAMPLED_ROWS = 16  # every so many rows compared first, for a matrix at least 4 × taller
+
+
+def changed_cells(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
+    """Where new differs from old, of the same shape (NaN never equals itself); None when
+    a sample of the rows shows nearly every cell changed (after a weight edit, say): not
+    worth comparing in full, everything is recoloured."""
+    if old is new:
+        return np.zeros(new.shape, dtype=bool)
+    if len(new) >= 4 * SAMPLED_ROWS:
+        sample = old[::SAMPLED_ROWS] != new[::SAMPLED_ROWS]
+        if 4 * np.count_nonzero(sample) > 3 * sample.size:
+            return None
+    return old != new  # type: ignore[no-any-return]
+
+
+def changed_lines(changed: np.ndarray) -> Lines | None:
+    """Rows and columns that hold every changed cell, covering few cells: the rows where
+    most cells changed, then the columns of the changes outside them, or the other way
+    round. None when that would be most of the matrix."""
+    height, width = changed.shape
+    counts = changed.view(np.uint8)
+    row_count = counts.sum(axis=1, dtype=np.int32)
+    if row_count.sum() > height * width // 2:
+        return None
+    col_count = counts.sum(axis=0, dtype=np.int32)
+    many_rows = np.flatnonzero(row_count > width // 2)
+    many_cols = np.flatnonzero(col_count > height // 2)
+    by_rows = (many_rows, np.flatnonzero(col_count > counts[many_rows].sum(axis=0)))
+    by_cols = (np.flatnonzero(row_count > counts[:, many_cols].sum(axis=1)), many_cols)
+    rows, cols = min(by_rows, by_cols, key=lambda rc: len(rc[0]) * width + len(rc[1]) * height)
+    if len(rows) * width + len(cols) * height > height * width * 3 // 4:
+        return None
+    return rows, cols
