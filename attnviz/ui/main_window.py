@@ -65,6 +65,7 @@ from attnviz.ui.view_state import ENGINES
 from attnviz.ui.workspace import Workspace
 
 DEFAULT_SIZE = QSize(1400, 860)
+BUSY_AFTER_MS = 300  # work shorter than this shows no "computing…"
 DOCK_ORDER = (
     "Inputs",
     "Weights",
@@ -170,7 +171,10 @@ class MainWindow(QMainWindow):
         self.doc.pathChanged.connect(self._update_title)
         self.doc.scenarioChanged.connect(self._sync_toolbar)
         self.view_state.headChanged.connect(self._sync_toolbar)
-        self.compute.busyChanged.connect(lambda b: self.busy.setText("computing…" if b else ""))
+        self._busy_timer = QTimer(self)
+        self._busy_timer.setSingleShot(True)
+        self._busy_timer.timeout.connect(lambda: self.busy.setText("computing…"))
+        self.compute.busyChanged.connect(self._busy_changed)
         self._closed = False
         self.autosaver = Autosave(self.doc, data_dir, self)
         self.autosaver.failed.connect(self.show_message)
@@ -588,6 +592,16 @@ class MainWindow(QMainWindow):
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 8000)
+
+    def _busy_changed(self, busy: bool) -> None:
+        """ "computing…" in the status bar only for work that lasts: not flashed (nor the
+        status bar laid out again) on every keystroke."""
+        if busy:
+            self._busy_timer.start(BUSY_AFTER_MS)
+        else:
+            self._busy_timer.stop()
+            if self.busy.text():
+                self.busy.setText("")
 
     def _update_title(self) -> None:
         name = files.printable(self.doc.name)

@@ -71,14 +71,14 @@ def test_the_wheel_zooms_about_the_pointer_and_no_further_out_than_the_matrix(vi
 
 def test_a_drag_pans_inside_the_matrix_and_a_double_click_shows_it_whole(view, qtbot):
     wheel(view, view.point_at(24, 32), 5)
-    (x0, x1), (y0, y1) = view.view_range()
+    (x0, _), (y0, _) = view.view_range()
     start = view.point_at(x0 + 2, y0 + 2).toPoint()
     cell = view.point_at(1, 1) - view.point_at(0, 0)
     QTest.mousePress(view, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, start)
     end = start + QPoint(round(3 * cell.x()), round(2 * cell.y()))  # three cells right, two down
     QTest.mouseMove(view, end)
     QTest.mouseRelease(view, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, end)
-    (a0, a1), (b0, b1) = view.view_range()
+    (a0, _), (b0, _) = view.view_range()
     assert a0 == pytest.approx(x0 - 3, abs=0.1) and b0 == pytest.approx(y0 - 2, abs=0.1)
     assert view.selected is None  # a drag is not a click
     for _ in range(3):  # dragged far: stops at the matrix's edge
