@@ -339,3 +339,21 @@ def test_masked_scores_set_to_zero_are_shaded_in_the_image():
     near(pixels[future], np.broadcast_to(zero, (future.sum(), 3)))
     scaled = result.matrix("scaled", 0)
     near(pixels[~future], colour_map(scaled, colors.DIVERGING, lo, hi)[~future])
+
+
+def test_screen_colours_are_the_colour_map_and_grey_for_anything_not_finite():
+    """colors.argb (the window's pixels) against the map interpolated here, for finite
+    values, values past the levels, huge ones, ±∞ and NaN (grey), in one matrix."""
+    rng = np.random.default_rng(8)
+    values = rng.uniform(-5.0, 5.0, (40, 30))
+    specials = [np.inf, -np.inf, np.nan, 1e308, -1e308, 7.0]
+    for k, v in enumerate(specials):
+        values[3 * k, k] = v
+    words = colors.argb(values, "diverging", (-4.0, 4.0))
+    got = np.stack([(words >> 16) & 255, (words >> 8) & 255, words & 255], axis=-1)
+    assert ((words >> 24) == 255).all()
+    finite = np.isfinite(values)
+    expected = colour_map(np.where(finite, values, 0), colors.DIVERGING, -4.0, 4.0)
+    near(got[finite], expected[finite])
+    assert (got[~finite] == hex_rgb(colors.MASKED_FILL)).all()
+    assert (~finite).sum() == 3

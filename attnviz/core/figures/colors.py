@@ -105,13 +105,15 @@ def _lut_index(values: np.ndarray, lims: tuple[float, float]) -> np.ndarray:
     between lims, the masked grey (the last row) for non-finite values."""
     lo, hi = lims
     t = _work("t", values.shape, np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         np.subtract(values, lo, out=t)
         t *= (LUT_SIZE - 1) / (hi - lo)
+        # One sum finds any ±∞ or NaN (and a sum that overflows only sends us the long way).
+        all_finite = math.isfinite(t.sum())
         np.clip(t, 0, LUT_SIZE - 1, out=t)
-    index = _work("index", values.shape, np.intp)
-    np.copyto(index, t, casting="unsafe")  # truncates, as astype does; NaN casts arbitrarily
-    if values.size and not (math.isfinite(values.min()) and math.isfinite(values.max())):
+        index = _work("index", values.shape, np.intp)
+        np.copyto(index, t, casting="unsafe")  # truncates, as astype does; NaN: set below
+    if not all_finite:
         hidden = _work("hidden", values.shape, np.bool_)
         np.logical_not(np.isfinite(values, out=hidden), out=hidden)
         np.copyto(index, LUT_SIZE, where=hidden)
