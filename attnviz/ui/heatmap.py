@@ -50,6 +50,7 @@ MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is p
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
 MARGIN = 4.0
 INK = QColor("#222222")
+SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
 
 
 class Overlay:
@@ -79,6 +80,7 @@ class HeatmapView(QWidget):
         self.marked_column: int | None = None
         self.block_lines: list[int] = []  # x of each line between column blocks
         self.square_cells = False  # set by panels that want them
+        self.framed = False  # an orange frame: the head shown elsewhere
         self.image, self.marks, self.strip = CellImage(), CellMarks(), RowStrip()
         self.bar = ColorBar() if colorbar else None  # none where a neighbour's shows the scale
         self.overlays: list[Overlay] = []
@@ -165,6 +167,11 @@ class HeatmapView(QWidget):
         cols = self.spec.values.shape[1] if self.spec is not None else 0
         self.block_lines = list(range(width, cols, width))
         self.update()
+
+    def set_framed(self, framed: bool) -> None:
+        if framed != self.framed:
+            self.framed = framed
+            self.update()
 
     def add_overlay(self, overlay: Overlay) -> None:
         overlay.view = self
@@ -304,6 +311,10 @@ class HeatmapView(QWidget):
             step = self.point_at(0, 1).y() - top.y()
             right = min(self._plot.right(), self.point_at(self.spec.values.shape[1], 0).x())
             self.strip.paint(painter, right, top.y(), step, self._plot)
+        if self.framed:
+            painter.setPen(QPen(QColor(SELECTED), 3))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(QRectF(self.rect()).adjusted(1.5, 1.5, -1.5, -1.5))
         painter.end()
         self.painted.emit(self.name)
 
@@ -324,13 +335,12 @@ class HeatmapView(QWidget):
         painter = QPainter(pixmap)
         if spec is not None:
             self._paint_words(painter, spec)
-        if self.bar is not None:
-            self.bar.paint(
-                painter,
-                self.width() - MARGIN - self.bar.ROOM,
-                self._plot.top(),
-                self._plot.height(),
-            )
+        if self.bar is not None:  # beside the cells (and their row bars), at most at the edge
+            cells_right = self._plot.right()
+            if spec is not None:
+                cells_right = min(cells_right, self.point_at(spec.values.shape[1], 0).x())
+            left = min(self.width() - MARGIN - self.bar.ROOM, cells_right + self.strip.width())
+            self.bar.paint(painter, left, self._plot.top(), self._plot.height())
         painter.end()
         self._backdrop, self._backdrop_key = pixmap, key
         return pixmap
@@ -441,7 +451,7 @@ class HeatmapView(QWidget):
             painter.setPen(pen(colors.PROBE, 3, Qt.PenStyle.DashLine))
             painter.drawRect(QRectF(self.marked_column, 0, 1, rows))
         if self.selected is not None:
-            painter.setPen(pen("#ff7f00", 3))
+            painter.setPen(pen(SELECTED, 3))
             painter.drawRect(QRectF(self.selected[1], self.selected[0], 1, 1))
 
     # Events ------------------------------------------------------------------------------

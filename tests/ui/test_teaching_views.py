@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import reference as ref
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFormLayout, QMessageBox, QPushButton
 
@@ -319,8 +320,10 @@ def test_heads_small_multiples_and_click_selects_head(window):
     assert window.view_state.selection == Selection("weights", 1, 2, 1)
     assert window.head_spin.value() == 2
     assert window.weights.tabs.currentIndex() == 1
-    assert "#ff7f00" in heads.views[1].styleSheet()
-    assert "#ff7f00" not in heads.views[0].styleSheet()
+    assert heads.views[1].framed and not heads.views[0].framed
+    frame = QColor("#ff7f00").rgb() & 0xFFFFFF
+    corners = [view.grab().toImage().pixel(1, 1) & 0xFFFFFF for view in heads.views[:2]]
+    assert corners == [0xFFFFFF, frame]  # the shown head's view is framed in orange
     pipeline = bring(window, "Pipeline")
     np.testing.assert_allclose(pipeline.views["weights"].spec.values, expected[1][1], atol=EXACT)
     np.testing.assert_allclose(pipeline.views["Q"].spec.values, ref.X @ ref.W_Q[1], atol=EXACT)
@@ -856,6 +859,7 @@ def test_experiments_kv_cache_steps_match_full_attention(window):
         assert diff < 1e-12
         bars = [item.opts["height"] for item in tab.plot.getPlotItem().items]
         assert len(bars) == 2
+        assert tab.plot.grab().toImage().pixel(3, 3) & 0xFFFFFF == 0xFFFFFF  # white, as all
         for h in range(2):
             np.testing.assert_allclose(bars[h], weights[h][t, : t + 1], atol=EXACT)
     assert not tab.step_button.isEnabled()

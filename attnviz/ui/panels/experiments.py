@@ -6,7 +6,6 @@ import math
 from html import escape
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import (
@@ -38,6 +37,7 @@ from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
 from attnviz.ui.document import Document
 from attnviz.ui.panels.common import int_spin
+from attnviz.ui.plotting import pg
 from attnviz.ui.workspace import Workspace
 
 D_KS = (2, 64, 512)

@@ -88,10 +88,7 @@ class HeadsPanel(ResultPanel):
         sel = self.view_state.selection
         for h, view in enumerate(self.views):
             view.select(sel.cell_in("weights", h) if sel else None)
-            selected = h == self.view_state.head
-            view.setStyleSheet(
-                "border: 3px solid #ff7f00;" if selected else "border: 3px solid transparent;"
-            )
+            view.set_framed(h == self.view_state.head)
 
     def _clicked(self, head: int, row: int, col: int) -> None:
         self.view_state.set_head(head)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -24,6 +23,7 @@ from attnviz.core.maths.engine import Result
 from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair, width
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel, int_spin
+from attnviz.ui.plotting import pg
 from attnviz.ui.workspace import Workspace
 
 OFF = (
