@@ -39,7 +39,7 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core.io.files import save_scenario
 from attnviz.core.maths.scenario import Scenario, with_kv_heads
 from attnviz.core.presets import make_preset
-from attnviz.ui.app import make_app
+from attnviz.ui.app import freeze_startup_objects, make_app
 from attnviz.ui.main_window import MainWindow
 
 KINDS = ("X", "W_Q", "W_K", "W_V", "W_O")
@@ -54,6 +54,7 @@ def run_case(app: QApplication, scenario: Scenario, target: str, edits: int) -> 
     window.show()
     for _ in range(10):
         app.processEvents()
+    freeze_startup_objects()  # as run() does once the window is up
     head = window.view_state.head
     if target == "X":
         model = window.inputs.model
