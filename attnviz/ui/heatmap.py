@@ -25,6 +25,7 @@ from PySide6.QtGui import (
     QPen,
     QPixmap,
     QResizeEvent,
+    QStaticText,
     QTransform,
     QWheelEvent,
 )
@@ -98,6 +99,7 @@ class HeatmapView(QWidget):
         self._label_height = 0.0  # the widest column label (thinning is by width)
         self._backdrop: QPixmap | None = None  # everything but the cells and the row bars
         self._backdrop_key: tuple[object, ...] = ()
+        self._texts: dict[tuple[str, int], QStaticText] = {}  # the values' laid-out words
         self._press: tuple[QPointF, QRectF] | None = None  # a left press: where, range then
         self._panned = False
         self.setMouseTracking(True)
@@ -305,12 +307,17 @@ class HeatmapView(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.drawPixmap(0, 0, self._backdrop_now())
+        right = self._plot.right()  # of the cells on screen
         if self.spec is not None and self.image.image is not None:
             self._paint_cells(painter)
             top = self.point_at(0, 0)
             step = self.point_at(0, 1).y() - top.y()
-            right = min(self._plot.right(), self.point_at(self.spec.values.shape[1], 0).x())
+            right = min(right, self.point_at(self.spec.values.shape[1], 0).x())
             self.strip.paint(painter, right, top.y(), step, self._plot)
+        if self.bar is not None:  # beside the cells (and their row bars), at most at the edge
+            left = min(self.width() - MARGIN - self.bar.ROOM, right + self.strip.width())
+            bar = self.bar.pixmap(self._plot.height(), self.devicePixelRatioF())
+            painter.drawPixmap(QPointF(left, self._plot.top() - self.bar.PAD), bar)
         if self.framed:
             painter.setPen(QPen(QColor(SELECTED), 3))
             painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -324,8 +331,7 @@ class HeatmapView(QWidget):
         spec = self.spec
         words = () if spec is None else (spec.caption, spec.row_labels, spec.col_labels)
         titles = () if spec is None else (spec.row_title, spec.col_title, self._titles)
-        bar = None if self.bar is None else (self.bar.kind, self.bar.levels)
-        key = (self.size(), self.devicePixelRatioF(), self._range, self._plot, words, titles, bar)
+        key = (self.size(), self.devicePixelRatioF(), self._range, self._plot, words, titles)
         if self._backdrop is not None and key == self._backdrop_key:
             return self._backdrop
         ratio = self.devicePixelRatioF()
@@ -335,12 +341,6 @@ class HeatmapView(QWidget):
         painter = QPainter(pixmap)
         if spec is not None:
             self._paint_words(painter, spec)
-        if self.bar is not None:  # beside the cells (and their row bars), at most at the edge
-            cells_right = self._plot.right()
-            if spec is not None:
-                cells_right = min(cells_right, self.point_at(spec.values.shape[1], 0).x())
-            left = min(self.width() - MARGIN - self.bar.ROOM, cells_right + self.strip.width())
-            self.bar.paint(painter, left, self._plot.top(), self._plot.height())
         painter.end()
         self._backdrop, self._backdrop_key = pixmap, key
         return pixmap
@@ -426,14 +426,30 @@ class HeatmapView(QWidget):
         painter.setFont(font)
         kind, levels = self.spec.kind, self.spec.levels
         dark = colors.dark_text(colors.rgb(block, kind, levels)) | ~np.isfinite(block)
+        values = block.tolist()  # Python numbers: the loop below runs per cell
         for use_dark, colour in ((True, "#000000"), (False, "#ffffff")):
             painter.setPen(QPen(QColor(colour)))
-            for i, j in np.argwhere(dark == use_dark):
-                rect = QRectF(ox + sx * (c0 + j), oy + sy * (r0 + i), sx, sy)
-                painter.drawText(
-                    rect, Qt.AlignmentFlag.AlignCenter, colors.cell_text(float(block[i, j]))
-                )
+            for i, j in np.argwhere(dark == use_dark).tolist():
+                text = self._static_text(colors.cell_text(values[i][j]), font)
+                size = text.size()
+                x = ox + sx * (c0 + j) + (sx - size.width()) / 2
+                y = oy + sy * (r0 + i) + (sy - size.height()) / 2
+                painter.drawStaticText(QPointF(x, y), text)
         painter.restore()
+
+    def _static_text(self, words: str, font: QFont) -> QStaticText:
+        """words laid out once in font, for as long as they are printed (a cell's number
+        drawn from its layout: half the time of drawText)."""
+        key = (words, font.pixelSize())
+        text = self._texts.get(key)
+        if text is None:
+            if len(self._texts) > 4096:
+                self._texts.clear()
+            text = QStaticText(words)
+            text.setTextFormat(Qt.TextFormat.PlainText)
+            text.prepare(QTransform(), font)
+            self._texts[key] = text
+        return text
 
     def _paint_lines(self, painter: QPainter, rows: int, cols: int) -> None:
         """Lines between column blocks, the probe's column (dashed), the selected cell."""

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QImage, QLinearGradient, QPainter, QPen
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFont,
+    QImage,
+    QLinearGradient,
+    QPainter,
+    QPen,
+    QPixmap,
+)
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
@@ -105,10 +115,14 @@ class CellMarks:
                 part = QRectF(c0, r0, c1 - c0, r1 - r0)
                 painter.drawImage(part, self.shade, part)
             return
-        for i, row in enumerate(self.hatched[r0:r1, c0:c1]):  # one run of cells at a time
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], row.view(np.int8), [0]))))
-            for start, stop in zip(edges[::2], edges[1::2], strict=True):
-                painter.fillRect(QRectF(c0 + start, r0 + i, stop - start, 1), self.hatch)
+        # One run of cells at a time (few cells are this large: plain Python is quickest).
+        for i, row in enumerate(self.hatched[r0:r1, c0:c1].tolist(), start=r0):
+            j = c0
+            for on, run in groupby(row):
+                width = sum(1 for _ in run)
+                if on:
+                    painter.fillRect(QRectF(j, i, width, 1), self.hatch)
+                j += width
         if self.leaked is not None:
             painter.setPen(self.leak_pen)
             painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -123,12 +137,30 @@ class ColorBar:
 
     WIDTH, TEXT = 12.0, 36.0
     ROOM = WIDTH + TEXT + 14  # pixels it takes beside the cells
+    PAD = 8.0  # pixels the end ticks' labels stand out above and below the bar
 
     def __init__(self) -> None:
         self.kind, self.levels = "diverging", (-1.0, 1.0)
         self.ticks: list[tuple[float, str]] = [(0.0, "0")]
         self.font = QFont()
         self.font.setPixelSize(11)
+        self._pixmap = QPixmap()
+        self._key: tuple[object, ...] = ()
+
+    def pixmap(self, height: float, ratio: float) -> QPixmap:
+        """The bar and its ticks, ROOM wide and height + 2 PAD high, on a clear ground:
+        drawn again only when the scale or the height changes, not on every edit."""
+        key = (self.kind, self.levels, tuple(self.ticks), height, ratio)
+        if key != self._key:
+            size = QSize(math.ceil(self.ROOM * ratio), math.ceil((height + 2 * self.PAD) * ratio))
+            self._pixmap = QPixmap(size)
+            self._pixmap.setDevicePixelRatio(ratio)
+            self._pixmap.fill(Qt.GlobalColor.transparent)
+            painter = QPainter(self._pixmap)
+            self.paint(painter, 0.0, self.PAD, height)
+            painter.end()
+            self._key = key
+        return self._pixmap
 
     def set_scale(
         self, kind: str, levels: tuple[float, float], ticks: list[tuple[float, str]]
