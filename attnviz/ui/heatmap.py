@@ -49,6 +49,7 @@ __all__ = ["HeatmapView", "Overlay", "RowBars", "changed_cells", "image_over"]
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
+WHOLE_UP_TO = 1024  # cells: a matrix this small is recoloured whole, quicker than in part
 MARGIN = 4.0
 INK = QColor("#222222")
 SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
@@ -126,7 +127,9 @@ class HeatmapView(QWidget):
         # rows and columns whose values changed.
         pixels = np.empty(spec.values.shape, np.uint32) if reshaped else self.image.pixels
         same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
-        lines = changed_lines(changed) if changed is not None and same_scale else None
+        lines = None
+        if changed is not None and same_scale and spec.values.size > WHOLE_UP_TO:
+            lines = changed_lines(changed)
         if lines is None:
             colors.argb(spec.values, spec.kind, spec.levels, out=pixels)
         else:
