@@ -38,7 +38,7 @@ class FirstPaint(QObject):
         return False
 
 watcher = FirstPaint()
-window.pipeline.views["weights"].viewport().installEventFilter(watcher)
+window.pipeline.views["weights"].installEventFilter(watcher)
 window.show()
 app.exec()
 """
