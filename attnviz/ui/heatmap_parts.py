@@ -250,13 +250,15 @@ class RowStrip:
 
 
 def labelled(count: int, low: float, high: float, pixels_per_cell: float, needed: float) -> range:
-    """The cells between low and high (cell units) whose labels are shown: every so many,
-    so that labels needing `needed` pixels never overlap."""
+    """The cells whose labels are shown when low to high (cell units) is on screen: every
+    so many (the same ones wherever the view is panned), so that labels needing `needed`
+    pixels never overlap, and only cells whose middle is on screen."""
     if not count or pixels_per_cell <= 0 or high <= low:
         return range(0)
     step = max(1, math.ceil(needed / pixels_per_cell))
-    first = max(0, math.floor(low)) // step * step
-    return range(first, min(count, math.ceil(high)), step)
+    first = max(0, math.ceil(low - 0.5))
+    first = -(-first // step) * step  # the next multiple of step
+    return range(first, min(count, math.floor(high - 0.5) + 1), step)
 
 
 SAMPLED_ROWS = 16  # every so many rows compared first, for a matrix at least 4 × taller

@@ -105,8 +105,14 @@ def test_labels_thin_out_never_overlap_and_fill_in_when_zoomed(view):
     widest = max(metrics.horizontalAdvance(f"col{j}") for j in range(48))
     assert cols.step * cell.x() >= widest  # side by side without touching
     assert rows.step * cell.y() >= metrics.height()
-    wheel(view, view.point_at(24, 32), 8)
-    assert len(view.labelled()[1]) > 0 and view.labelled()[1].step < cols.step
+    wheel(view, view.point_at(24.3, 32.7), 8)
+    rows, zoomed = view.labelled()
+    assert len(zoomed) > 0 and zoomed.step < cols.step
+    (x0, x1), (y0, y1) = view.view_range()
+    assert x0 > 0 and y0 > 0  # zoomed into the middle: cells cut at every edge
+    # Only labels of cells whose middle is on screen (none above or beside the cells).
+    assert all(x0 <= j + 0.5 <= x1 for j in zoomed) and all(y0 <= i + 0.5 <= y1 for i in rows)
+    assert zoomed.start % zoomed.step == 0  # the same labels wherever the view is panned
 
 
 def test_square_cells_stay_square_through_resizes(view, qtbot):
