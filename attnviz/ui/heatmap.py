@@ -291,6 +291,21 @@ class HeatmapView(QWidget):
             labelled(cols, x0, x1, self._plot.width() / (x1 - x0), self._label_height + 6),
         )
 
+    def printed_cells(self) -> tuple[int, int, int, int] | None:
+        """Rows r0:r1 and columns c0:c1 whose values are printed: the cells wholly on
+        screen (a cut one would show "1.86" as ".86"), when they are large enough to read;
+        else None."""
+        if self.spec is None:
+            return None
+        to_pixels = self._transform()
+        if to_pixels.m11() < MIN_TEXT_CELL[0] or to_pixels.m22() < MIN_TEXT_CELL[1]:
+            return None
+        rows, cols = self.spec.values.shape
+        (x0, x1), (y0, y1) = self.view_range()
+        r0, c0 = max(0, math.ceil(y0 - 1e-6)), max(0, math.ceil(x0 - 1e-6))
+        r1, c1 = min(rows, math.floor(y1 + 1e-6)), min(cols, math.floor(x1 + 1e-6))
+        return (r0, r1, c0, c1) if r0 < r1 and c0 < c1 else None
+
     def _inside(self, row: int, col: int) -> bool:
         return (
             self.spec is not None
@@ -407,8 +422,9 @@ class HeatmapView(QWidget):
         painter.drawImage(part, self.image.image, part)
         cell_w, cell_h = to_pixels.m11(), to_pixels.m22()
         self.marks.paint(painter, (r0, r1, c0, c1), min(cell_w, cell_h))
-        if cell_w >= MIN_TEXT_CELL[0] and cell_h >= MIN_TEXT_CELL[1]:
-            self._paint_values(painter, (r0, r1, c0, c1), to_pixels)
+        printed = self.printed_cells()
+        if printed is not None:
+            self._paint_values(painter, printed, to_pixels)
         self._paint_lines(painter, rows, cols)
         for overlay in self.overlays:
             overlay.paint(painter)

@@ -136,3 +136,18 @@ def test_a_click_selects_the_cell_under_the_pointer(view, qtbot):
             view.point_at(7.5, 40.5).toPoint(),
         )
     assert clicked.args == ["test", 40, 7] and view.selected == (40, 7)
+
+
+def test_values_are_printed_in_whole_cells_only(view, qtbot):
+    """Zoomed so that cells are cut at every edge, only the cells wholly on screen print
+    their values (a cut "1.86" would read ".86"); too small to read, none do."""
+    view.set_spec(spec_of(10, 10))
+    assert view.printed_cells() is None or view.printed_cells() == (0, 10, 0, 10)
+    wheel(view, view.point_at(5.3, 4.6), 3)
+    (x0, x1), (y0, y1) = view.view_range()
+    assert x0 % 1 and y0 % 1  # cut cells at the edges
+    rows = [i for i in range(10) if y0 <= i and i + 1 <= y1]
+    cols = [j for j in range(10) if x0 <= j and j + 1 <= x1]
+    assert view.printed_cells() == (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1)
+    view.set_spec(spec_of(300, 300))  # cells of about a pixel: no values
+    assert view.printed_cells() is None
