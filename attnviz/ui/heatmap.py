@@ -34,15 +34,18 @@ from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, tick_label
 from attnviz.ui.heatmap_parts import (
+    MIN_HATCH_CELL,
     CellImage,
     CellMarks,
     ColorBar,
     RowBars,
     RowStrip,
+    Samples,
     changed_cells,
     changed_lines,
     image_over,
     labelled,
+    samples,
 )
 
 __all__ = ["HeatmapView", "Overlay", "RowBars", "changed_cells", "image_over"]
@@ -101,6 +104,8 @@ class HeatmapView(QWidget):
         self._backdrop: QPixmap | None = None  # everything but the cells and the row bars
         self._backdrop_key: tuple[object, ...] = ()
         self._texts: dict[tuple[str, int], QStaticText] = {}  # the values' laid-out words
+        self._sampled: tuple[Samples | None, Samples | None] = (None, None)
+        self._sampled_for: tuple[object, ...] = ()
         self._press: tuple[QPointF, QRectF] | None = None  # a left press: where, range then
         self._panned = False
         self.setMouseTracking(True)
@@ -122,20 +127,6 @@ class HeatmapView(QWidget):
                 self.spec = spec
                 return False
         self.spec = spec
-        # Coloured here with the exported figures' map: masked cells come out grey. The
-        # pixels go into the image's own array; when the colour scale stayed, only the
-        # rows and columns whose values changed.
-        pixels = np.empty(spec.values.shape, np.uint32) if reshaped else self.image.pixels
-        same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
-        lines = None
-        if changed is not None and same_scale and spec.values.size > WHOLE_UP_TO:
-            lines = changed_lines(changed)
-        if lines is None:
-            colors.argb(spec.values, spec.kind, spec.levels, out=pixels)
-        else:
-            _recolour(spec, pixels, *lines)
-        self.image.set_pixels(pixels)
-        self.marks.set_data(spec, lines)
         if self.bar is not None and (self.bar.kind, self.bar.levels) != (spec.kind, spec.levels):
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]
             self.bar.set_scale(spec.kind, spec.levels, ticks)
@@ -153,6 +144,14 @@ class HeatmapView(QWidget):
                 self.select(None)
         else:
             self._relayout()
+        # Coloured here with the exported figures' map: masked cells come out grey. When
+        # the colour scale stayed, only the rows and columns whose values changed.
+        same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
+        lines = None
+        if changed is not None and same_scale and spec.values.size > WHOLE_UP_TO:
+            lines = changed_lines(changed)
+        self.image.colour(spec, *self._samples(), lines)
+        self.marks.set_data(spec, lines)
         self.update()
         return True
 
@@ -261,6 +260,26 @@ class HeatmapView(QWidget):
         self._place()
         if self._square() and self._plot != before:
             self.fit()
+
+    def _samples(self) -> tuple[Samples | None, Samples | None]:
+        """Along the rows and the columns, the cells the image holds for the view as it is
+        now (None: every cell, while cells are a device pixel or more)."""
+        if self.spec is None:
+            return None, None
+        rows, cols = self.spec.values.shape
+        t, plot, ratio = self._transform(), self._plot, self.devicePixelRatioF()
+        key = (rows, cols, t.m11(), t.m22(), t.dx(), t.dy(), plot.getRect(), ratio)
+        if key != self._sampled_for:  # the same until the view moves: not on every edit
+            self._sampled_for = key
+            self._sampled = (
+                samples(
+                    rows, t.dy() * ratio, t.m22() * ratio, plot.top() * ratio, plot.bottom() * ratio
+                ),
+                samples(
+                    cols, t.dx() * ratio, t.m11() * ratio, plot.left() * ratio, plot.right() * ratio
+                ),
+            )
+        return self._sampled
 
     def _transform(self) -> QTransform:
         """Cell units to widget pixels."""
@@ -417,9 +436,8 @@ class HeatmapView(QWidget):
         c0, c1 = max(0, int(shown.left())), min(cols, math.ceil(shown.right()))
         painter.save()
         painter.setClipRect(self._plot)
+        self._paint_image(painter, to_pixels, (r0, r1, c0, c1))
         painter.setTransform(to_pixels)
-        part = QRectF(c0, r0, c1 - c0, r1 - r0)
-        painter.drawImage(part, self.image.image, part)
         cell_w, cell_h = to_pixels.m11(), to_pixels.m22()
         self.marks.paint(painter, (r0, r1, c0, c1), min(cell_w, cell_h))
         printed = self.printed_cells()
@@ -429,6 +447,39 @@ class HeatmapView(QWidget):
         for overlay in self.overlays:
             overlay.paint(painter)
         painter.restore()
+
+    def _paint_image(
+        self, painter: QPainter, to_pixels: QTransform, shown: tuple[int, int, int, int]
+    ) -> None:
+        """The cells' colours and, where cells are too small to hatch, the masked cells'
+        shade: pixel for pixel along an axis the image samples, scaled along the others."""
+        assert self.spec is not None
+        along_rows, along_cols = self._samples()
+        if self.image.key != self.image.key_of(self.spec, along_rows, along_cols):
+            self.image.colour(self.spec, along_rows, along_cols)  # resized, zoomed or panned
+        ratio = self.devicePixelRatioF()
+
+        def span(
+            sampled: Samples | None, first: int, last: int, origin: float, cell: float
+        ) -> tuple[float, float, float, float]:
+            """Image pixels from, to; widget pixels from, to."""
+            if sampled is None:
+                return first, last, origin + first * cell, origin + last * cell
+            return 0, len(sampled.cells), sampled.first / ratio, sampled.last / ratio
+
+        r0, r1, c0, c1 = shown
+        y0, y1, top, bottom = span(along_rows, r0, r1, to_pixels.dy(), to_pixels.m22())
+        x0, x1, left, right = span(along_cols, c0, c1, to_pixels.dx(), to_pixels.m11())
+        source, target = (
+            QRectF(x0, y0, x1 - x0, y1 - y0),
+            QRectF(left, top, right - left, bottom - top),
+        )
+        assert self.image.image is not None
+        painter.drawImage(target, self.image.image, source)
+        if min(to_pixels.m11(), to_pixels.m22()) < MIN_HATCH_CELL:  # as marks.paint
+            shade = self.marks.shade_of(self.image)
+            if shade is not None:
+                painter.drawImage(target, shade, source)
 
     def _paint_values(
         self, painter: QPainter, shown: tuple[int, int, int, int], to_pixels: QTransform
@@ -566,15 +617,3 @@ class HeatmapView(QWidget):
 
     def leaveEvent(self, event: object) -> None:
         QToolTip.hideText()
-
-
-def _recolour(spec: HeatmapSpec, pixels: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
-    """Recolour these rows and columns of pixels from spec."""
-    values, kind, levels = spec.values, spec.kind, spec.levels
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):  # one run: no copies
-        span = slice(rows[0], rows[-1] + 1)
-        colors.argb(values[span], kind, levels, out=pixels[span])
-    elif len(rows):
-        pixels[rows] = colors.argb(values[rows], kind, levels)
-    if len(cols):
-        pixels[:, cols] = colors.argb(values[:, cols], kind, levels)

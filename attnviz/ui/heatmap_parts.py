@@ -39,19 +39,100 @@ def image_over(words: np.ndarray, fmt: QImage.Format) -> QImage:
     return QImage(words.data, cols, rows, 4 * cols, fmt)
 
 
+@dataclass(frozen=True, eq=False)
+class Samples:
+    """Along one axis, where cells are smaller than pixels: the device pixels first..last
+    (exclusive) that show cells, and for each the cell under its middle."""
+
+    cells: np.ndarray
+    first: int
+    last: int
+    key: tuple[float, ...]  # what they were found from
+
+
+def samples(count: int, origin: float, cell: float, low: float, high: float) -> Samples | None:
+    """The samples of one axis of count cells, cell device pixels each, cell 0 starting at
+    origin, the screen showing low..high (device pixels); None while a cell is a pixel or
+    more (the image then holds every cell)."""
+    if cell >= 1.0:
+        return None
+    a, b = max(low, origin), min(high, origin + count * cell)
+    first, last = math.ceil(a - 0.5), math.ceil(b - 0.5)  # pixels whose middle shows cells
+    middles = np.arange(first, max(first, last)) + 0.5
+    cells = np.clip(np.floor((middles - origin) / cell).astype(np.intp), 0, count - 1)
+    return Samples(cells, first, max(first, last), (count, origin, cell, low, high))
+
+
+def _taken(values: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None) -> np.ndarray:
+    """values at these rows and columns (None: all of them)."""
+    if rows is not None and cols is not None:
+        return values[np.ix_(rows, cols)]  # type: ignore[no-any-return]
+    if rows is not None:
+        return values[rows]  # type: ignore[no-any-return]
+    return values if cols is None else values[:, cols]
+
+
+def _at(sampled: np.ndarray | None, lines: np.ndarray) -> np.ndarray:
+    """Where the given rows (or columns) of the matrix are in the image."""
+    return lines if sampled is None else np.flatnonzero(np.isin(sampled, lines))
+
+
 class CellImage:
-    """The cells' colours, one pixel per cell: a QImage in Format_RGB32 over an array of
-    0xffRRGGBB words (the format Qt draws fastest)."""
+    """The cells' colours as a QImage in Format_RGB32 over an array of 0xffRRGGBB words
+    (the format Qt draws fastest): one pixel per cell, or, along an axis where cells are
+    smaller than pixels, one per device pixel (the cell under its middle): a 2048-token
+    matrix in a 300-pixel view is coloured at 300, not 2048."""
 
     def __init__(self) -> None:
         self.pixels = np.zeros((0, 0), dtype=np.uint32)
         self.image: QImage | None = None
+        self.rows: np.ndarray | None = None  # the cells the pixels hold (None: every one)
+        self.cols: np.ndarray | None = None
+        self.key: tuple[object, ...] = ()  # the sampling they were coloured for
 
-    def set_pixels(self, pixels: np.ndarray) -> None:
-        """Show these words (kept, not copied: changes made in place show)."""
-        if pixels is not self.pixels:
-            self.pixels = pixels
-            self.image = image_over(pixels, QImage.Format.Format_RGB32) if pixels.size else None
+    @staticmethod
+    def key_of(spec: HeatmapSpec, rows: Samples | None, cols: Samples | None) -> tuple[object, ...]:
+        """What the image holds: the matrix's shape and the samples along each axis."""
+        return (spec.values.shape, *(() if a is None else a.key for a in (rows, cols)))
+
+    def colour(
+        self,
+        spec: HeatmapSpec,
+        rows: Samples | None,
+        cols: Samples | None,
+        changed: Lines | None = None,
+    ) -> None:
+        """Colour the image of spec for this sampling: only the changed rows and columns
+        of the matrix, when given and the image holds the same cells; all of it else."""
+        r = None if rows is None else rows.cells
+        c = None if cols is None else cols.cells
+        key = self.key_of(spec, rows, cols)
+        values, kind, levels = spec.values, spec.kind, spec.levels
+        if changed is not None and key == self.key:
+            at_rows, at_cols = _at(r, changed[0]), _at(c, changed[1])
+            if (
+                r is None
+                and c is None
+                and len(at_rows)
+                and at_rows[-1] - at_rows[0] + 1 == len(at_rows)
+            ):  # one run of whole rows: coloured in place, no copies
+                span = slice(at_rows[0], at_rows[-1] + 1)
+                colors.argb(values[span], kind, levels, out=self.pixels[span])
+            elif len(at_rows):
+                src = at_rows if r is None else r[at_rows]
+                self.pixels[at_rows] = colors.argb(_taken(values, src, c), kind, levels)
+            if len(at_cols):
+                src = at_cols if c is None else c[at_cols]
+                self.pixels[:, at_cols] = colors.argb(_taken(values, r, src), kind, levels)
+            return
+        shape = (values.shape[0] if r is None else len(r), values.shape[1] if c is None else len(c))
+        if self.pixels.shape != shape:
+            self.pixels = np.empty(shape, dtype=np.uint32)
+            self.image = (
+                image_over(self.pixels, QImage.Format.Format_RGB32) if self.pixels.size else None
+            )
+        colors.argb(_taken(values, r, c), kind, levels, out=self.pixels)
+        self.rows, self.cols, self.key = r, c, key
 
 
 Lines = tuple[np.ndarray, np.ndarray]  # rows, columns
@@ -76,6 +157,10 @@ class CellMarks:
         self._masked: np.ndarray | None = None
         self._shade_pixels = np.zeros((0, 0), dtype=np.uint32)
         self.shade: QImage | None = None
+        self._version = 0  # counts changes to the shade
+        self._sampled = np.zeros((0, 0), dtype=np.uint32)
+        self._sampled_shade: QImage | None = None
+        self._sampled_key: tuple[object, ...] = ()
 
     def set_data(self, spec: HeatmapSpec, changed: Lines | None = None) -> None:
         """Marks for spec; changed: the only rows and columns whose values moved, if known."""
@@ -93,6 +178,7 @@ class CellMarks:
                     if self.shade is None:
                         self._new_shade()
                     self._shade_pixels[index] = np.where(hatched, SHADE, np.uint32(0))
+                    self._version += 1
             return
         self._masked = spec.masked
         hatched = spec.hatched()
@@ -103,17 +189,28 @@ class CellMarks:
             self._new_shade()
 
     def _new_shade(self) -> None:
+        self._version += 1
         self._shade_pixels = np.where(self.hatched, SHADE, np.uint32(0))
         self.shade = image_over(self._shade_pixels, QImage.Format.Format_ARGB32_Premultiplied)
 
+    def shade_of(self, image: CellImage) -> QImage | None:
+        """The shade of the cells the image holds, pixel for pixel (None: nothing masked)."""
+        if self.shade is None or (image.rows is None and image.cols is None):
+            return self.shade
+        key = (id(self._shade_pixels), self._version, image.key)
+        if key != self._sampled_key:
+            self._sampled = _taken(self._shade_pixels, image.rows, image.cols).copy()
+            self._sampled_shade = image_over(
+                self._sampled, QImage.Format.Format_ARGB32_Premultiplied
+            )
+            self._sampled_key = key
+        return self._sampled_shade
+
     def paint(self, painter: QPainter, shown: tuple[int, int, int, int], cell: float) -> None:
-        """Paint rows r0:r1, columns c0:c1 (shown), in cell units; cell: a cell's smaller
-        side in device pixels."""
+        """Hatching and leak outlines of rows r0:r1, columns c0:c1 (shown), in cell units,
+        once a cell's smaller side (cell, device pixels) is large enough for them."""
         r0, r1, c0, c1 = shown
         if cell < MIN_HATCH_CELL:
-            if self.shade is not None:
-                part = QRectF(c0, r0, c1 - c0, r1 - r0)
-                painter.drawImage(part, self.shade, part)
             return
         # One run of cells at a time (few cells are this large: plain Python is quickest).
         for i, row in enumerate(self.hatched[r0:r1, c0:c1].tolist(), start=r0):

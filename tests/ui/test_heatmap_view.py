@@ -3,6 +3,9 @@ labels that thin out without overlapping, square cells, and a click on a cell.""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
@@ -151,3 +154,67 @@ def test_values_are_printed_in_whole_cells_only(view, qtbot):
     assert view.printed_cells() == (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1)
     view.set_spec(spec_of(300, 300))  # cells of about a pixel: no values
     assert view.printed_cells() is None
+
+
+def test_samples_are_the_cells_under_the_middles_of_the_pixels():
+    from attnviz.ui.heatmap_parts import samples
+
+    assert samples(10, 0.0, 1.0, 0.0, 100.0) is None  # a pixel a cell or more: every cell
+    s = samples(1000, 12.3, 0.37, 20.0, 300.0)  # cells from pixel 12.3 on, 0.37 px each
+    assert s is not None
+    for p in range(int(s.first) - 3, int(s.last) + 3):
+        middle = p + 0.5
+        on_screen = 20.0 <= middle < 300.0 and 12.3 <= middle < 12.3 + 1000 * 0.37
+        assert (s.first <= p < s.last) == on_screen, p
+        if on_screen:
+            assert s.cells[p - s.first] == math.floor((middle - 12.3) / 0.37)
+
+
+def test_a_matrix_larger_than_its_view_is_coloured_pixel_for_pixel(view, qtbot):
+    """512 × 512 cells in a view a few hundred pixels across: the image holds one cell per
+    screen pixel, and every pixel on screen is the colour of the cell under its middle,
+    after the view is drawn, after an edit of one row and column, and after a zoom."""
+    from attnviz.core.figures import colors
+
+    rng = np.random.default_rng(2)
+    spec = spec_of(512, 512)
+    values = rng.uniform(0, 1, (512, 512))
+    view.set_spec(replace(spec, values=values))
+
+    def under(p: int, origin: float, step: float) -> range:
+        """The cells a screen pixel may show along one axis: the one under its middle
+        where cells are smaller than pixels (sampled), else any the pixel overlaps (Qt
+        scales the image, rounding its own way)."""
+        if step < 1:
+            middle = math.floor((p + 0.5 - origin) / step)
+            return range(middle, middle + 1)
+        return range(math.floor((p - origin) / step), math.floor((p + 1 - origin) / step) + 1)
+
+    def check() -> None:
+        view.repaint()
+        image = view.grab().toImage()
+        origin, step = view.point_at(0, 0), view.point_at(1, 1) - view.point_at(0, 0)
+        want = colors.argb(view.spec.values, "sequential", (0.0, 1.0)) & 0xFFFFFF
+        plot = view._plot
+        for py in range(math.ceil(plot.top()), math.floor(plot.bottom()), 7):
+            for px in range(math.ceil(plot.left()), math.floor(plot.right()), 5):
+                rows = [r for r in under(py, origin.y(), step.y()) if 0 <= r < 512]
+                cols = [c for c in under(px, origin.x(), step.x()) if 0 <= c < 512]
+                if rows and cols:
+                    got = image.pixel(px, py) & 0xFFFFFF
+                    assert got in want[np.ix_(rows, cols)], (px, py, rows, cols)
+
+    assert view.image.rows is not None and view.image.cols is not None
+    assert view.image.pixels.size < 512 * 512 // 2
+    check()
+    edited = values.copy()
+    edited[100] = rng.uniform(0, 1, 512)
+    edited[:, 300] = rng.uniform(0, 1, 512)
+    view.set_spec(replace(spec, values=edited))
+    check()
+    wheel(view, view.point_at(200.3, 150.6), 1)  # still smaller than pixels
+    assert view.point_at(1, 1).y() - view.point_at(0, 0).y() < 1
+    check()
+    wheel(view, view.point_at(200.3, 150.6), 3)  # now larger: every cell, scaled by Qt
+    check()
+    assert view.image.rows is None and view.image.cols is None  # resampled when painted

@@ -28,9 +28,11 @@ def by_hand_scores(s, h: int) -> np.ndarray:
 def assert_drawn_as_a_whole(view, where: str) -> None:
     """The view's pixels and masked marks are what drawing its matrix afresh gives: the
     colour map of every value, the cells that are masked or not finite, and their shade."""
-    spec = view.spec
-    whole = colors.argb(spec.values, spec.kind, spec.levels)
-    np.testing.assert_array_equal(view.image.pixels, whole, err_msg=where)
+    spec, image = view.spec, view.image
+    rows = np.arange(spec.values.shape[0]) if image.rows is None else image.rows
+    cols = np.arange(spec.values.shape[1]) if image.cols is None else image.cols
+    whole = colors.argb(spec.values[np.ix_(rows, cols)], spec.kind, spec.levels)
+    np.testing.assert_array_equal(image.pixels, whole, err_msg=where)
     hatched = ~np.isfinite(spec.values)
     if spec.masked is not None:
         hatched |= spec.masked
