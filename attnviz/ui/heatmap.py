@@ -345,7 +345,7 @@ class HeatmapView(QWidget):
         painter = QPainter(self)
         painter.drawPixmap(0, 0, self._backdrop_now())
         right = self._plot.right()  # of the cells on screen
-        if self.spec is not None and self.image.image is not None:
+        if self.spec is not None:
             self._paint_cells(painter)
             top = self.point_at(0, 0)
             step = self.point_at(0, 1).y() - top.y()
@@ -426,7 +426,7 @@ class HeatmapView(QWidget):
 
     def _paint_cells(self, painter: QPainter) -> None:
         """The cells on screen, their marks and values, and what lies over them."""
-        assert self.spec is not None and self.image.image is not None
+        assert self.spec is not None
         rows, cols = self.spec.values.shape
         to_pixels = self._transform()
         shown = to_pixels.inverted()[0].mapRect(self._plot).intersected(QRectF(0, 0, cols, rows))
@@ -474,7 +474,8 @@ class HeatmapView(QWidget):
             QRectF(x0, y0, x1 - x0, y1 - y0),
             QRectF(left, top, right - left, bottom - top),
         )
-        assert self.image.image is not None
+        if self.image.image is None:  # no whole pixel shows a cell
+            return
         painter.drawImage(target, self.image.image, source)
         if min(to_pixels.m11(), to_pixels.m22()) < MIN_HATCH_CELL:  # as marks.paint
             shade = self.marks.shade_of(self.image)
