@@ -13,6 +13,7 @@ rendering this same SVG, so both formats show the same picture.
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import struct
 import xml.etree.ElementTree as ET
@@ -123,6 +124,12 @@ def mask_marks(
     return masked, leaked if leaked is not None and leaked.any() else None
 
 
+@functools.lru_cache(maxsize=16)
+def feature_labels(count: int) -> tuple[str, ...]:
+    """Column labels 1, 2, …, count (made once per width, not on every edit)."""
+    return tuple(str(j + 1) for j in range(count))
+
+
 def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     """The heatmap of one intermediate; head is 0-based for per-head views."""
     if view not in VIEWS:
@@ -133,7 +140,7 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     if view in SQUARE_VIEWS:
         cols, row_title, col_title = tuple(result.keys), "query", "key"
     else:
-        cols = tuple(str(j + 1) for j in range(values.shape[1]))
+        cols = feature_labels(values.shape[1])
         row_title, col_title = ("key" if view in KEY_VIEWS else "token"), "feature"
     title = _title(result, view)
     caption = CAPTIONS.get(view, title)
