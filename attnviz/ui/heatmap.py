@@ -1,12 +1,12 @@
 """A labelled matrix heatmap: cell image, colour bar, token labels, values, hover, click.
 
 One plain widget paints it all (a QGraphicsScene per view cost five times as much a
-paint): the cells as an image, one pixel per cell, coloured by the core's colour map
-with explicit levels (the exported figures' colours; masked cells grey); the hatching
-of masked (−∞) cells and each value, for the cells on screen; the token labels, thinned
-so that they never overlap; a colour bar and bars beside the rows. An edit recolours
-the rows and columns it changed. The wheel zooms, a drag pans, a double click shows the
-whole matrix again.
+paint): the cells as an image, one pixel per cell (or per screen pixel where cells are
+smaller), coloured by the core's colour map with explicit levels (the exported figures'
+colours; masked cells grey); the hatching of masked (−∞) cells and each value, for the
+cells on screen; the token labels, thinned so that they never overlap; a colour bar and
+bars beside the rows. An edit recolours the rows and columns it changed. The wheel
+zooms, a drag pans, a double click shows the whole matrix again.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, tick_label
 from attnviz.ui.heatmap_parts import (
-    MIN_HATCH_CELL,
     CellImage,
     CellMarks,
     ColorBar,
@@ -43,12 +42,11 @@ from attnviz.ui.heatmap_parts import (
     Samples,
     changed_cells,
     changed_lines,
-    image_over,
     labelled,
     samples,
 )
 
-__all__ = ["HeatmapView", "Overlay", "RowBars", "changed_cells", "image_over"]
+__all__ = ["HeatmapView", "Overlay", "RowBars"]
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
@@ -363,8 +361,8 @@ class HeatmapView(QWidget):
         self.painted.emit(self.name)
 
     def _backdrop_now(self) -> QPixmap:
-        """The white page with the caption, axis titles, labels and colour bar: redrawn
-        when one of them or the view changes, not on every edit."""
+        """The white page with the caption, axis titles and labels: redrawn when one of
+        them or the view changes, not on every edit."""
         spec = self.spec
         words = () if spec is None else (spec.caption, spec.row_labels, spec.col_labels)
         titles = () if spec is None else (spec.row_title, spec.col_title, self._titles)
@@ -477,7 +475,7 @@ class HeatmapView(QWidget):
         if self.image.image is None:  # no whole pixel shows a cell
             return
         painter.drawImage(target, self.image.image, source)
-        if min(to_pixels.m11(), to_pixels.m22()) < MIN_HATCH_CELL:  # as marks.paint
+        if not self.marks.hatches(min(to_pixels.m11(), to_pixels.m22())):
             shade = self.marks.shade_of(self.image)
             if shade is not None:
                 painter.drawImage(target, shade, source)

@@ -28,7 +28,7 @@ from PySide6.QtGui import (
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
 
-MIN_HATCH_CELL = 5.0  # device pixels; below this, masked cells are shaded, not hatched
+MIN_HATCH_CELL = 5.0  # pixels; below this, masked cells are shaded, not hatched
 SHADE = np.uint32(0x6E3C3C3C)  # premultiplied ARGB: the hatch grey at 43 % over a cell
 
 
@@ -197,7 +197,7 @@ class CellMarks:
         """The shade of the cells the image holds, pixel for pixel (None: nothing masked)."""
         if self.shade is None or (image.rows is None and image.cols is None):
             return self.shade
-        key = (id(self._shade_pixels), self._version, image.key)
+        key = (self._version, image.key)
         if key != self._sampled_key:
             self._sampled = _taken(self._shade_pixels, image.rows, image.cols).copy()
             self._sampled_shade = image_over(
@@ -206,11 +206,16 @@ class CellMarks:
             self._sampled_key = key
         return self._sampled_shade
 
+    @staticmethod
+    def hatches(cell: float) -> bool:
+        """Whether cells whose smaller side is cell pixels are hatched (else shaded)."""
+        return cell >= MIN_HATCH_CELL
+
     def paint(self, painter: QPainter, shown: tuple[int, int, int, int], cell: float) -> None:
         """Hatching and leak outlines of rows r0:r1, columns c0:c1 (shown), in cell units,
-        once a cell's smaller side (cell, device pixels) is large enough for them."""
+        once a cell's smaller side (cell, pixels) is large enough for them."""
         r0, r1, c0, c1 = shown
-        if cell < MIN_HATCH_CELL:
+        if not self.hatches(cell):
             return
         # One run of cells at a time (few cells are this large: plain Python is quickest).
         for i, row in enumerate(self.hatched[r0:r1, c0:c1].tolist(), start=r0):

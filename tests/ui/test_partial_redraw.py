@@ -57,7 +57,7 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
 
 
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
-    from attnviz.ui.heatmap import changed_cells
+    from attnviz.ui.heatmap_parts import changed_cells
 
     rng = np.random.default_rng(0)
     old = rng.standard_normal((96, 80))

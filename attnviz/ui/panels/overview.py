@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QP
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
-from attnviz.ui.heatmap import image_over
+from attnviz.ui.heatmap_parts import image_over
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.workspace import Workspace
 
