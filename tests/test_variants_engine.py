@@ -675,6 +675,13 @@ def test_an_edit_keeps_the_arrays_it_did_not_change():
     w = engine.update(v, s4, w_o=True)
     assert w.heads == v.heads and w.concat is v.concat and w.final is not v.final
     assert_same_result(w, engine.compute(s4))
+    # W_K of key/value head 2 (query heads 3 and 4): their values stay, keys move.
+    s5 = s4.with_cells("W_K", 1, 3, 0, np.array([[0.7]]))
+    x = engine.update(w, s5, kv_heads={1})
+    for h in (2, 3):
+        assert x.heads[h].V is w.heads[h].V and x.heads[h].K is not w.heads[h].K
+    assert x.heads[0] is w.heads[0]
+    assert_same_result(x, engine.compute(s5))
 
 
 def test_a_preview_then_the_rest_equals_compute():

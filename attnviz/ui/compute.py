@@ -138,7 +138,8 @@ class ComputeService(QObject):
         self._queue = SerialQueue()
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._remember(doc.scenario, self.result)
+        self._document_key: tuple[object, ...] | None = None
+        self._remember(doc.scenario, self.result, document=True)
         self._computed.connect(self._on_computed)
         self._failed.connect(self._on_failed)
         doc.session.subscribe(self._on_change)
@@ -162,9 +163,19 @@ class ComputeService(QObject):
         self._remember(s, result)
         return result
 
-    def _remember(self, s: Scenario, result: Result) -> None:
+    def _remember(self, s: Scenario, result: Result, document: bool = False) -> None:
+        """Cache the result of s; the document's (``document``) replaces its last one.
+
+        The document's earlier results are not kept: at GPT-2 sizes each holds tens of
+        megabytes, and while a cache of them filled up, every edit's arrays were fresh
+        memory, paid for in page faults (5 ms an edit at n = 512)."""
+        key = _key(s)
         with self._cache_lock:
-            self._cache[_key(s)] = (s, result)  # s keeps the arrays (and so their ids) alive
+            if document:
+                if self._document_key is not None:
+                    self._cache.pop(self._document_key, None)
+                self._document_key = key
+            self._cache[key] = (s, result)  # s keeps the arrays (and so their ids) alive
             while len(self._cache) > CACHED_RESULTS:
                 self._cache.popitem(last=False)
 
@@ -317,7 +328,7 @@ class ComputeService(QObject):
     def _publish(self, result: Result, scenario: Scenario) -> None:
         if result.complete and self.view.engine == "numpy":
             self._base = result
-            self._remember(scenario, result)
+            self._remember(scenario, result, document=True)
         self.result, self.result_scenario = result, scenario
         self.resultChanged.emit(result)
 

@@ -103,6 +103,13 @@ def test_variant_results_are_computed_once_and_shared(qtbot, monkeypatch):
     ws.doc.push(SetCells(ws.doc.session, "X", None, 0, 0, np.array([[0.5]])))
     ws.compute.result_for(ws.doc.scenario.with_settings(mask="causal-zero"))
     assert calls[-1] == "causal-zero" and len(calls) == 4  # the edit's own result, then it
+    assert ws.compute.result_for(ws.doc.scenario) is ws.compute.result
+    # The document's earlier result is not kept (tens of megabytes at GPT-2 sizes); the
+    # variants of its scenario are.
+    ws.compute.result_for(s.with_settings(mask="causal-zero"))
+    assert len(calls) == 4
+    ws.compute.result_for(s)
+    assert len(calls) == 5 and calls[-1] == s.settings.mask
     ws.close()
 
 

@@ -68,6 +68,14 @@ def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_change
     new[90:] = np.nan  # NaN never equals itself: redrawn
     np.testing.assert_array_equal(changed_cells(old, new), old != new)
     assert changed_cells(old, old + 1e-9) is None  # a weight edit changes every cell
+    # ... or every cell a causal mask leaves alone (half of them, in most rows and columns)
+    seen = np.tril(np.ones((96, 80), bool))
+    assert changed_cells(old, np.where(seen, old + 1e-9, old)) is None
+    # A whole sampled row and a column changed: compared in full.
+    new = old.copy()
+    new[48, :70] += 1.0
+    new[:, 50] += 1.0
+    np.testing.assert_array_equal(changed_cells(old, new), old != new)
     # A short matrix is always compared in full.
     np.testing.assert_array_equal(changed_cells(old[:40], old[:40] + 1), np.ones((40, 80), bool))
 
@@ -186,8 +194,8 @@ def test_a_preview_waits_only_for_the_views_it_redraws(shared_window, qtbot):
 
 def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
     """The hatched cells after edits that turn cells of a row or a column to −∞, NaN or
-    back to numbers (under a fixed mask), updated in the changed lines only, are the
-    hatched cells of the new matrix; and so is their shade."""
+    back to numbers (under a fixed mask), updated in the changed lines only or as a
+    whole, are the hatched cells of the new matrix; and so is their shade."""
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.ui.heatmap_parts import CellMarks, changed_cells, changed_lines
 
@@ -201,13 +209,18 @@ def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
 
     marks = CellMarks()
     marks.set_data(spec(values))
-    partly = 0
-    for _ in range(60):
+    partly = wholly_finite = 0
+    for _ in range(120):
         new = values.copy()
         line = rng.integers(40)
         cells = new[line] if rng.random() < 0.5 else new[:, line]
         cells[rng.random(40) < 0.3] = rng.choice([-np.inf, np.nan, np.inf, 0.5])
+        if rng.random() < 0.3:  # every cell a number again
+            new[~np.isfinite(new)] = 1.0
         lines = changed_lines(changed_cells(values, new))
+        if rng.random() < 0.3:  # the whole matrix told (a weight edit, say)
+            lines = None
+            wholly_finite += bool(np.isfinite(new).all())
         partly += lines is not None
         marks.set_data(spec(new), lines)
         hatched = ~np.isfinite(new) | masked
@@ -216,4 +229,4 @@ def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
             marks._shade_pixels, np.where(hatched, 0x6E3C3C3C, 0).astype(np.uint32)
         )
         values = new
-    assert partly > 30
+    assert partly > 30 and wholly_finite > 5

@@ -183,14 +183,17 @@ class Head:
     def row_sum(self) -> np.ndarray:
         return _frozen(self.weights.sum(axis=-1))
 
-    def reusing(self, old: Head, queries: bool, keys: bool) -> Head:
-        """self with old's query arrays (Q, Q_rot) and key and value arrays (K, V, K_rot)
-        where those did not change: equal values, and the very same arrays."""
+    def reusing(self, old: Head, queries: bool, keys: bool, values: bool = False) -> Head:
+        """self with old's query arrays (Q, Q_rot), key and value arrays (K, V, K_rot), or
+        values alone (V) where those did not change: equal values, and the very same
+        arrays."""
         same: dict[str, Any] = {}
         if queries:
             same |= {"Q": old.Q, "Q_rot": old.Q_rot}
+        if keys or values:
+            same |= {"V": old.V}
         if keys:
-            same |= {"K": old.K, "V": old.V, "K_rot": old.K_rot}
+            same |= {"K": old.K, "K_rot": old.K_rot}
         return self.with_fields(**same) if same else self
 
     def with_fields(self, **values: np.ndarray) -> Head:
@@ -821,10 +824,16 @@ def _reprojected(
 ) -> np.ndarray | None:
     """Head index's projection ``name`` (W_Q, W_K or W_V, with its bias) of X from its
     previous value old, when only a few rows of the weights changed since prev:
-    old + X[:, rows] · ΔW[rows] + Δb; None when more changed (project again)."""
+    old + X[:, rows] · ΔW[rows] + Δb (old itself when the weights and bias are prev's
+    very arrays); None when more changed (project again)."""
     if prev.projected_with is None:
         return None
     bias = "b_" + name[-1]
+    if (
+        getattr(s, name) is prev.projected_with[name]
+        and getattr(s, bias) is prev.projected_with[bias]
+    ):
+        return old
     before, now = prev.projected_with[name][index], getattr(s, name)[index]
     changed = np.flatnonzero((before != now).any(axis=1))
     if len(changed) > FEW_ROWS:
@@ -1043,11 +1052,14 @@ def update(
                 Q[k], Q_rot[k] = Q_new, _turn(st, Q_new, s.q_norm[h], qpos)
         if rows:
             Q[:, rows], Q_rot[:, rows] = _queries(s, X, todo, rows)
+        same_values = set()  # key/value heads whose V is old's very array
         for k, g in enumerate(kvs):
             old = prev.heads[reader[g]]
             if g in kv_heads:
                 K_new = _reprojected(prev, s, X_kv, "W_K", g, old.K)
                 V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
+                if V_new is old.V and not krows:
+                    same_values.add(g)
                 if K_new is None or V_new is None:
                     K[k], V[k], K_rot[k] = (a[0] for a in _keys(s, X_kv, [g]))
                 else:
@@ -1060,7 +1072,8 @@ def update(
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
-        rule = Rule.of(s, prev.future)
+        # The same settings, sizes and mask (checked above): prev's rule, its ends known.
+        rule = prev.heads[0].rule or Rule.of(s, prev.future)
         # Heads whose weights changed are recomputed whole; those whose values alone did
         # keep their weights; the others (only rows of the input changed) are patched row
         # by row, when few rows did.
@@ -1088,7 +1101,8 @@ def update(
                 old = prev.heads[h]
                 queries = h not in heads and not rows
                 keys = s.kv_head_of(h) not in kv_heads | v_heads and not krows
-                new[h] = head.reusing(old, queries=queries, keys=keys)
+                values = s.kv_head_of(h) in same_values
+                new[h] = head.reusing(old, queries=queries, keys=keys, values=values)
                 if ks is patched:  # rows of X alone: a drawn head's scores patched too
                     new[h] = new[h].carrying(old, rows, krows)
     _frozen(X)
