@@ -650,6 +650,37 @@ def test_a_drawn_heads_score_matrices_follow_every_update(case, data):
             np.testing.assert_array_equal(now[untouched], before_edit[untouched], err_msg=name)
 
 
+@RANDOM
+@given(s=scenarios(tokens=(8, 20)).filter(lambda s: s.settings.projections), data=st.data())
+def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
+    """After an edit of a row of X (or X_kv), a head patched row by row names, for its
+    Q, K, V, Q_rot, K_rot and the score matrices a view drew, the head's array it came
+    from and the only rows and columns where it differs (so views recolour just those)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    prev = engine.compute(s)
+    drawn = data.draw(st.integers(0, s.n_heads - 1))
+    for name in SCORE_MATRICES:
+        getattr(prev.heads[drawn], name)  # as a view does
+    name = "X_kv" if s.cross and data.draw(st.booleans()) else "X"
+    row = data.draw(st.integers(0, s.matrix(name, None).shape[0] - 1))
+    after = s.with_cells(name, None, row, 0, rng.normal(size=(1, s.d_model)))
+    got = engine.update(prev, after, **{"x_rows" if name == "X" else "kv_rows": {row}})
+    assert_same_result(got, engine.compute(after))
+    patched = after.settings.mask != "drop-after-softmax" and after.settings.dropout == 0
+    for h, head in enumerate(got.heads):
+        for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
+            known = engine.unchanged_outside(head, matrix)
+            if known is None:
+                assert not patched or (matrix in SCORE_MATRICES and h != drawn), matrix
+                continue
+            before, (rows, cols) = known
+            assert before is getattr(prev.heads[h], matrix)
+            same = np.ones(before.shape, dtype=bool)
+            same[rows] = False
+            same[:, cols] = False
+            np.testing.assert_array_equal(getattr(head, matrix)[same], before[same], matrix)
+
+
 def test_an_edit_keeps_the_arrays_it_did_not_change():
     """Views skip redrawing what is the same array, so an update hands back the very
     arrays an edit did not change (and the same numbers as compute)."""

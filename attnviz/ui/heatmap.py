@@ -119,7 +119,10 @@ class HeatmapView(QWidget):
         before = self.spec
         reshaped = before is None or before.values.shape != spec.values.shape
         changed = None  # where the values differ from those drawn (compared once)
-        if before is not None and not reshaped:
+        known = None  # the lines outside which they do not, when the spec says
+        if before is not None and spec.since is not None and spec.since[0] is before.values:
+            known = spec.since[1]
+        elif before is not None and not reshaped:
             changed = changed_cells(before.values, spec.values)
             if changed is not None and not changed.any() and before.looks_like(spec):
                 self.spec = spec
@@ -146,8 +149,8 @@ class HeatmapView(QWidget):
         # the colour scale stayed, only the rows and columns whose values changed.
         same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
         lines = None
-        if changed is not None and same_scale and spec.values.size > WHOLE_UP_TO:
-            lines = changed_lines(changed)
+        if same_scale and spec.values.size > WHOLE_UP_TO:
+            lines = known if changed is None else changed_lines(changed)
         self.image.colour(spec, *self._samples(), lines)
         self.marks.set_data(spec, lines)
         self.update()

@@ -24,7 +24,14 @@ from html import escape
 import numpy as np
 
 from attnviz.core.figures import colors
-from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result, future_mask
+from attnviz.core.maths.engine import (
+    HEAD_MATRICES,
+    TURNED_MATRICES,
+    Lines,
+    Result,
+    future_mask,
+    unchanged_outside,
+)
 
 VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES, "X", "concat", "final")
 SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")
@@ -66,6 +73,8 @@ class HeatmapSpec:
     caption: str = ""  # the title without the head, for a view that names the head elsewhere
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
+    # (an earlier array, (rows, columns)): values equal it but in those lines, when known
+    since: tuple[np.ndarray, Lines] | None = None
 
     def looks_like(self, other: HeatmapSpec) -> bool:
         """Whether other draws as this one does but for the values (the same shape,
@@ -151,8 +160,20 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     # its colour from one view to the next.
     levels = colors.levels(result.matrix("scaled", head) if view == "masked" else values, kind)
     masked, leaked = mask_marks(result.settings.mask, view, values, hidden=result.future)
+    since = unchanged_outside(result.heads[head], view) if per_head and head is not None else None
     return HeatmapSpec(
-        title, values, tokens, cols, row_title, col_title, kind, levels, caption, masked, leaked
+        title,
+        values,
+        tokens,
+        cols,
+        row_title,
+        col_title,
+        kind,
+        levels,
+        caption,
+        masked,
+        leaked,
+        since,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,6 +32,9 @@ from attnviz.core.maths.variants import (
 
 HEAD_MATRICES = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "output")
 TURNED_MATRICES = ("Q_rot", "K_rot")  # Q and K as the scores see them: after QK-norm and RoPE
+SCORE_MATRICES = ("scores", "scaled", "masked")  # derived from a head's Q_rot and K_rot
+ROW_MATRICES = ("Q", "Q_rot", "K", "V", "K_rot")  # one row per query or per key
+Lines = tuple[np.ndarray, np.ndarray]  # rows, columns
 LAYER_MATRICES = ("X", "concat", "final")
 
 
@@ -230,6 +234,14 @@ class Head:
             rule.mask(a, r, c)
             return a
 
+        # What a view needs to recolour only these lines: the arrays of old they differ
+        # from (weakly: not kept alive for it), and the lines, by matrix.
+        names = [*ROW_MATRICES, *(name for name in SCORE_MATRICES if name in held)]
+        self.__dict__["_patched"] = (
+            {name: weakref.ref(getattr(old, name)) for name in names},
+            tuple(rows),
+            tuple(cols),
+        )
         # (scaled is made from scores, and masked from scaled: each implies the one before)
         if "scores" in held:
             patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
@@ -246,6 +258,27 @@ class Head:
     def _rule(self) -> Rule:
         assert self.rule is not None, "a head without a rule was given every field"
         return self.rule
+
+
+def unchanged_outside(head: Head, name: str) -> tuple[np.ndarray, Lines] | None:
+    """(an earlier array, (rows, columns)) when head's matrix ``name`` equals that array
+    but in those rows and columns: after an edit of a few rows of X (or X_kv), the head
+    it was patched from (its Q, K, V, Q_rot, K_rot, and the score matrices it had made),
+    while that array lives. None when not known: a view compares for itself."""
+    patched = head.__dict__.get("_patched")
+    if patched is None or name not in patched[0]:
+        return None
+    before = patched[0][name]()
+    if before is None:
+        return None
+    rows, cols = patched[1], patched[2]
+    if name in SCORE_MATRICES:
+        lines = (rows, cols)
+    elif name in ("Q", "Q_rot"):
+        lines = (rows, ())
+    else:  # K, V, K_rot: one row per key
+        lines = (cols, ())
+    return before, (np.array(lines[0], dtype=np.intp), np.array(lines[1], dtype=np.intp))
 
 
 def _frozen(*arrays: np.ndarray) -> np.ndarray:
