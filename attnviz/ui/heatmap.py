@@ -347,11 +347,10 @@ class HeatmapView(QWidget):
         painter.drawPixmap(0, 0, self._backdrop_now())
         right = self._plot.right()  # of the cells on screen
         if self.spec is not None:
-            self._paint_cells(painter)
-            top = self.point_at(0, 0)
-            step = self.point_at(0, 1).y() - top.y()
-            right = min(right, self.point_at(self.spec.values.shape[1], 0).x())
-            self.strip.paint(painter, right, top.y(), step, self._plot)
+            to_pixels = self._transform()
+            self._paint_cells(painter, to_pixels)
+            right = min(right, to_pixels.dx() + self.spec.values.shape[1] * to_pixels.m11())
+            self.strip.paint(painter, right, to_pixels.dy(), to_pixels.m22(), self._plot)
         if self.bar is not None:  # beside the cells (and their row bars), at most at the edge
             left = min(self.width() - MARGIN - self.bar.ROOM, right + self.strip.width())
             bar = self.bar.pixmap(self._plot.height(), self.devicePixelRatioF())
@@ -425,11 +424,10 @@ class HeatmapView(QWidget):
             )
             painter.restore()
 
-    def _paint_cells(self, painter: QPainter) -> None:
+    def _paint_cells(self, painter: QPainter, to_pixels: QTransform) -> None:
         """The cells on screen, their marks and values, and what lies over them."""
         assert self.spec is not None
         rows, cols = self.spec.values.shape
-        to_pixels = self._transform()
         shown = to_pixels.inverted()[0].mapRect(self._plot).intersected(QRectF(0, 0, cols, rows))
         if shown.isEmpty():
             return
@@ -532,9 +530,10 @@ class HeatmapView(QWidget):
             return p
 
         painter.setBrush(Qt.BrushStyle.NoBrush)
-        painter.setPen(pen("#222222", 2))
-        for x in self.block_lines:
-            painter.drawLine(QPointF(x, 0), QPointF(x, rows))
+        if self.block_lines:
+            painter.setPen(pen("#222222", 2))
+            for x in self.block_lines:
+                painter.drawLine(QPointF(x, 0), QPointF(x, rows))
         if self.marked_column is not None and 0 <= self.marked_column < cols:
             painter.setPen(pen(colors.PROBE, 3, Qt.PenStyle.DashLine))
             painter.drawRect(QRectF(self.marked_column, 0, 1, rows))
