@@ -180,10 +180,13 @@ class CellMarks:
                     self._version += 1
                     self._just_masked = False  # (may be again: the long way finds out)
             return
-        # Every value finite (one sum; one that overflows only sends us the long way) and
-        # the same mask as the cells hatched now: the same cells hatched, nothing to do.
+        # Every value the mask leaves finite (one sum; one that overflows only sends us the
+        # long way) and the same mask as the cells hatched now: the same cells hatched.
         with np.errstate(invalid="ignore", over="ignore"):
-            finite = math.isfinite(spec.values.sum())
+            if spec.masked is None:
+                finite = math.isfinite(spec.values.sum())
+            else:
+                finite = math.isfinite(spec.values.sum(where=~spec.masked))
         if (
             finite
             and self._just_masked
