@@ -119,14 +119,17 @@ class HeatmapView(QWidget):
         before = self.spec
         reshaped = before is None or before.values.shape != spec.values.shape
         changed = None  # where the values differ from those drawn (compared once)
-        known = None  # the lines outside which they do not, when the spec says
+        known = None  # the only lines where they may differ, when the spec says
+        same = False
         if before is not None and spec.since is not None and spec.since[0] is before.values:
             known = spec.since[1]
+            same = not (len(known[0]) or len(known[1]))
         elif before is not None and not reshaped:
             changed = changed_cells(before.values, spec.values)
-            if changed is not None and not changed.any() and before.looks_like(spec):
-                self.spec = spec
-                return False
+            same = changed is not None and not changed.any()
+        if same and before is not None and before.looks_like(spec):
+            self.spec = spec
+            return False
         self.spec = spec
         if self.bar is not None and (self.bar.kind, self.bar.levels) != (spec.kind, spec.levels):
             ticks = [(t, tick_label(t)) for t in colorbar_ticks(spec)]

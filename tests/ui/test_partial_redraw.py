@@ -230,3 +230,41 @@ def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
         )
         values = new
     assert partly > 30 and wholly_finite > 5
+
+
+def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot):
+    """A spec that says its values equal the drawn ones but in some rows and columns (as
+    a head patched after an edit of X says) is recoloured in those lines, with no
+    comparison, to the picture a fresh view draws; one that names no line and looks the
+    same is not redrawn."""
+    from dataclasses import replace
+
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui.heatmap import HeatmapView
+
+    rng = np.random.default_rng(3)
+    labels = tuple(str(i) for i in range(200))
+    values = rng.standard_normal((200, 200))
+    first = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
+
+    def drawn(spec: HeatmapSpec) -> HeatmapView:
+        view = HeatmapView("t")
+        qtbot.addWidget(view)
+        view.resize(700, 600)  # every cell a few pixels: the image holds them all
+        view.set_spec(spec)
+        return view
+
+    view = drawn(first)
+    new = values.copy()
+    new[17] += 1.0
+    new[:, 120] -= 1.0
+    lines = (np.array([17]), np.array([120]))
+    assert view.set_spec(replace(first, values=new, since=(values, lines)))
+    np.testing.assert_array_equal(view.image.pixels, drawn(replace(first, values=new)).image.pixels)
+    # Named lines are trusted: a change outside them is not looked for.
+    hidden = new.copy()
+    hidden[50, 50] = 5.0
+    assert view.set_spec(replace(first, values=hidden, since=(new, lines)))
+    assert view.image.pixels[50, 50] != drawn(replace(first, values=hidden)).image.pixels[50, 50]
+    none = (np.array([], dtype=np.intp), np.array([], dtype=np.intp))
+    assert not view.set_spec(replace(first, values=hidden.copy(), since=(hidden, none)))
