@@ -681,6 +681,83 @@ def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
             np.testing.assert_array_equal(getattr(head, matrix)[same], before[same], matrix)
 
 
+CHAIN_CONFIGS = (
+    {},
+    {"positional": "rope"},
+    {"qk_norm": "rms", "positional": "rope"},
+    {"mask": "none", "positional": "alibi"},
+    {"softcap": 0.7, "mask": "sliding-window", "window": 3},
+    {"sinks": (-1.0, 0.0, 2.0, 0.5), "causal_alignment": "bottom-right"},
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_edit_after_edit_with_previews_keeps_groups_whole_and_claims_true(data):
+    """Edits one after another, as the window makes them (the shown head previewed, then
+    the rest): every query head of a key/value group holds the same K, V and K_rot to the
+    last bit, what a patched head says did not change did not, and every result equals
+    compute's."""
+    config = data.draw(st.sampled_from(CHAIN_CONFIGS))
+    cross = data.draw(st.booleans())
+    s = make(n=24, m=20 if cross else None, H=4, G=2, seed=data.draw(st.integers(0, 99)), **config)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    prev = engine.compute(s)
+    kept = [prev]  # the arrays views hold
+    for _ in range(5):
+        for h in range(4):  # a view drew this head's score matrices
+            if rng.random() < 0.5:
+                for name in SCORE_MATRICES:
+                    getattr(prev.heads[h], name)
+        told: dict[str, Any] = {"x_rows": set(), "heads": set(), "kv_heads": set()}
+        told |= {"kv_rows": set(), "v_heads": set(), "w_o": False}
+        name = data.draw(st.sampled_from(("X", "X_kv", "W_Q", "W_K", "W_V", "k_norm", "W_O")))
+        name = "X" if name == "X_kv" and not cross else name
+        head = None if name in ("X", "X_kv", "W_O") else int(rng.integers(2))
+        row = int(rng.integers(s.matrix(name, head).shape[0]))
+        s = s.with_cells(name, head, row, 0, rng.normal(size=(1, 1)))
+        key = {"X": "x_rows", "X_kv": "kv_rows", "W_Q": "heads", "W_V": "v_heads"}
+        if name == "W_O":
+            told["w_o"] = True
+        else:
+            told[key.get(name, "kv_heads")].add(row if head is None else head)
+        shown = data.draw(st.none() | st.integers(0, 3))
+        if shown is not None:
+            preview = engine.update(prev, s, **told, preview_head=shown)
+            kept.append(preview)
+            done = [] if preview.complete else [shown]
+            got = engine.update(preview, s, **told, current_heads=done)
+        else:
+            got = engine.update(prev, s, **told)
+        assert_same_result(got, engine.compute(s))
+        for h, one in enumerate(got.heads):
+            other = got.heads[h ^ 1]  # the other query head of its group (G = 2 of H = 4)
+            for matrix in ("K", "V", "K_rot"):
+                np.testing.assert_array_equal(getattr(one, matrix), getattr(other, matrix))
+            for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
+                known = engine.unchanged_outside(one, matrix)
+                if known is not None:
+                    before, (rows, cols) = known
+                    same = np.ones(before.shape, dtype=bool)
+                    same[rows] = False
+                    same[:, cols] = False
+                    now = getattr(one, matrix)
+                    np.testing.assert_array_equal(now[same], before[same], matrix)
+        kept = [*kept[-3:], got]
+        prev = got
+
+
+def test_a_head_computed_again_keeps_the_values_its_output_was_made_from():
+    """After W_V moved V by a rank-one term, a paste over many rows of W_K projects K and
+    V again: the head then holds that V, the one its output is the weights times."""
+    s0 = make(n=24, d_model=12, H=2, G=2, d_k=4, seed=3)
+    s1 = s0.with_cells("W_V", 0, 0, 0, np.array([[0.7]]))
+    r1 = engine.update(engine.compute(s0), s1, v_heads={0})
+    s2 = s1.with_cells("W_K", 0, 0, 0, np.full((12, 4), 0.1))  # more rows than FEW_ROWS
+    head = engine.update(r1, s2, kv_heads={0}).heads[0]
+    np.testing.assert_array_equal(head.output, head.weights @ head.V)
+
+
 def test_an_edit_keeps_the_arrays_it_did_not_change():
     """Views skip redrawing what is the same array, so an update hands back the very
     arrays an edit did not change (and the same numbers as compute)."""

@@ -1041,7 +1041,7 @@ def update(
     """
     st = s.settings
     rows, krows = sorted(set(x_rows)), sorted(set(kv_rows))
-    heads, kv_heads = set(heads), set(kv_heads)
+    heads, kv_heads, current = set(heads), set(kv_heads), set(current_heads)
     v_heads = set(v_heads) - kv_heads
     if not s.cross:
         krows = rows
@@ -1061,14 +1061,20 @@ def update(
     X_kv = X if s.X_kv is None else s.X_kv
     affected = set(range(s.n_heads)) if rows or krows else set(heads)
     affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads | v_heads}
-    affected -= set(current_heads)
+    affected -= current
     if preview_head is not None:
         affected &= {preview_head}
     todo = sorted(affected)
     new = list(prev.heads)
     if todo:
         kvs = sorted({s.kv_head_of(h) for h in todo})
-        reader = {g: min(h for h in range(s.n_heads) if s.kv_head_of(h) == g) for g in kvs}
+        # Every query head of a group holds the same K, V and K_rot, to the last bit. A
+        # group whose keys and values a preview already made (a head of it is current)
+        # takes them from that head, not projected again (which may round otherwise).
+        fresh = {s.kv_head_of(h): h for h in current}
+        reader = {
+            g: fresh.get(g, min(h for h in range(s.n_heads) if s.kv_head_of(h) == g)) for g in kvs
+        }
 
         def stack(names: Iterable[str], ids: Sequence[int], of: Any) -> list[np.ndarray]:
             return [np.stack([getattr(prev.heads[of(i)], name) for i in ids]) for name in names]
@@ -1086,22 +1092,25 @@ def update(
         if rows:
             Q[:, rows], Q_rot[:, rows] = _queries(s, X, todo, rows)
         same_values = set()  # key/value heads whose V is old's very array
-        for k, g in enumerate(kvs):
+        stale = [k for k, g in enumerate(kvs) if g not in fresh]
+        for k in stale:
+            g = kvs[k]
             old = prev.heads[reader[g]]
             if g in kv_heads:
                 K_new = _reprojected(prev, s, X_kv, "W_K", g, old.K)
                 V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
-                if V_new is old.V and not krows:
-                    same_values.add(g)
                 if K_new is None or V_new is None:
                     K[k], V[k], K_rot[k] = (a[0] for a in _keys(s, X_kv, [g]))
                 else:
                     K[k], V[k], K_rot[k] = K_new, V_new, _turn(st, K_new, s.k_norm[g], kpos)
+                    if V_new is old.V and not krows:
+                        same_values.add(g)
             elif g in v_heads:
                 V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
                 V[k] = _values(s, X_kv, [g])[0] if V_new is None else V_new
-        if krows:
-            K[:, krows], V[:, krows], K_rot[:, krows] = _keys(s, X_kv, kvs, krows)
+        if krows and stale:
+            at = np.ix_(stale, krows)
+            K[at], V[at], K_rot[at] = _keys(s, X_kv, [kvs[k] for k in stale], krows)
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
@@ -1151,7 +1160,7 @@ def update(
             fresh=preview_head,
         )
     concat, final = prev.concat, prev.final
-    if todo or current_heads or not prev.complete:
+    if todo or current or not prev.complete:
         concat, final = _mix(s, _outputs(new))
     elif w_o:
         remixed = _remix(prev, s)
