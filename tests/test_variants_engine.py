@@ -673,12 +673,34 @@ def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
             if known is None:
                 assert not patched or (matrix in SCORE_MATRICES and h != drawn), matrix
                 continue
-            before, (rows, cols) = known
+            ref, (rows, cols) = known
+            before = ref()
             assert before is getattr(prev.heads[h], matrix)
             same = np.ones(before.shape, dtype=bool)
             same[rows] = False
             same[:, cols] = False
             np.testing.assert_array_equal(getattr(head, matrix)[same], before[same], matrix)
+
+
+def test_a_heatmap_told_what_changed_keeps_no_earlier_matrix_alive():
+    """The claim a patched head hands its heatmaps holds the earlier matrices weakly: once
+    nothing else holds the earlier result, its score matrices are gone (at n = 4096 each
+    is 128 MiB)."""
+    import gc
+    import weakref
+
+    from attnviz.core.figures.figure import spec_for
+
+    s = make(n=24, H=4, G=2, seed=5)
+    prev = engine.compute(s)
+    earlier = weakref.ref(prev.heads[1].scores)
+    after = s.with_cells("X", None, 3, 0, np.ones((1, 5)))
+    got = engine.update(prev, after, x_rows={3})
+    spec = spec_for(got, "scores", 1)
+    assert spec.since is not None and spec.since[0]() is earlier()
+    del prev
+    gc.collect()
+    assert earlier() is None and spec.since[0]() is None
 
 
 CHAIN_CONFIGS = (
@@ -737,7 +759,8 @@ def test_edit_after_edit_with_previews_keeps_groups_whole_and_claims_true(data):
             for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
                 known = engine.unchanged_outside(one, matrix)
                 if known is not None:
-                    before, (rows, cols) = known
+                    ref, (rows, cols) = known
+                    before = ref()
                     same = np.ones(before.shape, dtype=bool)
                     same[rows] = False
                     same[:, cols] = False

@@ -121,7 +121,7 @@ class HeatmapView(QWidget):
         changed = None  # where the values differ from those drawn (compared once)
         known = None  # the only lines where they may differ, when the spec says
         same = False
-        if before is not None and spec.since is not None and spec.since[0] is before.values:
+        if before is not None and spec.since is not None and spec.since[0]() is before.values:
             known = spec.since[1]
             same = not (len(known[0]) or len(known[1]))
         elif before is not None and not reshaped:

@@ -237,6 +237,7 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot)
     a head patched after an edit of X says) is recoloured in those lines, with no
     comparison, to the picture a fresh view draws; one that names no line and looks the
     same is not redrawn."""
+    import weakref
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
@@ -259,12 +260,14 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot)
     new[17] += 1.0
     new[:, 120] -= 1.0
     lines = (np.array([17]), np.array([120]))
-    assert view.set_spec(replace(first, values=new, since=(values, lines)))
+    assert view.set_spec(replace(first, values=new, since=(weakref.ref(values), lines)))
     np.testing.assert_array_equal(view.image.pixels, drawn(replace(first, values=new)).image.pixels)
     # Named lines are trusted: a change outside them is not looked for.
     hidden = new.copy()
     hidden[50, 50] = 5.0
-    assert view.set_spec(replace(first, values=hidden, since=(new, lines)))
+    assert view.set_spec(replace(first, values=hidden, since=(weakref.ref(new), lines)))
     assert view.image.pixels[50, 50] != drawn(replace(first, values=hidden)).image.pixels[50, 50]
     none = (np.array([], dtype=np.intp), np.array([], dtype=np.intp))
-    assert not view.set_spec(replace(first, values=hidden.copy(), since=(hidden, none)))
+    assert not view.set_spec(
+        replace(first, values=hidden.copy(), since=(weakref.ref(hidden), none))
+    )

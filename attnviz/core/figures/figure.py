@@ -16,6 +16,7 @@ import base64
 import functools
 import math
 import struct
+import weakref
 import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass
@@ -73,8 +74,9 @@ class HeatmapSpec:
     caption: str = ""  # the title without the head, for a view that names the head elsewhere
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
-    # (an earlier array, (rows, columns)): values equal it but in those lines, when known
-    since: tuple[np.ndarray, Lines] | None = None
+    # (a weak reference to an earlier array, (rows, columns)): values equal that array
+    # but in those lines, when known (engine.unchanged_outside)
+    since: tuple[weakref.ref[np.ndarray], Lines] | None = None
 
     def looks_like(self, other: HeatmapSpec) -> bool:
         """Whether other draws as this one does but for the values (the same shape,

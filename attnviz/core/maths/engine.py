@@ -260,17 +260,16 @@ class Head:
         return self.rule
 
 
-def unchanged_outside(head: Head, name: str) -> tuple[np.ndarray, Lines] | None:
-    """(an earlier array, (rows, columns)) when head's matrix ``name`` equals that array
-    but in those rows and columns: after an edit of a few rows of X (or X_kv), the head
-    it was patched from (its Q, K, V, Q_rot, K_rot, and the score matrices it had made),
-    while that array lives. None when not known: a view compares for itself."""
+def unchanged_outside(head: Head, name: str) -> tuple[weakref.ref[np.ndarray], Lines] | None:
+    """(a weak reference to an earlier array, (rows, columns)) when head's matrix ``name``
+    equals that array but in those rows and columns: after an edit of a few rows of X (or
+    X_kv), the array of the head it was patched from (its Q, K, V, Q_rot, K_rot, and the
+    score matrices it had made). None when not known: a view compares for itself. (Weak,
+    so that nothing keeps an earlier matrix alive for this.)"""
     patched = head.__dict__.get("_patched")
-    if patched is None or name not in patched[0]:
+    if patched is None or name not in patched[0] or patched[0][name]() is None:
         return None
-    before = patched[0][name]()
-    if before is None:
-        return None
+    before = patched[0][name]
     rows, cols = patched[1], patched[2]
     if name in SCORE_MATRICES:
         lines = (rows, cols)
