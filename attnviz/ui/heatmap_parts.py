@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
@@ -27,6 +26,7 @@ from PySide6.QtGui import (
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
+from attnviz.core.maths.engine import Lines
 
 MIN_HATCH_CELL = 5.0  # pixels; below this, masked cells are shaded, not hatched
 SHADE = np.uint32(0x6E3C3C3C)  # premultiplied ARGB: the hatch grey at 43 % over a cell
@@ -133,15 +133,6 @@ class CellImage:
         self.rows, self.cols, self.key = r, c, key
 
 
-Lines = tuple[np.ndarray, np.ndarray]  # rows, columns
-
-
-def _hatched(spec: HeatmapSpec, index: tuple[Any, ...]) -> np.ndarray:
-    """spec.hatched() at an index of rows or of columns only."""
-    hatched = ~np.isfinite(spec.values[index])
-    return hatched | spec.masked[index] if spec.masked is not None else hatched
-
-
 class CellMarks:
     """Masked cells hatched over their colour (shaded where cells are too small for
     hatching to show), and leaked weight outlined."""
@@ -171,7 +162,7 @@ class CellMarks:
         ):
             rows, cols = changed
             for index in ((rows,), (slice(None), cols)):
-                hatched = _hatched(spec, index)
+                hatched = spec.hatched(index)
                 if (hatched != self.hatched[index]).any():
                     self.hatched[index] = hatched
                     if self.shade is None:

@@ -21,6 +21,7 @@ import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 import numpy as np
 
@@ -94,10 +95,11 @@ class HeatmapSpec:
             and same(self.leaked, other.leaked)
         )
 
-    def hatched(self) -> np.ndarray:
-        """Cells drawn as masked: those the mask set, and any −∞."""
-        hatched = ~np.isfinite(self.values)
-        return hatched | self.masked if self.masked is not None else hatched
+    def hatched(self, index: Any = ...) -> np.ndarray:
+        """Cells drawn as masked: those the mask set, and any −∞ (of the cells at index,
+        all by default)."""
+        hatched = ~np.isfinite(self.values[index])
+        return hatched | self.masked[index] if self.masked is not None else hatched
 
 
 # Which views each mask strategy writes into: −∞ or 0 in the scores softmax sees, and
