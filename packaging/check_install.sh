@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 python3 -m pip wheel -q --no-deps -w "$work/dist" .
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q torch==2.13.0 "$work"/dist/attnviz-*.whl
