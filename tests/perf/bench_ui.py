@@ -165,6 +165,7 @@ def main() -> None:
         print(f"Llama-3-8B-shaped layer: opened and drawn in {open_time(app, large):.2f} s")
         cases = [
             ("Llama-3-8B-shaped layer, X cell", large, "X", 100),
+            ("Llama-3-8B-shaped layer, W_Q cell", large, "W_Q", 100),
             ("Llama-3-8B-shaped layer, W_K cell", large, "W_K", 100),
         ]
     for label, scenario, target, goal in cases:
