@@ -1,5 +1,9 @@
 """Scenario validation, edits and resizing; presets; cost formulas."""
 
+import copy
+import pickle
+import threading
+
 import numpy as np
 import pytest
 import reference as ref
@@ -59,6 +63,70 @@ def test_with_cells_changes_only_that_block():
     assert t.W_Q[1, 1].tolist() == [9.0, 8.0]
     assert s.W_Q[1, 1].tolist() == [-0.2, -0.8]  # the original is untouched
     assert t.X is s.X and t.W_K is s.W_K  # untouched matrices are shared
+
+
+def test_a_weight_edit_copies_only_its_head():
+    s = random_scenario(n=6, d_model=16, heads=4, d_k=8)
+    t = s.with_cells("W_K", 2, 5, 3, np.array([[7.0]]))
+    assert t.matrix("W_K", 2)[5, 3] == 7.0 and s.W_K[2, 5, 3] != 7.0
+    for h in (0, 1, 3):  # the other heads are the very memory of the stack before
+        assert np.shares_memory(t.matrix("W_K", h), s.W_K)
+    assert not np.shares_memory(t.matrix("W_K", 2), s.W_K)
+    assert (t.n_heads, t.kv_heads, t.d_k, t.weight_count) == (4, 4, 8, 3 * 4 * 16 * 8 + 32 * 16)
+    assert "W_K" not in vars(t)  # not stacked by any of that
+    assert t.W_Q is s.W_Q and t.W_V is s.W_V
+
+
+def test_an_edited_stack_is_stacked_on_first_use_with_every_edit():
+    s = random_scenario(n=5, d_model=12, heads=3, d_k=4, seed=1)
+    expected = {name: np.array(getattr(s, name)) for name in ("X", "W_Q", "W_K", "W_V", "W_O")}
+    rng = np.random.default_rng(2)
+    t = s
+    for _ in range(40):
+        name = ("X", "W_Q", "W_K", "W_V", "W_O")[rng.integers(5)]
+        target = expected[name]
+        head = int(rng.integers(3)) if target.ndim == 3 else None
+        block = target[head] if head is not None else target
+        row, col = int(rng.integers(block.shape[0])), int(rng.integers(block.shape[1]))
+        value = np.round(rng.standard_normal((1, 2)), 3)[:, : block.shape[1] - col]
+        block[row : row + 1, col : col + value.shape[1]] = value
+        t = t.with_cells(name, head, row, col, value)
+        if rng.random() < 0.2:  # stacked now and then, as the worker thread does
+            getattr(t, ("W_Q", "W_K", "W_V")[rng.integers(3)])
+    for name, want in expected.items():
+        got = getattr(t, name)
+        assert np.array_equal(got, want), name
+        assert not got.flags.writeable and getattr(t, name) is got  # stacked once, read-only
+    assert np.array_equal(s.W_Q, random_scenario(n=5, d_model=12, heads=3, d_k=4, seed=1).W_Q)
+
+
+def test_threads_stack_an_edited_stack_once():
+    s = random_scenario(n=4, d_model=64, heads=8, d_k=16)
+    for k in range(5):
+        t = s.with_cells("W_Q", 3, k, 0, np.array([[1.5]]))
+        stacks: list[np.ndarray] = []
+        threads = [
+            threading.Thread(target=lambda t=t, stacks=stacks: stacks.append(t.W_Q))
+            for _ in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(stacks) == 4 and all(stack is stacks[0] for stack in stacks)
+
+
+def test_an_edited_scenario_keeps_its_name_and_survives_copies():
+    s = random_scenario(n=4, d_model=8, heads=2, d_k=4)
+    t = s.with_cells("W_V", 1, 2, 1, np.array([[3.0]]))
+    ids = t.array_ids()
+    assert ids != s.array_ids()
+    assert t.W_V[1, 2, 1] == 3.0  # stacking it does not change what names its contents
+    assert t.array_ids() == ids
+    for copied in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+        assert np.array_equal(copied.W_V, t.W_V) and copied.W_V[1, 2, 1] == 3.0
+    u = t.with_settings(mask="none")  # a new scenario, checked and stacked
+    assert np.array_equal(u.W_V, t.W_V) and u.settings.mask == "none"
 
 
 def test_shape_errors():

@@ -827,6 +827,33 @@ def test_a_preview_then_the_rest_equals_compute():
     np.testing.assert_allclose(final.final, want.final, rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["W_Q", "W_K", "W_V"])
+def test_an_edits_preview_does_not_stack_the_edited_weights(name):
+    """An edit copies one head of a weight stack; updates read the heads they need and
+    never stack the whole (a Llama-3-8B layer's W_Q is 134 MB)."""
+    s = make(H=4, G=2, positional="rope", qk_norm="rms")
+    prev = engine.compute(s)
+    head = 1
+    edited = s.with_cells(name, head, 2, 1, np.array([[0.9, -0.4]]))
+    told = (
+        {"heads": [head]}
+        if name == "W_Q"
+        else {("kv_heads" if name == "W_K" else "v_heads"): [head]}
+    )
+    shown = 2 if name != "W_Q" else head  # (query head 3 reads key/value head 2)
+    preview = engine.update(prev, edited, **told, preview_head=shown)
+    final = engine.update(preview, edited, **told, current_heads=[shown])
+    assert name not in vars(edited)  # not stacked by either
+    again = edited.with_cells(name, head, 0, 0, np.array([[0.3]]))
+    after = engine.update(final, again, **told)  # from a result of an edited scenario
+    assert name not in vars(again)
+    assert_same_result(after, engine.compute(again))
+    assert_same_result(final, engine.compute(edited))
+    # the same against a scenario built whole from the edited stack
+    rebuilt = dataclasses.replace(s, **{name: np.array(getattr(edited, name))})
+    assert_same_result(final, engine.compute(rebuilt))
+
+
 # torch: the torch engine and SDPA / flex_attention ----------------------------------------
 
 

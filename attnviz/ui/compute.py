@@ -41,7 +41,7 @@ def previews_at_once(s: Scenario) -> bool:
     every edit is a full compute): then the shown head is updated on the UI thread, with
     no hand-off to the worker and back before it is drawn (2–3 ms, which matter only
     when the whole edit fits in a frame; larger heads keep the UI thread free)."""
-    weights = s.W_Q.size + s.W_K.size + s.W_V.size + s.W_O.size
+    weights = s.weight_count
     cells, projections = s.n * s.m, s.settings.projections
     return projections and cells <= SYNC_PREVIEW_CELLS and weights <= SYNC_PREVIEW_WEIGHTS
 
@@ -49,7 +49,7 @@ def previews_at_once(s: Scenario) -> bool:
 def computes_at_once(s: Scenario) -> bool:
     """Small enough to compute on the UI thread before the next frame (a layer of a large
     model has few score cells but millions of weights to copy and multiply)."""
-    weights = s.W_Q.size + s.W_K.size + s.W_V.size + s.W_O.size
+    weights = s.weight_count
     return (
         s.n_heads * s.n * s.m <= SYNC_SCORE_CELLS
         and weights <= SYNC_WEIGHTS
@@ -109,8 +109,7 @@ def _update(base: Result, s: Scenario, dirty: Dirty, **more: Any) -> Result:
 def _key(s: Scenario) -> tuple[object, ...]:
     """Scenarios are immutable and share unchanged arrays: identity of the arrays and the
     settings name a result."""
-    arrays = tuple(id(a) for a in s.arrays().values())
-    return (*arrays, s.tokens, s.kv_tokens, s.settings)
+    return (*s.array_ids(), s.tokens, s.kv_tokens, s.settings)
 
 
 class ComputeService(QObject):

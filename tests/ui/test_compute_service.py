@@ -149,3 +149,27 @@ def test_a_layer_with_few_tokens_but_millions_of_weights_computes_off_the_ui_thr
     )
     assert large.n_heads * large.n**2 <= compute_module.SYNC_SCORE_CELLS
     assert not computes_at_once(large)
+
+
+@pytest.mark.parametrize("name", ["W_Q", "W_K", "W_V"])
+def test_weight_edits_never_copy_the_whole_stack(qtbot, name):
+    """An edit of a weight cell copies its head; neither the preview nor the rest of the
+    computation stacks the heads again (a Llama-3-8B layer's W_Q is 134 MB), and the
+    results equal a full compute of the stacked scenario."""
+    ws = large_workspace(qtbot)
+    published = []
+    ws.compute.resultChanged.connect(published.append)
+    for k in range(3):
+        published.clear()
+        ws.doc.push(SetCells(ws.doc.session, name, 1, 10 + k, 5, np.array([[0.5 + k]])))
+        qtbot.waitUntil(lambda: any(r.complete for r in published), timeout=10_000)
+        ws.compute.preview_drawn()
+        qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
+    s = ws.doc.scenario
+    assert name not in vars(s)  # the edited stack was never stacked
+    final, full = published[-1], compute(s)  # (which stacks it)
+    assert s.matrix(name, 1)[12, 5] == 2.5 and getattr(s, name)[1, 12, 5] == 2.5
+    for h in range(12):
+        np.testing.assert_allclose(final.heads[h].output, full.heads[h].output, atol=1e-12)
+    np.testing.assert_allclose(final.final, full.final, atol=1e-12)
+    ws.close()

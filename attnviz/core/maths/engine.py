@@ -333,7 +333,7 @@ class Result:
     X_kv: np.ndarray | None = None  # the keys' input under cross-attention
     biases: tuple[str, ...] = ()  # the biases in use (not all zero): of b_Q, b_K, b_V, b_O
     mixed_with: tuple[np.ndarray, np.ndarray] | None = None  # (W_O, b_O) of final
-    projected_with: dict[str, np.ndarray] | None = None  # W_Q, b_Q, W_K, … of the heads
+    projected_with: Scenario | None = None  # whose W_Q, b_Q, W_K, … made the heads
 
     Q = _stacked("Q")
     K = _stacked("K")
@@ -579,7 +579,7 @@ def _queries(
     if not s.settings.projections:
         Q = X[None, rows]
         return Q, _turn(s.settings, Q, None, qpos)
-    Q = _project(X[rows], s.W_Q[heads]) + s.b_Q[heads]
+    Q = _project(X[rows], s.stacked("W_Q", heads)) + s.b_Q[heads]
     return Q, _turn(s.settings, Q, s.q_norm[heads], qpos)
 
 
@@ -591,8 +591,8 @@ def _keys(
     if not s.settings.projections:
         K = X_kv[None, rows]
         return K, K, _turn(s.settings, K, None, kpos)
-    K = _project(X_kv[rows], s.W_K[kv]) + s.b_K[kv]
-    V = _project(X_kv[rows], s.W_V[kv]) + s.b_V[kv]
+    K = _project(X_kv[rows], s.stacked("W_K", kv)) + s.b_K[kv]
+    V = _project(X_kv[rows], s.stacked("W_V", kv)) + s.b_V[kv]
     return K, V, _turn(s.settings, K, s.k_norm[kv], kpos)
 
 
@@ -666,7 +666,7 @@ def _attend(
 
 def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
     """V of the given key/value heads."""
-    return _project(X_kv, s.W_V[kv]) + s.b_V[kv]  # type: ignore[no-any-return]
+    return _project(X_kv, s.stacked("W_V", kv)) + s.b_V[kv]  # type: ignore[no-any-return]
 
 
 def _revalued(old: Head, V: np.ndarray) -> Head:
@@ -843,37 +843,33 @@ def _result(
         X_kv=s.X_kv,
         biases=biases_in_use(s),
         mixed_with=(s.W_O, s.b_O) if current else None,
-        projected_with={n: getattr(s, n) for n in PROJECTIONS} if current else None,
+        projected_with=s if current else None,
         **more,
     )
-
-
-PROJECTIONS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V")
 
 
 def _reprojected(
     prev: Result, s: Scenario, X: np.ndarray, name: str, index: int, old: np.ndarray
 ) -> np.ndarray | None:
     """Head index's projection ``name`` (W_Q, W_K or W_V, with its bias) of X from its
-    previous value old, when only a few rows of the weights changed since prev:
-    old + X[:, rows] · ΔW[rows] + Δb (old itself when the weights and bias are prev's
-    very arrays); None when more changed (project again)."""
-    if prev.projected_with is None:
+    previous value old, when only a few rows of the head's weights changed since prev:
+    old + X[:, rows] · ΔW[rows] + Δb (old itself when the head's weights and the bias are
+    prev's very arrays); None when more changed (project again). Reads the one head, so
+    that a stack an edit left as its heads is not stacked for it."""
+    before_s = prev.projected_with
+    if before_s is None:
         return None
     bias = "b_" + name[-1]
-    if (
-        getattr(s, name) is prev.projected_with[name]
-        and getattr(s, bias) is prev.projected_with[bias]
-    ):
+    b, b_old = getattr(s, bias), getattr(before_s, bias)
+    if s.shares_head(before_s, name, index) and b is b_old:
         return old
-    before, now = prev.projected_with[name][index], getattr(s, name)[index]
+    before, now = before_s.matrix(name, index), s.matrix(name, index)
     changed = np.flatnonzero((before != now).any(axis=1))
     if len(changed) > FEW_ROWS:
         return None
     out = old + X[:, changed] @ (now[changed] - before[changed])
-    b, b_old = getattr(s, bias)[index], prev.projected_with[bias][index]
-    if (b != b_old).any():
-        out += b - b_old
+    if (b[index] != b_old[index]).any():
+        out += b[index] - b_old[index]
     return out  # type: ignore[no-any-return]
 
 

@@ -144,7 +144,7 @@ class _Explainer:
             note = _notes(f"projections off: {name} is {src} itself", cross)
             return Explanation(name, f"{name} = {src}", (), (), value, note)
         head = self.g if kv else self.h
-        W = getattr(s, f"W_{name}")[head]
+        W = s.matrix(f"W_{name}", head)
         terms = _products(f"{src}[{labels[i]}]", rows[i], f"W_{name}[:,{j + 1}]", W[:, j])
         formula = f"{name}[i,j] = Σ_k {src}[i,k] · W_{name}[k,j]"
         biases = getattr(s, f"b_{name}")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -191,6 +192,9 @@ def _positive(name: str, value: object, above: float, most: float = 1e9) -> None
         )
 
 
+_STACKING = threading.Lock()  # one thread stacks an edited stack, the others wait for it
+
+
 def _frozen(array: np.ndarray) -> np.ndarray:
     """A read-only float64 array (no copy when it already is one)."""
     if array.dtype != np.float64 or array.flags.writeable:
@@ -232,6 +236,11 @@ class Scenario:
     with ``kv_tokens`` makes it cross-attention; without it the keys are the tokens of X.
     ``mask_matrix`` (n × m, 1 = may attend) is kept only for the custom mask. Optional
     arrays left as None get their neutral value.
+
+    An edit of a cell of W_Q, W_K or W_V copies that head alone: the new scenario holds
+    the stack's heads, the same arrays as before but the edited one, and stacks them when
+    first asked for the stack (on the worker thread, as a rule; ``head_matrices`` and
+    ``matrix`` never stack). A Llama-3-8B layer's W_Q is 134 MB.
     """
 
     tokens: tuple[str, ...]
@@ -373,6 +382,51 @@ class Scenario:
             for head in range(stack.shape[0]):
                 check_values(matrix_label(name, head), stack[head])
 
+    if not TYPE_CHECKING:  # (so that the type checker still knows the fields)
+
+        def __getattr__(self, name: str) -> Any:
+            """A weight stack an edit left as its heads, stacked now (once)."""
+            heads = self._edited(name)
+            if heads is None:
+                raise AttributeError(f"'Scenario' object has no attribute {name!r}")
+            with _STACKING:
+                stack = self.__dict__.get(name)
+                if stack is None:
+                    stack = np.stack(heads)
+                    stack.flags.writeable = False
+                    object.__setattr__(self, name, stack)
+            return stack
+
+    def _edited(self, name: str) -> tuple[np.ndarray, ...] | None:
+        """The heads of weight stack ``name`` when an edit made this scenario from them
+        (stacked or not yet), else None."""
+        return self.__dict__.get("_heads", {}).get(name)  # type: ignore[no-any-return]
+
+    def stacked(self, name: str, heads: Sequence[int]) -> np.ndarray:
+        """The given heads of a per-head stack, stacked (without stacking the whole of an
+        edited one for a few of its heads)."""
+        edited = self._edited(name)
+        if edited is None or name in self.__dict__ or len(heads) == len(edited):
+            return getattr(self, name)[list(heads)]  # type: ignore[no-any-return]
+        return np.stack([edited[h] for h in heads])
+
+    def shares_head(self, other: Scenario, name: str, head: int) -> bool:
+        """Whether head ``head`` of stack ``name`` is the very same array in other (the
+        same stack, or the same head left by edits), without stacking either."""
+        mine, theirs = self._edited(name), other._edited(name)
+        if mine is None and theirs is None:
+            return getattr(self, name) is getattr(other, name)  # type: ignore[no-any-return]
+        return mine is not None and theirs is not None and mine[head] is theirs[head]
+
+    def array_ids(self) -> tuple[int, ...]:
+        """What names the matrices' contents (scenarios share the arrays they did not
+        change): the identity of each array, or of an edited stack's heads."""
+        return tuple(id(self._edited(name) or getattr(self, name)) for name in MATRIX_NAMES)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        heads = self._edited(name)
+        return getattr(self, name).shape if heads is None else (len(heads), *heads[0].shape)  # type: ignore[no-any-return]
+
     # Shape -----------------------------------------------------------------------------
 
     @property
@@ -390,16 +444,22 @@ class Scenario:
 
     @property
     def n_heads(self) -> int:
-        return self.W_Q.shape[0]
+        return self._shape("W_Q")[0]
 
     @property
     def kv_heads(self) -> int:
         """G, the number of key/value heads (n_heads without sharing, 1 for MQA)."""
-        return self.W_K.shape[0]
+        return self._shape("W_K")[0]
+
+    @property
+    def weight_count(self) -> int:
+        """How many numbers W_Q, W_K, W_V and W_O hold."""
+        h, g, d_k = self.n_heads, self.kv_heads, self.d_k
+        return (h + 2 * g) * self.d_model * d_k + self.W_O.size
 
     @property
     def d_k(self) -> int:
-        return self.W_Q.shape[2]
+        return self._shape("W_Q")[2]
 
     @property
     def cross(self) -> bool:
@@ -427,10 +487,10 @@ class Scenario:
         matrices: a query head for W_Q, b_Q, q_norm, a key/value head for the others.
         Biases and norm weights are one-row matrices."""
         if name in HEAD_NAMES:
-            stack = getattr(self, name)
-            if head is None or not 0 <= head < stack.shape[0]:
+            if head is None or not 0 <= head < self._shape(name)[0]:
                 raise ScenarioError(f"{name}: head {head} does not exist")
-            return stack[head]  # type: ignore[no-any-return]
+            heads = self._edited(name)
+            return getattr(self, name)[head] if heads is None else heads[head]  # type: ignore[no-any-return]
         if name in MATRIX_NAMES:
             value = getattr(self, name)
             if value is None:
@@ -443,16 +503,25 @@ class Scenario:
     ) -> Scenario:
         """A copy with the rectangle at (row, col) of one matrix set to values."""
         values = self.check_cells(name, head, row, col, values)
-        full = np.array(getattr(self, name))
-        block = full[head] if name in HEAD_NAMES else full
-        block[row : row + values.shape[0], col : col + values.shape[1]] = values
-        full.flags.writeable = False
+        rows, cols = slice(row, row + values.shape[0]), slice(col, col + values.shape[1])
         # Only the checked block changed, so skip re-checking every matrix (costly at
         # GPT-2 sizes, and this runs on every keystroke).
         edited = object.__new__(Scenario)
-        for f in dataclasses.fields(self):
-            object.__setattr__(edited, f.name, getattr(self, f.name))
-        object.__setattr__(edited, name, full)
+        edited.__dict__.update(self.__dict__)  # the fields, and any stack already made
+        if name in WEIGHT_NAMES:  # a copy of the edited head, the others shared
+            assert head is not None
+            heads = list(self._edited(name) or getattr(self, name))
+            heads[head] = np.array(heads[head])
+            heads[head][rows, cols] = values
+            heads[head].flags.writeable = False
+            edited.__dict__.pop(name, None)
+            edited.__dict__["_heads"] = {**self.__dict__.get("_heads", {}), name: tuple(heads)}
+            return edited
+        full = np.array(getattr(self, name))
+        block = full[head] if name in HEAD_NAMES else full
+        block[rows, cols] = values
+        full.flags.writeable = False
+        edited.__dict__[name] = full
         return edited
 
     def check_cells(
