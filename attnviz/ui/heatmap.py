@@ -50,7 +50,7 @@ __all__ = ["HeatmapView", "Overlay", "RowBars"]
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
-WHOLE_UP_TO = 1024  # cells: a matrix this small is recoloured whole, quicker than in part
+WHOLE_UP_TO = 1 << 15  # pixels: an image this small is recoloured whole, quicker than in part
 MARGIN = 4.0
 INK = QColor("#222222")
 SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
@@ -121,12 +121,16 @@ class HeatmapView(QWidget):
         changed = None  # where the values differ from those drawn (compared once)
         known = None  # the only lines where they may differ, when the spec says
         same = False
-        if before is not None and spec.since is not None and spec.since[0]() is before.values:
-            known = spec.since[1]
-            same = not (len(known[0]) or len(known[1]))
-        elif before is not None and not reshaped:
-            changed = changed_cells(before.values, spec.values)
-            same = changed is not None and not changed.any()
+        if before is not None and not reshaped:
+            if spec.since is not None and spec.since[0]() is before.values:
+                known = spec.since[1]
+                same = not (len(known[0]) or len(known[1]))
+            elif math.prod(self._image_shape()) <= WHOLE_UP_TO:
+                # A small image is recoloured whole: quicker than finding what changed.
+                same = np.array_equal(before.values, spec.values)
+            else:
+                changed = changed_cells(before.values, spec.values)
+                same = changed is not None and not changed.any()
         if same and before is not None and before.looks_like(spec):
             self.spec = spec
             return False
@@ -152,7 +156,7 @@ class HeatmapView(QWidget):
         # the colour scale stayed, only the rows and columns whose values changed.
         same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
         lines = None
-        if same_scale and spec.values.size > WHOLE_UP_TO:
+        if same_scale:
             lines = known if changed is None else changed_lines(changed)
         self.image.colour(spec, *self._samples(), lines)
         self.marks.set_data(spec, lines)
@@ -284,6 +288,17 @@ class HeatmapView(QWidget):
                 ),
             )
         return self._sampled
+
+    def _image_shape(self) -> tuple[int, int]:
+        """The pixels of the cells' image in the view as it is now: a cell each, or the
+        samples along an axis where cells are smaller than pixels."""
+        assert self.spec is not None
+        rows, cols = self.spec.values.shape
+        along_rows, along_cols = self._samples()
+        return (
+            rows if along_rows is None else len(along_rows.cells),
+            cols if along_cols is None else len(along_cols.cells),
+        )
 
     def _transform(self) -> QTransform:
         """Cell units to widget pixels."""

@@ -4,6 +4,8 @@ is not redrawn at all."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -271,3 +273,44 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot)
     assert not view.set_spec(
         replace(first, values=hidden.copy(), since=(weakref.ref(hidden), none))
     )
+
+
+@pytest.mark.parametrize("size, partly", [(200, True), (120, False)])  # a pixel a cell
+def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
+    qtbot, monkeypatch, size, partly
+):
+    """Without named lines a view compares: a picture of more than WHOLE_UP_TO pixels is
+    recoloured in the rows and columns that changed, a smaller one whole (quicker than
+    finding them); either way it is then what a fresh view draws, and an equal matrix is
+    not redrawn."""
+    from dataclasses import replace
+
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui import heatmap
+    from attnviz.ui.heatmap import HeatmapView
+
+    found = []
+    real = heatmap.changed_cells
+    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: found.append(1) or real(a, b))
+    labels = tuple(str(i) for i in range(size))
+    values = np.random.default_rng(4).standard_normal((size, size))
+    spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
+
+    def drawn(spec: HeatmapSpec) -> HeatmapView:
+        view = HeatmapView("t")
+        qtbot.addWidget(view)
+        view.resize(700, 600)
+        view.set_spec(spec)
+        return view
+
+    view = drawn(spec)
+    assert (math.prod(view.image.pixels.shape) > heatmap.WHOLE_UP_TO) == partly
+    for row, col in ((17, 100), (3, 0), (size - 1, 64)):
+        new = spec.values.copy()
+        new[row] += 0.5
+        new[:, col] -= 0.5
+        spec = replace(spec, values=new)
+        assert view.set_spec(spec)
+        np.testing.assert_array_equal(view.image.pixels, drawn(spec).image.pixels)
+    assert not view.set_spec(replace(spec, values=spec.values.copy()))
+    assert bool(found) == partly
