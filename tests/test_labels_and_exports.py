@@ -357,3 +357,19 @@ def test_screen_colours_are_the_colour_map_and_grey_for_anything_not_finite():
     near(got[finite], expected[finite])
     assert (got[~finite] == hex_rgb(colors.MASKED_FILL)).all()
     assert (~finite).sum() == 3
+
+
+def test_the_masked_view_shares_the_scaled_views_levels_and_any_new_array_gets_its_own():
+    def nice(top: float) -> float:  # the smallest of 1, 1.5, 2, … 8 × 10^k at least top
+        steps = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
+        return min(c * 10.0**e for e in range(-4, 6) for c in steps if c * 10.0**e >= top)
+
+    s = make_preset("gpt2-small", n=24)
+    result = compute(s)
+    top = float(np.abs(result.heads[2].scaled).max())
+    for view in ("scaled", "masked", "masked"):  # the masked view's −∞ are not counted
+        assert spec_for(result, view, 2).levels == pytest.approx((-nice(top), nice(top)))
+    edited = compute(s.with_cells("W_Q", 2, 0, 0, np.array([[40.0]])))
+    top = float(np.abs(edited.heads[2].scaled).max())
+    for view in ("masked", "scaled"):  # a new array: its own levels, not the last ones
+        assert spec_for(edited, view, 2).levels == pytest.approx((-nice(top), nice(top)))

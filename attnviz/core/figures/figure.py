@@ -162,7 +162,7 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     kind = colors.kind_for(view)
     # The masked scores share the scaled scores' colours: a cell the mask left alone keeps
     # its colour from one view to the next.
-    levels = colors.levels(result.matrix("scaled", head) if view == "masked" else values, kind)
+    levels = _levels(result.matrix("scaled", head) if view == "masked" else values, kind)
     masked, leaked = mask_marks(result.settings.mask, view, values, hidden=result.future)
     since = unchanged_outside(result.heads[head], view) if per_head and head is not None else None
     return HeatmapSpec(
@@ -179,6 +179,21 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         leaked,
         since,
     )
+
+
+_last_levels: tuple[weakref.ref[np.ndarray], str, tuple[float, float]] | None = None
+
+
+def _levels(values: np.ndarray, kind: str) -> tuple[float, float]:
+    """colors.levels, remembered for the last (read-only) array: the masked view takes
+    the levels the scaled view has just found, two passes over n × m numbers."""
+    global _last_levels
+    last = _last_levels
+    if last is not None and last[0]() is values and last[1] == kind and not values.flags.writeable:
+        return last[2]
+    levels = colors.levels(values, kind)
+    _last_levels = (weakref.ref(values), kind, levels)
+    return levels
 
 
 def _title(result: Result, view: str) -> str:
