@@ -237,10 +237,11 @@ class Scenario:
     ``mask_matrix`` (n × m, 1 = may attend) is kept only for the custom mask. Optional
     arrays left as None get their neutral value.
 
-    An edit of a cell of W_Q, W_K or W_V copies that head alone: the new scenario holds
-    the stack's heads, the same arrays as before but the edited one, and stacks them when
-    first asked for the stack (on the worker thread, as a rule; ``head_matrices`` and
-    ``matrix`` never stack). A Llama-3-8B layer's W_Q is 134 MB.
+    An edit of a cell of W_Q, W_K or W_V copies that head alone (a Llama-3-8B layer's W_Q
+    is 134 MB): the new scenario holds the stack's heads, the same arrays as before but
+    the edited one, and stacks them the first time the whole stack is asked for (a full
+    compute, a save). ``matrix``, ``stacked`` for some heads, ``shares_head`` and the
+    sizes never stack; the engine's updates use only those.
     """
 
     tokens: tuple[str, ...]
