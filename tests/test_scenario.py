@@ -75,6 +75,15 @@ def test_a_weight_edit_copies_only_its_head():
     assert (t.n_heads, t.kv_heads, t.d_k, t.weight_count) == (4, 4, 8, 3 * 4 * 16 * 8 + 32 * 16)
     assert "W_K" not in vars(t)  # not stacked by any of that
     assert t.W_Q is s.W_Q and t.W_V is s.W_V
+    # Once stacked (a save, a full compute), the next edit shares that stack's heads, so
+    # that the stack before can be let go.
+    u = t.with_cells("W_K", 0, 0, 0, np.array([[1.0]]))
+    assert np.shares_memory(u.matrix("W_K", 3), s.W_K)
+    v = t.W_K
+    w = t.with_cells("W_K", 0, 0, 0, np.array([[1.0]]))
+    assert np.shares_memory(w.matrix("W_K", 3), v) and not np.shares_memory(
+        w.matrix("W_K", 3), s.W_K
+    )
 
 
 def test_an_edited_stack_is_stacked_on_first_use_with_every_edit():

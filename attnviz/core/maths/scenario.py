@@ -511,7 +511,12 @@ class Scenario:
         edited.__dict__.update(self.__dict__)  # the fields, and any stack already made
         if name in WEIGHT_NAMES:  # a copy of the edited head, the others shared
             assert head is not None
-            heads = list(self._edited(name) or getattr(self, name))
+            # (a stack made already, rather than the heads it came from: those may go)
+            made = self.__dict__.get(name)
+            if made is None:
+                made = self._edited(name)
+            assert made is not None
+            heads = list(made)
             heads[head] = np.array(heads[head])
             heads[head][rows, cols] = values
             heads[head].flags.writeable = False
