@@ -145,6 +145,7 @@ class CellMarks:
         self.leak_pen.setCosmetic(True)
         self._masked: np.ndarray | None = None
         self._just_masked = False  # whether exactly the cells of _masked are hatched
+        self._seen = np.zeros((0, 0), dtype=bool)  # scratch: finite or masked, per cell
         self._shade_pixels = np.zeros((0, 0), dtype=np.uint32)
         self.shade: QImage | None = None
         self._version = 0  # counts changes to the shade
@@ -171,13 +172,17 @@ class CellMarks:
                     self._version += 1
                     self._just_masked = False  # (may be again: the long way finds out)
             return
-        # Every value the mask leaves finite (one sum; one that overflows only sends us the
-        # long way) and the same mask as the cells hatched now: the same cells hatched.
-        with np.errstate(invalid="ignore", over="ignore"):
-            if spec.masked is None:
+        # Every value the mask leaves finite (one sum without a mask, and one that
+        # overflows only sends us the long way) and the same mask as the cells hatched now:
+        # the same cells hatched.
+        if spec.masked is None:
+            with np.errstate(invalid="ignore", over="ignore"):
                 finite = math.isfinite(spec.values.sum())
-            else:
-                finite = math.isfinite(spec.values.sum(where=~spec.masked))
+        else:  # (a masked sum, where=~masked, takes twice as long)
+            if self._seen.shape != spec.values.shape:
+                self._seen = np.empty(spec.values.shape, dtype=bool)
+            np.isfinite(spec.values, out=self._seen)
+            finite = bool(np.logical_or(self._seen, spec.masked, out=self._seen).all())
         if (
             finite
             and self._just_masked
