@@ -673,9 +673,13 @@ def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
             if known is None:
                 assert not patched or (matrix in SCORE_MATRICES and h != drawn), matrix
                 continue
-            ref, (rows, cols) = known
+            ref, lines = known
             before = ref()
             assert before is getattr(prev.heads[h], matrix)
+            if lines is None:  # computed anew (not patched): any cell may differ
+                assert matrix in SCORE_MATRICES and h == drawn, matrix
+                continue
+            rows, cols = lines
             same = np.ones(before.shape, dtype=bool)
             same[rows] = False
             same[:, cols] = False
@@ -758,9 +762,8 @@ def test_edit_after_edit_with_previews_keeps_groups_whole_and_claims_true(data):
                 np.testing.assert_array_equal(getattr(one, matrix), getattr(other, matrix))
             for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
                 known = engine.unchanged_outside(one, matrix)
-                if known is not None:
-                    ref, (rows, cols) = known
-                    before = ref()
+                if known is not None and known[1] is not None:  # (None: any cell may differ)
+                    before, (rows, cols) = known[0](), known[1]
                     same = np.ones(before.shape, dtype=bool)
                     same[rows] = False
                     same[:, cols] = False
@@ -825,6 +828,28 @@ def test_a_preview_then_the_rest_equals_compute():
     want = engine.compute(edited)
     np.testing.assert_allclose(final.output, want.output, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(final.final, want.final, rtol=1e-13, atol=1e-14)
+
+
+def test_a_head_computed_anew_says_its_matrices_may_differ_anywhere():
+    """After an edit of its weights a drawn head is computed anew: its weights, output and
+    score matrices name the arrays they replace, with no lines (a view recolours them
+    whole, comparing nothing); what it reuses, and the heads the edit did not touch, say
+    nothing."""
+    s = make(H=4, G=2, positional="rope")
+    prev = engine.compute(s)
+    drawn = prev.heads[2]
+    for name in ("scores", "scaled", "masked"):
+        getattr(drawn, name)
+    new = engine.update(prev, s.with_cells("W_K", 1, 0, 0, np.array([[0.5]])), kv_heads=[1])
+    head = new.heads[2]
+    for name in ("scores", "scaled", "masked", "weights", "output"):
+        claim = engine.unchanged_outside(head, name)
+        assert claim is not None and claim[0]() is getattr(drawn, name) and claim[1] is None
+        assert not np.array_equal(getattr(head, name), getattr(drawn, name)), name
+    assert head.Q is drawn.Q and engine.unchanged_outside(head, "Q") is None
+    assert (
+        new.heads[0] is prev.heads[0] and engine.unchanged_outside(new.heads[0], "scores") is None
+    )
 
 
 @pytest.mark.parametrize("name", ["W_Q", "W_K", "W_V"])

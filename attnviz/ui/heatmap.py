@@ -123,8 +123,8 @@ class HeatmapView(QWidget):
         same = False
         if before is not None and not reshaped:
             if spec.since is not None and spec.since[0]() is before.values:
-                known = spec.since[1]
-                same = not (len(known[0]) or len(known[1]))
+                known = spec.since[1]  # (None: recoloured whole, nothing compared)
+                same = known is not None and not (len(known[0]) or len(known[1]))
             elif math.prod(self._image_shape()) <= WHOLE_UP_TO:
                 # A small image is recoloured whole: quicker than finding what changed.
                 same = np.array_equal(before.values, spec.values)

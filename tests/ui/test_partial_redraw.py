@@ -234,7 +234,7 @@ def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
     assert partly > 30 and wholly_finite > 5
 
 
-def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot):
+def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot, monkeypatch):
     """A spec that says its values equal the drawn ones but in some rows and columns (as
     a head patched after an edit of X says) is recoloured in those lines, with no
     comparison, to the picture a fresh view draws; one that names no line and looks the
@@ -243,6 +243,7 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot)
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui import heatmap
     from attnviz.ui.heatmap import HeatmapView
 
     rng = np.random.default_rng(3)
@@ -273,6 +274,17 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot)
     assert not view.set_spec(
         replace(first, values=hidden.copy(), since=(weakref.ref(hidden), none))
     )
+    # No lines: any cell may differ (a head computed anew): recoloured whole, comparing
+    # nothing.
+    view = drawn(first)
+    anew = rng.standard_normal((200, 200))
+    compared = []
+    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: compared.append(1))
+    assert view.set_spec(replace(first, values=anew, since=(weakref.ref(values), None)))
+    np.testing.assert_array_equal(
+        view.image.pixels, drawn(replace(first, values=anew)).image.pixels
+    )
+    assert not compared
 
 
 @pytest.mark.parametrize("size, partly", [(200, True), (120, False)])  # a pixel a cell

@@ -76,8 +76,8 @@ class HeatmapSpec:
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
     # (a weak reference to an earlier array, (rows, columns)): values equal that array
-    # but in those lines, when known (engine.unchanged_outside)
-    since: tuple[weakref.ref[np.ndarray], Lines] | None = None
+    # but in those lines (None: any cell may differ), when known (engine.unchanged_outside)
+    since: tuple[weakref.ref[np.ndarray], Lines | None] | None = None
 
     def looks_like(self, other: HeatmapSpec) -> bool:
         """Whether other draws as this one does but for the values (the same shape,

@@ -254,23 +254,39 @@ class Head:
                 patch("masked", masked)
         return self
 
+    def replacing(self, old: Head) -> Head:
+        """self, computed anew in place of old (a weight of its own changed): its weights,
+        output and the score matrices old had made may differ from old's in any cell (a
+        view recolours them whole, without comparing first)."""
+        names = [name for name in SCORE_MATRICES if name in old.__dict__] + ["weights", "output"]
+        self.__dict__["_patched"] = (
+            {name: weakref.ref(getattr(old, name)) for name in names},
+            None,
+            None,
+        )
+        return self
+
     @property
     def _rule(self) -> Rule:
         assert self.rule is not None, "a head without a rule was given every field"
         return self.rule
 
 
-def unchanged_outside(head: Head, name: str) -> tuple[weakref.ref[np.ndarray], Lines] | None:
+def unchanged_outside(head: Head, name: str) -> tuple[weakref.ref[np.ndarray], Lines | None] | None:
     """(a weak reference to an earlier array, (rows, columns)) when head's matrix ``name``
     equals that array but in those rows and columns: after an edit of a few rows of X (or
     X_kv), the array of the head it was patched from (its Q, K, V, Q_rot, K_rot, and the
-    score matrices it had made). None when not known: a view compares for itself. (Weak,
-    so that nothing keeps an earlier matrix alive for this.)"""
+    score matrices it had made). The lines are None when any cell may differ: a head
+    computed anew after an edit of its weights (its weights, output and score matrices).
+    None when not known: a view compares for itself. (Weak, so that nothing keeps an
+    earlier matrix alive for this.)"""
     patched = head.__dict__.get("_patched")
     if patched is None or name not in patched[0] or patched[0][name]() is None:
         return None
     before = patched[0][name]
     rows, cols = patched[1], patched[2]
+    if rows is None:
+        return before, None
     if name in SCORE_MATRICES:
         lines = (rows, cols)
     elif name in ("Q", "Q_rot"):
@@ -1142,6 +1158,8 @@ def update(
                 new[h] = head.reusing(old, queries=queries, keys=keys, values=values)
                 if ks is patched:  # rows of X alone: a drawn head's scores patched too
                     new[h] = new[h].carrying(old, rows, krows)
+                else:
+                    new[h] = new[h].replacing(old)
     _frozen(X)
     if preview_head is not None:
         return _result(
