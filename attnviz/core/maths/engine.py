@@ -234,14 +234,9 @@ class Head:
             rule.mask(a, r, c)
             return a
 
-        # What a view needs to recolour only these lines: the arrays of old they differ
-        # from (weakly: not kept alive for it), and the lines, by matrix.
+        # What a view needs to recolour only these lines.
         names = [*ROW_MATRICES, *(name for name in SCORE_MATRICES if name in held)]
-        self.__dict__["_patched"] = (
-            {name: weakref.ref(getattr(old, name)) for name in names},
-            tuple(rows),
-            tuple(cols),
-        )
+        self._note_since(old, names, tuple(rows), tuple(cols))
         # (scaled is made from scores, and masked from scaled: each implies the one before)
         if "scores" in held:
             patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
@@ -259,12 +254,20 @@ class Head:
         output and the score matrices old had made may differ from old's in any cell (a
         view recolours them whole, without comparing first)."""
         names = [name for name in SCORE_MATRICES if name in old.__dict__] + ["weights", "output"]
-        self.__dict__["_patched"] = (
-            {name: weakref.ref(getattr(old, name)) for name in names},
-            None,
-            None,
-        )
+        self._note_since(old, names, None, None)
         return self
+
+    def _note_since(
+        self,
+        old: Head,
+        names: Iterable[str],
+        rows: tuple[int, ...] | None,
+        cols: tuple[int, ...] | None,
+    ) -> None:
+        """Remember, for unchanged_outside, the arrays of old that these matrices differ
+        from (weakly: not kept alive for it) and the rows and columns where (None: any)."""
+        refs = {name: weakref.ref(getattr(old, name)) for name in names}
+        self.__dict__["_patched"] = (refs, rows, cols)
 
     @property
     def _rule(self) -> Rule:
