@@ -26,6 +26,7 @@ from variant_reference import (
     assert_matches_reference,
 )
 
+from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths import engine
 from attnviz.core.maths.scenario import (
     MASKS,
@@ -1126,3 +1127,62 @@ def test_a_mask_cell_that_is_not_0_or_1_is_printed_as_a_number():
     with pytest.raises(ScenarioError) as caught:
         dataclasses.replace(s, mask_matrix=np.array([[1.0, 0.5], [1.0, 1.0]]))
     assert str(caught.value) == "settings.mask_matrix[1,2]: 0.5 is not 0 or 1"
+
+
+def _nice(top: float) -> float:
+    """The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k that is at least top."""
+    steps = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
+    return min(c * 10.0**e for e in range(-12, 14) for c in steps if c * 10.0**e >= top)
+
+
+@RANDOM
+@given(s=scenarios(), data=st.data())
+def test_what_a_heatmap_takes_from_other_views_is_what_looking_finds(s, data):
+    """spec_for takes the scaled scores' extremes from the raw scores' (when scaling keeps
+    their order), the masked scores' colours and finiteness from the scaled scores', and
+    knows the weights finite and nothing leaked from them. Each, in the pipeline's order,
+    against the matrix itself."""
+    result = engine.compute(s)
+    h = data.draw(st.integers(0, result.n_heads - 1))
+    for view in ("scores", "scaled", "masked", "weights"):
+        spec = spec_for(result, view, h)
+        values = result.matrix(view, h)
+        if view != "weights":
+            coloured = result.matrix("scaled" if view == "masked" else view, h)
+            top = float(np.abs(coloured[np.isfinite(coloured)]).max())
+            assert spec.levels == pytest.approx((-_nice(top), _nice(top)), rel=1e-9)
+        hidden = np.zeros(values.shape, bool) if spec.masked is None else spec.masked
+        if spec.finite:
+            assert np.isfinite(values[~hidden]).all()
+        assert spec.finite  # (every number a scenario may hold gives finite scores)
+        if view == "weights":
+            leaked = result.future & (values != 0)
+            if s.settings.mask == "none" or not leaked.any():
+                assert spec.leaked is None
+            else:
+                np.testing.assert_array_equal(spec.leaked, leaked)
+
+
+def test_a_heatmap_of_scores_past_the_largest_float_is_not_taken_for_finite():
+    """Scores that overflowed (∞ and NaN, which a scenario's numbers cannot reach but a
+    view must not hide): no extremes derived past them, the levels from the finite
+    numbers, the hatching of every one of them looked for."""
+    result = engine.compute(make(n=4, d_model=3, H=1, G=1, d_k=2, seed=3, mask="causal"))
+    head = result.heads[0]
+    scores = np.array(head.scores)
+    scores[1, 0], scores[2, 1] = np.inf, np.nan
+    scaled = scores / np.sqrt(2)
+    masked = np.where(result.future, -np.inf, scaled)
+    weights = np.array(head.weights)
+    weights[2, 3] = np.nan  # a hidden key's weight: leaked
+    broken = head.with_fields(scores=scores, scaled=scaled, masked=masked, weights=weights)
+    for a in (scores, scaled, masked, weights):
+        a.flags.writeable = False
+    result = dataclasses.replace(result, heads=[broken])
+    top = float(np.abs(scaled[np.isfinite(scaled)]).max())
+    for view in ("scores", "scaled", "masked", "weights"):
+        spec = spec_for(result, view, 0)
+        assert not spec.finite
+        if view != "scores":
+            assert spec.levels == pytest.approx((-_nice(top), _nice(top))) or view == "weights"
+    assert spec_for(result, "weights", 0).leaked[2, 3]

@@ -122,7 +122,9 @@ class HeatmapView(QWidget):
         known = None  # the only lines where they may differ, when the spec says
         same = False
         if before is not None and not reshaped:
-            if spec.since is not None and spec.since[0]() is before.values:
+            if spec.values is before.values:
+                same = True
+            elif spec.since is not None and spec.since[0]() is before.values:
                 known = spec.since[1]  # (None: recoloured whole, nothing compared)
                 same = known is not None and not (len(known[0]) or len(known[1]))
             elif math.prod(self._image_shape()) <= WHOLE_UP_TO:

@@ -173,13 +173,16 @@ class CellMarks:
                     self._just_masked = False  # (may be again: the long way finds out)
             return
         # Every value the mask leaves finite and the same mask as the cells hatched now:
-        # the same cells hatched. (Two plain passes; a masked sum takes twice as long.)
-        if self._seen.shape != spec.values.shape:
-            self._seen = np.empty(spec.values.shape, dtype=bool)
-        np.isfinite(spec.values, out=self._seen)
-        if spec.masked is not None:
-            np.logical_or(self._seen, spec.masked, out=self._seen)
-        finite = bool(self._seen.all())
+        # the same cells hatched. (Two plain passes, when the spec does not know; a masked
+        # sum takes twice as long.)
+        finite = spec.finite
+        if not finite:
+            if self._seen.shape != spec.values.shape:
+                self._seen = np.empty(spec.values.shape, dtype=bool)
+            np.isfinite(spec.values, out=self._seen)
+            if spec.masked is not None:
+                np.logical_or(self._seen, spec.masked, out=self._seen)
+            finite = bool(self._seen.all())
         if (
             finite
             and self._just_masked

@@ -51,15 +51,24 @@ def nice_ceiling(x: float) -> float:
     raise AssertionError("unreachable")
 
 
-def levels(values: np.ndarray, kind: str) -> tuple[float, float]:
+def extent(values: np.ndarray) -> tuple[float, float]:
+    """The smallest and largest value (NaN if any value is; 0, 0 when there are none)."""
+    return (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+
+
+def levels(
+    values: np.ndarray, kind: str, known: tuple[float, float] | None = None
+) -> tuple[float, float]:
     """Colour-bar limits: (0, 1) for weights; ±a nice number ≥ max|finite value| otherwise.
+    ``known``: values' extent, if found already.
 
     Rounding up to a nice number keeps the scale (and the colour bar) steady while a
     value is edited, and gives round tick labels.
     """
     if kind == "sequential":
         return 0.0, 1.0
-    top = max(-float(values.min()), float(values.max())) if values.size else 0.0
+    low, high = extent(values) if known is None else known
+    top = max(-low, high)
     if not math.isfinite(top):  # −∞ (masked) or NaN among them: the finite ones only
         finite = values[np.isfinite(values)]
         top = float(np.abs(finite).max()) if finite.size else 0.0

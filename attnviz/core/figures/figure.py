@@ -16,6 +16,7 @@ import base64
 import functools
 import math
 import struct
+import threading
 import weakref
 import xml.etree.ElementTree as ET
 import zlib
@@ -34,6 +35,7 @@ from attnviz.core.maths.engine import (
     future_mask,
     unchanged_outside,
 )
+from attnviz.core.maths.scenario import MINUS_INF_MASKS
 
 VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES, "X", "concat", "final")
 SQUARE_VIEWS = ("scores", "scaled", "masked", "weights")
@@ -78,6 +80,7 @@ class HeatmapSpec:
     # (a weak reference to an earlier array, (rows, columns)): values equal that array
     # but in those lines (None: any cell may differ), when known (engine.unchanged_outside)
     since: tuple[weakref.ref[np.ndarray], Lines | None] | None = None
+    finite: bool = False  # every value but the masked ones is known finite (not looked at)
 
     def looks_like(self, other: HeatmapSpec) -> bool:
         """Whether other draws as this one does but for the values (the same shape,
@@ -120,19 +123,21 @@ def mask_marks(
     values: np.ndarray,
     causal_intent: bool = False,
     hidden: np.ndarray | None = None,
+    zeroed: bool = False,
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(masked, leaked) cells of a square view under a mask strategy; None where none are.
 
     ``hidden``: the keys the mask hides (a Result's ``future``; the future keys if not
     given). Leaked weight is weight on a hidden key under a strategy meant to hide it;
     with causal_intent (comparing strategies), weight on the future counts under "none" too.
+    ``zeroed``: the weights on the hidden keys are known to be 0 (nothing leaked).
     """
     if view not in SQUARE_VIEWS:
         return None, None
     future = future_mask(len(values)) if hidden is None else hidden
     masked = future if view in MASKED_VIEWS[mask] else None
     leaked = None
-    if view == "weights" and (mask != "none" or causal_intent):
+    if view == "weights" and (mask != "none" or causal_intent) and not zeroed:
         leaked = future & (values != 0)
     return masked, leaked if leaked is not None and leaked.any() else None
 
@@ -162,8 +167,23 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     kind = colors.kind_for(view)
     # The masked scores share the scaled scores' colours: a cell the mask left alone keeps
     # its colour from one view to the next.
-    levels = _levels(result.matrix("scaled", head) if view == "masked" else values, kind)
-    masked, leaked = mask_marks(result.settings.mask, view, values, hidden=result.future)
+    coloured = result.matrix("scaled", head) if view == "masked" else values
+    extent = None
+    if kind != "sequential":
+        extent = _extent_of(result, "scaled" if view == "masked" else view, head, coloured)
+    levels = colors.levels(coloured, kind, extent)
+    finite = _finite(result, view, head, extent)
+    # Under a −∞ mask (or drop-after-softmax) this engine gives the hidden keys a weight
+    # of exactly 0 when the scores are finite (exp(−∞) = 0, or set so): no leak to find.
+    zeroed = (
+        finite
+        and head is not None
+        and result.heads[head].rule is not None
+        and result.settings.mask in (*MINUS_INF_MASKS, "drop-after-softmax")
+    )
+    masked, leaked = mask_marks(
+        result.settings.mask, view, values, hidden=result.future, zeroed=zeroed
+    )
     since = unchanged_outside(result.heads[head], view) if per_head and head is not None else None
     return HeatmapSpec(
         title,
@@ -178,22 +198,63 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         masked,
         leaked,
         since,
+        finite,
     )
 
 
-_last_levels: tuple[weakref.ref[np.ndarray], str, tuple[float, float]] | None = None
+EXTENTS_KEPT = 32
+_extents: dict[int, tuple[weakref.ref[np.ndarray], tuple[float, float]]] = {}
+_extents_lock = threading.Lock()
 
 
-def _levels(values: np.ndarray, kind: str) -> tuple[float, float]:
-    """colors.levels, remembered for the last (read-only) array: the masked view takes
-    the levels the scaled view has just found, two passes over n × m numbers."""
-    global _last_levels
-    last = _last_levels
-    if last is not None and last[0]() is values and last[1] == kind and not values.flags.writeable:
-        return last[2]
-    levels = colors.levels(values, kind)
-    _last_levels = (weakref.ref(values), kind, levels)
-    return levels
+def _known_extent(values: np.ndarray) -> tuple[float, float] | None:
+    """The extent remembered for this very (read-only) array, if it is."""
+    with _extents_lock:
+        known = _extents.get(id(values))
+    return known[1] if known is not None and known[0]() is values else None
+
+
+def _remember(values: np.ndarray, extent: tuple[float, float]) -> tuple[float, float]:
+    if not values.flags.writeable:
+        with _extents_lock:
+            if len(_extents) >= EXTENTS_KEPT:
+                del _extents[next(iter(_extents))]
+            _extents[id(values)] = (weakref.ref(values), extent)
+    return extent
+
+
+def _extent_of(
+    result: Result, view: str, head: int | None, values: np.ndarray
+) -> tuple[float, float]:
+    """colors.extent of a view's values (two passes over n × m numbers), remembered for
+    recent read-only arrays: the masked view takes the scaled view's, an unchanged view
+    its own. The scaled scores' comes from the raw scores' when scaling keeps their order
+    (Rule.scaled_extent)."""
+    known = _known_extent(values)
+    if known is not None:
+        return known
+    if view == "scaled" and head is not None:
+        h = result.heads[head]
+        scores = h.made("scores")
+        if h.rule is not None and scores is not None:
+            found = _known_extent(scores) or _remember(scores, colors.extent(scores))
+            scaled = h.rule.scaled_extent(*found, h.index)
+            if scaled is not None:
+                return _remember(values, scaled)
+    return _remember(values, colors.extent(values))
+
+
+def _finite(
+    result: Result, view: str, head: int | None, extent: tuple[float, float] | None
+) -> bool:
+    """Whether every value of the view but the masked ones is known finite without
+    looking: from its extent (the masked scores: the scaled scores'); the weights from
+    the scaled scores' when a view has just found it (masking and a softmax keep finite
+    numbers finite)."""
+    if view == "weights" and head is not None:
+        scaled = result.heads[head].made("scaled")
+        extent = None if scaled is None else _known_extent(scaled)
+    return extent is not None and math.isfinite(extent[0]) and math.isfinite(extent[1])
 
 
 def _title(result: Result, view: str) -> str:

@@ -88,6 +88,17 @@ class Rule:
             value = -np.inf if self.settings.mask in MINUS_INF_MASKS else 0.0
             np.copyto(a, value, where=self.future[rows][:, cols])
 
+    def scaled_extent(self, low: float, high: float, head: int) -> tuple[float, float] | None:
+        """The smallest and largest scaled score of a query head from its smallest and
+        largest raw score, when scaling is one multiplication (or division) of every
+        score, no soft-cap, no ALiBi: that keeps the scores' order, and each rounds alike.
+        None otherwise."""
+        if self.settings.softcap is not None or self.slopes is not None:
+            return None
+        ends = np.array([[[low, high]]])
+        self.scale(ends, [head])
+        return float(ends.min()), float(ends.max())
+
     @cached_property
     def ends(self) -> np.ndarray:
         """For each query row, the column after its last key the mask lets through (0
@@ -186,6 +197,11 @@ class Head:
     @cached_property
     def row_sum(self) -> np.ndarray:
         return _frozen(self.weights.sum(axis=-1))
+
+    def made(self, name: str) -> np.ndarray | None:
+        """A derived matrix (scores, scaled, masked) if made already; None where asking
+        for it would compute it."""
+        return self.__dict__.get(name)
 
     def reusing(self, old: Head, queries: bool, keys: bool, values: bool = False) -> Head:
         """self with old's query arrays (Q, Q_rot), key and value arrays (K, V, K_rot), or
