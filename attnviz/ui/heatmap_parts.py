@@ -72,7 +72,9 @@ def _taken(values: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None)
 
 def _at(sampled: np.ndarray | None, lines: np.ndarray) -> np.ndarray:
     """Where the given rows (or columns) of the matrix are in the image."""
-    return lines if sampled is None else np.flatnonzero(np.isin(sampled, lines))
+    if sampled is None or not len(lines):
+        return lines
+    return np.flatnonzero(np.isin(sampled, lines))
 
 
 class CellImage:
