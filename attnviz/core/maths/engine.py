@@ -601,6 +601,8 @@ class _Projections:
     def read_by(self, kv_index: Sequence[int]) -> _Projections:
         """The same, with K, V and K_rot repeated for the query heads: query head k reads
         key/value head kv_index[k]."""
+        if list(kv_index) == list(range(len(self.K))):  # each its own: no copies
+            return self
         return _Projections(
             self.Q, self.K[kv_index], self.V[kv_index], self.Q_rot, self.K_rot[kv_index]
         )
@@ -1163,7 +1165,10 @@ def update(
             if not ks:
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
-            P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
+            if ks == list(range(len(todo))):  # every head (a preview's one): no copies
+                P = _Projections(Q, K, V, Q_rot, K_rot)
+            else:
+                P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
             if ks is whole:
                 shown = [h for h in hs if "scores" in prev.heads[h].__dict__]
                 got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
