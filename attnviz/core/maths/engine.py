@@ -1170,7 +1170,7 @@ def update(
             else:
                 P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
             if ks is whole:
-                shown = [h for h in hs if "scores" in prev.heads[h].__dict__]
+                shown = [h for h in hs if prev.heads[h].made("scores") is not None]
                 got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
             else:
                 got = _patch_rows(rule, hs, kvi, [prev.heads[h] for h in hs], P, rows, krows)
