@@ -61,16 +61,24 @@ class Rule:
         return Rule(st, d_k, future, positions(s)[0], slopes)
 
     def scale(
-        self, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None), cols: Any = slice(None)
+        self,
+        a: np.ndarray,
+        heads: Sequence[int],
+        rows: Any = slice(None),
+        cols: Any = slice(None),
+        source: np.ndarray | None = None,
     ) -> None:
         """Raw scores (H', r, c) of the given query heads, query rows and key columns, in
-        place: times the scale, soft-capped, plus ALiBi."""
+        place (or the raw scores source into a): times the scale, soft-capped, plus ALiBi."""
         st = self.settings
         scale = scale_of(st, self.d_k)
+        raw = a if source is None else source
         if scale is None:
-            a /= np.sqrt(self.d_k)
+            np.divide(raw, np.sqrt(self.d_k), out=a)
         elif scale != 1.0:
-            a *= scale
+            np.multiply(raw, scale, out=a)
+        elif source is not None:
+            np.copyto(a, source)
         if st.softcap is not None:
             a /= st.softcap
             np.tanh(a, out=a)
@@ -639,19 +647,25 @@ def _softmax_of(
     heads: Sequence[int],
     rows: Any = slice(None),
     stages: dict[int, dict[str, np.ndarray]] | None = None,
+    raw: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Raw scores a (H', r, m) of the given query heads and query rows, in place, to
     their softmax: × scale, soft-cap, + ALiBi, mask, softmax with any sink. Returns
     (m, Z, empty, sink logits). ``stages``: for some indices k of a, filled with copies
-    of a[k] on the way (scores, scaled, masked: a Head's derived matrices)."""
+    of a[k] on the way (scores, scaled, masked: a Head's derived matrices). ``raw``: the
+    raw scores, kept (as every head's scores), with a to be filled from them."""
     stages = {} if stages is None else stages
 
     def snapshot(name: str) -> None:
         for k, kept in stages.items():
             kept[name] = _frozen(a[k].copy())
 
-    snapshot("scores")
-    rule.scale(a, heads, rows)
+    if raw is None:
+        snapshot("scores")
+    else:
+        for k, kept in stages.items():
+            kept["scores"] = _frozen(raw)[k]
+    rule.scale(a, heads, rows, source=raw)
     snapshot("scaled")
     if rule.masks:
         rule.mask(a, rows)
@@ -692,7 +706,10 @@ def _attend(
     P = P.read_by(kv_index)
     w = P.Q_rot @ np.ascontiguousarray(P.K_rot.transpose(0, 2, 1))
     stages: dict[int, dict[str, np.ndarray]] = {heads.index(h): {} for h in shown}
-    m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages)
+    raw = None
+    if len(stages) == len(heads):  # every head's scores kept: the work goes on in a copy
+        raw, w = w, np.empty_like(w)
+    m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages, raw=raw)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
     _reweight(rule, w, keep)
     out = _heads(P, heads, rule, keep, w, w @ P.V, m, Z, empty, share)
@@ -883,6 +900,20 @@ def _result(
         projected_with=s if current else None,
         **more,
     )
+
+
+def _with_rows(a: np.ndarray, rows: Sequence[int], values: np.ndarray) -> np.ndarray:
+    """A copy of a with the given rows replaced."""
+    a = a.copy()
+    a[rows] = values
+    return a
+
+
+def _stack_of(arrays: Sequence[np.ndarray], ids: Sequence[int]) -> np.ndarray:
+    """The arrays at ids stacked on a new axis 0 (one of them: a view, no copy)."""
+    if len(ids) == 1:
+        return arrays[ids[0]][None]
+    return np.stack([arrays[i] for i in ids])
 
 
 def _reprojected(
@@ -1108,11 +1139,13 @@ def update(
             g: fresh.get(g, min(h for h in range(s.n_heads) if s.kv_head_of(h) == g)) for g in kvs
         }
 
-        def stack(names: Iterable[str], ids: Sequence[int], of: Any) -> list[np.ndarray]:
-            return [np.stack([getattr(prev.heads[of(i)], name) for i in ids]) for name in names]
+        def arrays(names: Iterable[str], ids: Sequence[int], of: Any) -> list[list[np.ndarray]]:
+            """Per name, the given heads' arrays (replaced below where they change; stacked
+            once, for the heads computed together)."""
+            return [[getattr(prev.heads[of(i)], name) for i in ids] for name in names]
 
-        Q, Q_rot = stack(("Q", "Q_rot"), todo, lambda h: h)
-        K, V, K_rot = stack(("K", "V", "K_rot"), kvs, lambda g: reader[g])
+        Q, Q_rot = arrays(("Q", "Q_rot"), todo, lambda h: h)
+        K, V, K_rot = arrays(("K", "V", "K_rot"), kvs, lambda g: reader[g])
         qpos, kpos = positions(s)
         for k in [k for k, h in enumerate(todo) if h in heads]:
             h = todo[k]
@@ -1122,7 +1155,8 @@ def update(
             else:
                 Q[k], Q_rot[k] = Q_new, _turn(st, Q_new, s.q_norm[h], qpos)
         if rows:
-            Q[:, rows], Q_rot[:, rows] = _queries(s, X, todo, rows)
+            for k, (q, q_rot) in enumerate(zip(*_queries(s, X, todo, rows), strict=True)):
+                Q[k], Q_rot[k] = _with_rows(Q[k], rows, q), _with_rows(Q_rot[k], rows, q_rot)
         same_values = set()  # key/value heads whose V is old's very array
         stale = [k for k, g in enumerate(kvs) if g not in fresh]
         for k in stale:
@@ -1141,8 +1175,11 @@ def update(
                 V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
                 V[k] = _values(s, X_kv, [g])[0] if V_new is None else V_new
         if krows and stale:
-            at = np.ix_(stale, krows)
-            K[at], V[at], K_rot[at] = _keys(s, X_kv, [kvs[k] for k in stale], krows)
+            parts = _keys(s, X_kv, [kvs[k] for k in stale], krows)
+            for i, k in enumerate(stale):
+                K[k], V[k], K_rot[k] = (
+                    _with_rows(a[k], krows, b[i]) for a, b in zip((K, V, K_rot), parts, strict=True)
+                )
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
@@ -1165,10 +1202,11 @@ def update(
             if not ks:
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
-            if ks == list(range(len(todo))):  # every head (a preview's one): no copies
-                P = _Projections(Q, K, V, Q_rot, K_rot)
-            else:
-                P = _Projections(Q[ks], K, V, Q_rot[ks], K_rot)
+            every = range(len(kvs))  # key/value groups
+            P = _Projections(
+                *(_stack_of(Q, ks), _stack_of(K, every), _stack_of(V, every)),
+                *(_stack_of(Q_rot, ks), _stack_of(K_rot, every)),
+            )
             if ks is whole:
                 shown = [h for h in hs if prev.heads[h].made("scores") is not None]
                 got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
