@@ -373,3 +373,19 @@ def test_the_masked_view_shares_the_scaled_views_levels_and_any_new_array_gets_i
     top = float(np.abs(edited.heads[2].scaled).max())
     for view in ("masked", "scaled"):  # a new array: its own levels, not the last ones
         assert spec_for(edited, view, 2).levels == pytest.approx((-nice(top), nice(top)))
+
+
+@pytest.mark.parametrize("kind, lims", [("diverging", (-2.0, 2.0)), ("sequential", (0.0, 1.0))])
+def test_numbers_are_black_on_light_cells_and_white_on_dark_ones(kind, lims):
+    """The text colour the window prints a cell's number in (colors.dark_text_on): black
+    where the cell's colour has a relative luminance above one half (by hand, from the
+    documented colours), black on the grey of anything not finite."""
+    rng = np.random.default_rng(4)
+    values = rng.uniform(-3.0, 3.0, (30, 20))
+    values[0, :4] = [np.inf, -np.inf, np.nan, 1e300]
+    fills = colors.rgb(values, kind, lims).astype(float)
+    luminance = (0.2126 * fills[..., 0] + 0.7152 * fills[..., 1] + 0.0722 * fills[..., 2]) / 255
+    expected = (luminance > 0.5) | ~np.isfinite(values)
+    got = colors.dark_text_on(values, kind, lims)
+    np.testing.assert_array_equal(got, expected)
+    assert 0 < got.sum() < got.size  # both colours occur

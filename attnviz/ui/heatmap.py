@@ -515,7 +515,7 @@ class HeatmapView(QWidget):
         font.setPixelSize(max(9, min(14, int(min(sy * 0.45, sx * 0.24)))))
         painter.setFont(font)
         kind, levels = self.spec.kind, self.spec.levels
-        dark = colors.dark_text(colors.rgb(block, kind, levels)) | ~np.isfinite(block)
+        dark = colors.dark_text_on(block, kind, levels)
         values = block.tolist()  # Python numbers: the loop below runs per cell
         for use_dark, colour in ((True, "#000000"), (False, "#ffffff")):
             painter.setPen(QPen(QColor(colour)))

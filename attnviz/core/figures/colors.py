@@ -174,6 +174,21 @@ def dark_text(fills: np.ndarray) -> np.ndarray:
     return luminance > 0.5  # type: ignore[no-any-return]
 
 
+@functools.cache
+def _dark_rows(kind: str) -> np.ndarray:
+    """dark_text for each row of the colour table; True for the masked grey."""
+    dark = dark_text(lut(kind))
+    dark[LUT_SIZE] = True
+    dark.flags.writeable = False
+    return dark
+
+
+def dark_text_on(values: np.ndarray, kind: str, lims: tuple[float, float]) -> np.ndarray:
+    """dark_text on each value's colour (rgb), and True where a value is not finite: the
+    table's verdict for each value's row, one lookup."""
+    return _dark_rows(kind)[_lut_index(values, lims)]  # type: ignore[no-any-return]
+
+
 def text_color(fill: np.ndarray) -> str:
     """Black or white, whichever reads better on fill (by relative luminance)."""
     return "#000000" if dark_text(np.asarray(fill)) else "#ffffff"
