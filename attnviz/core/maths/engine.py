@@ -707,7 +707,7 @@ def _attend(
     w = P.Q_rot @ np.ascontiguousarray(P.K_rot.transpose(0, 2, 1))
     stages: dict[int, dict[str, np.ndarray]] = {heads.index(h): {} for h in shown}
     raw = None
-    if len(stages) == len(heads):  # every head's scores kept: the work goes on in a copy
+    if len(stages) == len(heads):  # every head's scores kept as computed; work in a new array
         raw, w = w, np.empty_like(w)
     m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages, raw=raw)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
