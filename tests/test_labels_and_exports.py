@@ -389,3 +389,15 @@ def test_numbers_are_black_on_light_cells_and_white_on_dark_ones(kind, lims):
     got = colors.dark_text_on(values, kind, lims)
     np.testing.assert_array_equal(got, expected)
     assert 0 < got.sum() < got.size  # both colours occur
+
+
+def test_an_array_written_again_has_its_colour_scale_found_afresh():
+    """Views remember the extremes of read-only arrays; one made writeable and changed is
+    looked at again, not taken for the array it was."""
+    result = compute(make_preset("gpt2-small", n=8))
+    X = result.X
+    assert not X.flags.writeable
+    top = spec_for(result, "X").levels[1]
+    X.flags.writeable = True
+    X[0, 0] = 1000 * top
+    assert spec_for(result, "X").levels[1] >= 1000 * top

@@ -1186,3 +1186,33 @@ def test_a_heatmap_of_scores_past_the_largest_float_is_not_taken_for_finite():
         if view != "scores":
             assert spec.levels == pytest.approx((-_nice(top), _nice(top))) or view == "weights"
     assert spec_for(result, "weights", 0).leaked[2, 3]
+    # A head given every field (the torch engine's: no rule) is not known to leave hidden
+    # keys at 0: its weight on one is looked for, with finite scores too.
+    clean = engine.compute(make(n=4, d_model=3, H=1, G=1, d_k=2, seed=3, mask="causal")).heads[0]
+    for name in ("scores", "scaled", "masked"):
+        getattr(clean, name)
+    weights = np.array(clean.weights)
+    weights[0, 2] = 0.25
+    weights.flags.writeable = False
+    given = clean.with_fields(weights=weights, rule=None)
+    result = dataclasses.replace(result, heads=[given])
+    spec_for(result, "scaled", 0)  # as the pipeline does first: the scaled scores' extent
+    spec = spec_for(result, "weights", 0)
+    assert spec.finite and spec.leaked is not None and spec.leaked[0, 2] and spec.leaked.sum() == 1
+
+
+def test_a_drawn_heads_scores_hold_no_other_heads_memory():
+    """Drawn heads computed together keep their own score matrices: none is a window on
+    an array of several heads, which a head left unedited later would keep alive whole."""
+    s = make(n=16, H=4, G=4, seed=2)
+    prev = engine.compute(s)
+    for h in (0, 1):
+        assert prev.heads[h].scores.shape == (16, 16)  # made, as a view does
+    one = s.with_cells("W_Q", 0, 0, 0, np.array([[0.5]]))
+    both = one.with_cells("W_Q", 1, 0, 0, np.array([[-0.5]]))
+    for edited, heads in ((both, {0, 1}), (one, {0})):
+        new = engine.update(prev, edited, heads=heads)
+        for h in heads:
+            scores = new.heads[h].scores
+            owner = scores if scores.base is None else scores.base
+            assert owner.size == scores.size, (heads, h)

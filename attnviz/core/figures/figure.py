@@ -177,6 +177,7 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     # of exactly 0 when the scores are finite (exp(−∞) = 0, or set so): no leak to find.
     zeroed = (
         finite
+        and per_head
         and head is not None
         and result.heads[head].rule is not None
         and result.settings.mask in (*MINUS_INF_MASKS, "drop-after-softmax")
@@ -209,6 +210,8 @@ _extents_lock = threading.Lock()
 
 def _known_extent(values: np.ndarray) -> tuple[float, float] | None:
     """The extent remembered for this very (read-only) array, if it is."""
+    if values.flags.writeable:
+        return None
     with _extents_lock:
         known = _extents.get(id(values))
     return known[1] if known is not None and known[0]() is values else None

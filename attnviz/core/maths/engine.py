@@ -653,7 +653,8 @@ def _softmax_of(
     their softmax: × scale, soft-cap, + ALiBi, mask, softmax with any sink. Returns
     (m, Z, empty, sink logits). ``stages``: for some indices k of a, filled with copies
     of a[k] on the way (scores, scaled, masked: a Head's derived matrices). ``raw``: the
-    raw scores, kept (as every head's scores), with a to be filled from them."""
+    raw scores, left as they are and kept as the stages' scores; a (of their shape) is
+    filled from them instead of holding them."""
     stages = {} if stages is None else stages
 
     def snapshot(name: str) -> None:
@@ -702,12 +703,13 @@ def _attend(
     heads[k] uses Q[k] and key/value head kv_index[k] of P. The scores are computed into
     the array that becomes the weights: nothing else n × m is kept, except for the
     heads in ``shown`` (a view draws them), whose scores, scaled and masked are copied
-    on the way rather than computed again when the view asks."""
+    on the way rather than computed again when the view asks (one shown head alone
+    keeps the array its scores were computed into, and the weights are made in another)."""
     P = P.read_by(kv_index)
     w = P.Q_rot @ np.ascontiguousarray(P.K_rot.transpose(0, 2, 1))
     stages: dict[int, dict[str, np.ndarray]] = {heads.index(h): {} for h in shown}
     raw = None
-    if len(stages) == len(heads):  # every head's scores kept as computed; work in a new array
+    if len(heads) == 1 and stages:  # (of more heads, one left could hold them all)
         raw, w = w, np.empty_like(w)
     m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages, raw=raw)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
@@ -1140,8 +1142,8 @@ def update(
         }
 
         def arrays(names: Iterable[str], ids: Sequence[int], of: Any) -> list[list[np.ndarray]]:
-            """Per name, the given heads' arrays (replaced below where they change; stacked
-            once, for the heads computed together)."""
+            """Per name, the given heads' arrays (replaced below where they change, then
+            stacked for the heads computed together)."""
             return [[getattr(prev.heads[of(i)], name) for i in ids] for name in names]
 
         Q, Q_rot = arrays(("Q", "Q_rot"), todo, lambda h: h)
@@ -1198,15 +1200,12 @@ def update(
         for k, h in enumerate(todo):
             if h in revalued and h not in rescored:
                 new[h] = _revalued(prev.heads[h], V[kv_index[k]])
+        Ks, Vs, Ks_rot = (_stack_of(a, range(len(kvs))) for a in (K, V, K_rot))
         for ks in (whole, patched):
             if not ks:
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
-            every = range(len(kvs))  # key/value groups
-            P = _Projections(
-                *(_stack_of(Q, ks), _stack_of(K, every), _stack_of(V, every)),
-                *(_stack_of(Q_rot, ks), _stack_of(K_rot, every)),
-            )
+            P = _Projections(_stack_of(Q, ks), Ks, Vs, _stack_of(Q_rot, ks), Ks_rot)
             if ks is whole:
                 shown = [h for h in hs if prev.heads[h].made("scores") is not None]
                 got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
