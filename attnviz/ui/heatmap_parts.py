@@ -89,7 +89,6 @@ class CellImage:
         self.rows: np.ndarray | None = None  # the cells the pixels hold (None: every one)
         self.cols: np.ndarray | None = None
         self.key: tuple[object, ...] = ()  # the sampling they were coloured for
-        self._flat: np.ndarray | None = None  # the sampled cells' indices in the flat matrix
 
     @staticmethod
     def key_of(spec: HeatmapSpec, rows: Samples | None, cols: Samples | None) -> tuple[object, ...]:
@@ -132,15 +131,7 @@ class CellImage:
             self.image = (
                 image_over(self.pixels, QImage.Format.Format_RGB32) if self.pixels.size else None
             )
-        if key != self.key:
-            # Sampled both ways: one gather through the cells' flat indices (kept while the
-            # sampling is), not whole sampled rows copied and then thinned.
-            self._flat = None if r is None or c is None else r[:, None] * values.shape[1] + c
-        if self._flat is not None and values.flags.c_contiguous:
-            cells = values.take(self._flat)
-        else:
-            cells = _taken(values, r, c)
-        colors.argb(cells, kind, levels, out=self.pixels)
+        colors.argb(_taken(values, r, c), kind, levels, out=self.pixels)
         self.rows, self.cols, self.key = r, c, key
 
 

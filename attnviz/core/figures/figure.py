@@ -226,25 +226,25 @@ def _remember(values: np.ndarray, extent: tuple[float, float]) -> tuple[float, f
     return extent
 
 
+def _extent(values: np.ndarray) -> tuple[float, float]:
+    """colors.extent (two passes over n × m numbers), remembered for recent read-only
+    arrays: the masked view takes the scaled view's, an unchanged view its own."""
+    return _known_extent(values) or _remember(values, colors.extent(values))
+
+
 def _extent_of(
     result: Result, view: str, head: int | None, values: np.ndarray
 ) -> tuple[float, float]:
-    """colors.extent of a view's values (two passes over n × m numbers), remembered for
-    recent read-only arrays: the masked view takes the scaled view's, an unchanged view
-    its own. The scaled scores' comes from the raw scores' when scaling keeps their order
-    (Rule.scaled_extent)."""
-    known = _known_extent(values)
-    if known is not None:
-        return known
-    if view == "scaled" and head is not None:
+    """_extent of a view's values; the scaled scores' from the raw scores' when scaling
+    keeps their order (Rule.scaled_extent)."""
+    if view == "scaled" and head is not None and _known_extent(values) is None:
         h = result.heads[head]
         scores = h.made("scores")
         if h.rule is not None and scores is not None:
-            found = _known_extent(scores) or _remember(scores, colors.extent(scores))
-            scaled = h.rule.scaled_extent(*found, h.index)
+            scaled = h.rule.scaled_extent(*_extent(scores), h.index)
             if scaled is not None:
                 return _remember(values, scaled)
-    return _remember(values, colors.extent(values))
+    return _extent(values)
 
 
 def _finite(

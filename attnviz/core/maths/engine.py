@@ -277,7 +277,8 @@ class Head:
         """self, computed anew in place of old (a weight of its own changed): its weights,
         output and the score matrices old had made may differ from old's in any cell (a
         view recolours them whole, without comparing first)."""
-        names = [name for name in SCORE_MATRICES if name in old.__dict__] + ["weights", "output"]
+        names = [name for name in SCORE_MATRICES if old.made(name) is not None]
+        names += ["weights", "output"]
         self._note_since(old, names, None, None)
         return self
 
