@@ -656,7 +656,9 @@ def test_a_drawn_heads_score_matrices_follow_every_update(case, data):
 def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
     """After an edit of a row of X (or X_kv), a head patched row by row names, for its
     Q, K, V, Q_rot, K_rot and the score matrices a view drew, the head's array it came
-    from and the only rows and columns where it differs (so views recolour just those)."""
+    from and the only rows and columns where it differs (so views recolour just those);
+    its weights and output, rescaled row by row, may differ anywhere (recoloured whole,
+    not compared)."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     prev = engine.compute(s)
     drawn = data.draw(st.integers(0, s.n_heads - 1))
@@ -669,6 +671,10 @@ def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
     assert_same_result(got, engine.compute(after))
     patched = after.settings.mask != "drop-after-softmax" and after.settings.dropout == 0
     for h, head in enumerate(got.heads):
+        for matrix in ("weights", "output"):
+            told = engine.unchanged_outside(head, matrix)
+            assert told is not None and told[1] is None, matrix
+            assert told[0]() is getattr(prev.heads[h], matrix), matrix
         for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
             known = engine.unchanged_outside(head, matrix)
             if known is None:

@@ -74,7 +74,10 @@ def _at(sampled: np.ndarray | None, lines: np.ndarray) -> np.ndarray:
     """Where the given rows (or columns) of the matrix are in the image."""
     if sampled is None or not len(lines):
         return lines
-    return np.flatnonzero(np.isin(sampled, lines))
+    # A lookup table of the lines (np.isin sorts: 0.15 ms a call, this a few µs).
+    member = np.zeros(max(int(sampled.max()), int(lines.max())) + 1, dtype=bool)
+    member[lines] = True
+    return np.flatnonzero(member[sampled])
 
 
 class CellImage:

@@ -326,3 +326,47 @@ def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
         np.testing.assert_array_equal(view.image.pixels, drawn(spec).image.pixels)
     assert not view.set_spec(replace(spec, values=spec.values.copy()))
     assert bool(found) == partly
+
+
+def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view_draws(qtbot):
+    """Cells smaller than pixels: the image holds a sample of the rows and columns; the
+    named lines are found among them (some shown, some not) and recoloured, and the
+    picture is what a fresh view draws."""
+    import weakref
+    from dataclasses import replace
+
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui.heatmap import HeatmapView
+
+    rng = np.random.default_rng(8)
+    labels = tuple(str(i) for i in range(900))
+    values = rng.standard_normal((900, 900))
+    spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
+
+    def drawn(spec: HeatmapSpec) -> HeatmapView:
+        view = HeatmapView("t")
+        qtbot.addWidget(view)
+        view.resize(400, 350)
+        view.set_spec(spec)
+        return view
+
+    view = drawn(spec)
+    assert view.image.rows is not None and view.image.cols is not None  # sampled both ways
+    shown_rows, shown_cols = set(view.image.rows.tolist()), set(view.image.cols.tolist())
+    rows = [r for r in range(900) if r in shown_rows][::40] + [
+        r for r in range(900) if r not in shown_rows
+    ][:3]
+    cols = [c for c in range(900) if c in shown_cols][5:8] + [
+        c for c in range(900) if c not in shown_cols
+    ][-2:]
+    new = values.copy()
+    new[rows] += 1.5
+    new[:, cols] -= 1.5
+    lines = (np.array(rows), np.array(cols))
+    assert view.set_spec(replace(spec, values=new, since=(weakref.ref(values), lines)))
+    fresh = drawn(replace(spec, values=new)).image.pixels
+    np.testing.assert_array_equal(view.image.pixels, fresh)
+    # The pixels that changed colour show the named lines (by hand, which those are).
+    moved = np.isin(view.image.rows, rows)[:, None] | np.isin(view.image.cols, cols)[None, :]
+    changed = view.image.pixels != drawn(spec).image.pixels
+    assert not (changed & ~moved).any() and changed.sum() > moved.sum() / 2

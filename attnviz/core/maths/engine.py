@@ -258,9 +258,10 @@ class Head:
             rule.mask(a, r, c)
             return a
 
-        # What a view needs to recolour only these lines.
+        # What a view needs to recolour only these lines (the weights and the output are
+        # rescaled row by row: any cell of theirs may differ).
         names = [*ROW_MATRICES, *(name for name in SCORE_MATRICES if name in held)]
-        self._note_since(old, names, tuple(rows), tuple(cols))
+        self._note_since(old, names, tuple(rows), tuple(cols), anywhere=["weights", "output"])
         # (scaled is made from scores, and masked from scaled: each implies the one before)
         if "scores" in held:
             patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
@@ -278,21 +279,23 @@ class Head:
         output and the score matrices old had made may differ from old's in any cell (a
         view recolours them whole, without comparing first)."""
         names = [name for name in SCORE_MATRICES if old.made(name) is not None]
-        names += ["weights", "output"]
-        self._note_since(old, names, None, None)
+        self._note_since(old, (), (), (), anywhere=[*names, "weights", "output"])
         return self
 
     def _note_since(
         self,
         old: Head,
         names: Iterable[str],
-        rows: tuple[int, ...] | None,
-        cols: tuple[int, ...] | None,
+        rows: tuple[int, ...],
+        cols: tuple[int, ...],
+        anywhere: Iterable[str] = (),
     ) -> None:
         """Remember, for unchanged_outside, the arrays of old that these matrices differ
-        from (weakly: not kept alive for it) and the rows and columns where (None: any)."""
-        refs = {name: weakref.ref(getattr(old, name)) for name in names}
-        self.__dict__["_patched"] = (refs, rows, cols)
+        from (weakly: not kept alive for it): ``names`` in the given rows and columns,
+        ``anywhere`` in any cell."""
+        anywhere = tuple(anywhere)
+        refs = {name: weakref.ref(getattr(old, name)) for name in (*names, *anywhere)}
+        self.__dict__["_patched"] = (refs, rows, cols, anywhere)
 
     @property
     def _rule(self) -> Rule:
@@ -304,16 +307,17 @@ def unchanged_outside(head: Head, name: str) -> tuple[weakref.ref[np.ndarray], L
     """(a weak reference to an earlier array, (rows, columns)) when head's matrix ``name``
     equals that array but in those rows and columns: after an edit of a few rows of X (or
     X_kv), the array of the head it was patched from (its Q, K, V, Q_rot, K_rot, and the
-    score matrices it had made). The lines are None when any cell may differ: a head
-    computed anew after an edit of its weights (its weights, output and score matrices).
+    score matrices it had made). The lines are None when any cell may differ: the weights
+    and output of such a head, and those and the score matrices of a head computed anew
+    after an edit of its weights.
     None when not known: a view compares for itself. (Weak, so that nothing keeps an
     earlier matrix alive for this.)"""
     patched = head.__dict__.get("_patched")
     if patched is None or name not in patched[0] or patched[0][name]() is None:
         return None
-    before = patched[0][name]
-    rows, cols = patched[1], patched[2]
-    if rows is None:
+    refs, rows, cols, anywhere = patched
+    before = refs[name]
+    if name in anywhere:
         return before, None
     if name in SCORE_MATRICES:
         lines = (rows, cols)
