@@ -90,6 +90,18 @@ def covers(lines, changed: np.ndarray) -> bool:
     return bool(covered[changed].all())
 
 
+def drawn(qtbot, spec, size: tuple[int, int] = (700, 600)):
+    """A fresh view of spec (at 700 × 600 every cell of a 200² matrix is a few pixels:
+    the image holds them all)."""
+    from attnviz.ui.heatmap import HeatmapView
+
+    view = HeatmapView("t")
+    qtbot.addWidget(view)
+    view.resize(*size)
+    view.set_spec(spec)
+    return view
+
+
 def test_changed_lines_cover_every_changed_cell_with_few_rows_and_columns():
     from attnviz.ui.heatmap_parts import changed_lines
 
@@ -244,45 +256,42 @@ def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot,
 
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.ui import heatmap
-    from attnviz.ui.heatmap import HeatmapView
 
     rng = np.random.default_rng(3)
     labels = tuple(str(i) for i in range(200))
     values = rng.standard_normal((200, 200))
     first = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
 
-    def drawn(spec: HeatmapSpec) -> HeatmapView:
-        view = HeatmapView("t")
-        qtbot.addWidget(view)
-        view.resize(700, 600)  # every cell a few pixels: the image holds them all
-        view.set_spec(spec)
-        return view
-
-    view = drawn(first)
+    view = drawn(qtbot, first)
     new = values.copy()
     new[17] += 1.0
     new[:, 120] -= 1.0
     lines = (np.array([17]), np.array([120]))
     assert view.set_spec(replace(first, values=new, since=(weakref.ref(values), lines)))
-    np.testing.assert_array_equal(view.image.pixels, drawn(replace(first, values=new)).image.pixels)
+    np.testing.assert_array_equal(
+        view.image.pixels, drawn(qtbot, replace(first, values=new)).image.pixels
+    )
     # Named lines are trusted: a change outside them is not looked for.
     hidden = new.copy()
     hidden[50, 50] = 5.0
     assert view.set_spec(replace(first, values=hidden, since=(weakref.ref(new), lines)))
-    assert view.image.pixels[50, 50] != drawn(replace(first, values=hidden)).image.pixels[50, 50]
+    assert (
+        view.image.pixels[50, 50]
+        != drawn(qtbot, replace(first, values=hidden)).image.pixels[50, 50]
+    )
     none = (np.array([], dtype=np.intp), np.array([], dtype=np.intp))
     assert not view.set_spec(
         replace(first, values=hidden.copy(), since=(weakref.ref(hidden), none))
     )
     # No lines: any cell may differ (a head computed anew): recoloured whole, comparing
     # nothing.
-    view = drawn(first)
+    view = drawn(qtbot, first)
     anew = rng.standard_normal((200, 200))
     compared = []
     monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: compared.append(1))
     assert view.set_spec(replace(first, values=anew, since=(weakref.ref(values), None)))
     np.testing.assert_array_equal(
-        view.image.pixels, drawn(replace(first, values=anew)).image.pixels
+        view.image.pixels, drawn(qtbot, replace(first, values=anew)).image.pixels
     )
     assert not compared
 
@@ -299,7 +308,6 @@ def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
 
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.ui import heatmap
-    from attnviz.ui.heatmap import HeatmapView
 
     found = []
     real = heatmap.changed_cells
@@ -308,14 +316,7 @@ def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
     values = np.random.default_rng(4).standard_normal((size, size))
     spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
 
-    def drawn(spec: HeatmapSpec) -> HeatmapView:
-        view = HeatmapView("t")
-        qtbot.addWidget(view)
-        view.resize(700, 600)
-        view.set_spec(spec)
-        return view
-
-    view = drawn(spec)
+    view = drawn(qtbot, spec)
     assert (math.prod(view.image.pixels.shape) > heatmap.WHOLE_UP_TO) == partly
     for row, col in ((17, 100), (3, 0), (size - 1, 64)):
         new = spec.values.copy()
@@ -323,7 +324,7 @@ def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
         new[:, col] -= 0.5
         spec = replace(spec, values=new)
         assert view.set_spec(spec)
-        np.testing.assert_array_equal(view.image.pixels, drawn(spec).image.pixels)
+        np.testing.assert_array_equal(view.image.pixels, drawn(qtbot, spec).image.pixels)
     assert not view.set_spec(replace(spec, values=spec.values.copy()))
     assert bool(found) == partly
 
@@ -336,21 +337,14 @@ def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
-    from attnviz.ui.heatmap import HeatmapView
 
+    small = (400, 350)
     rng = np.random.default_rng(8)
     labels = tuple(str(i) for i in range(900))
     values = rng.standard_normal((900, 900))
     spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
 
-    def drawn(spec: HeatmapSpec) -> HeatmapView:
-        view = HeatmapView("t")
-        qtbot.addWidget(view)
-        view.resize(400, 350)
-        view.set_spec(spec)
-        return view
-
-    view = drawn(spec)
+    view = drawn(qtbot, spec, small)
     assert view.image.rows is not None and view.image.cols is not None  # sampled both ways
     shown_rows, shown_cols = set(view.image.rows.tolist()), set(view.image.cols.tolist())
     rows = [r for r in range(900) if r in shown_rows][::40] + [
@@ -364,9 +358,9 @@ def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view
     new[:, cols] -= 1.5
     lines = (np.array(rows), np.array(cols))
     assert view.set_spec(replace(spec, values=new, since=(weakref.ref(values), lines)))
-    fresh = drawn(replace(spec, values=new)).image.pixels
+    fresh = drawn(qtbot, replace(spec, values=new), small).image.pixels
     np.testing.assert_array_equal(view.image.pixels, fresh)
     # The pixels that changed colour show the named lines (by hand, which those are).
     moved = np.isin(view.image.rows, rows)[:, None] | np.isin(view.image.cols, cols)[None, :]
-    changed = view.image.pixels != drawn(spec).image.pixels
+    changed = view.image.pixels != drawn(qtbot, spec, small).image.pixels
     assert not (changed & ~moved).any() and changed.sum() > moved.sum() / 2
