@@ -58,6 +58,28 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
             assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
 
 
+def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(window, qtbot):
+    """Long enough that each view shows a sample of the rows (cells smaller than
+    pixels), with RoPE and two heads sharing keys: after edits of X, each patched view is
+    what drawing its matrix afresh gives, at the rows its image holds."""
+    from attnviz.core.maths.scenario import Settings
+
+    tokens = tuple(f"w{i}" for i in range(700))
+    s = small_model(tokens, 8, 2, 4, seed=5, kv_heads=1, settings=Settings(positional="rope"))
+    window.doc.reset(s, None)
+    window.compute.wait()
+    qtbot.wait(1)
+    views = window.pipeline.views
+    assert views["scores"].image.rows is not None  # sampled
+    model = window.inputs.model
+    for k, (row, col, value) in enumerate([(5, 2, 3.0), (650, 0, -4.0), (301, 7, 2.5)]):
+        assert model.setData(model.index(row, col), str(value))
+        window.compute.wait()
+        qtbot.wait(1)
+        for name in window.pipeline.names:
+            assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
+
+
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
     from attnviz.ui.heatmap_parts import changed_cells
 
