@@ -72,8 +72,10 @@ def _taken(values: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None)
 
 def _at(sampled: np.ndarray | None, lines: np.ndarray) -> np.ndarray:
     """Where the given rows (or columns) of the matrix are in the image."""
-    if sampled is None or not len(lines):
+    if sampled is None:
         return lines
+    if not len(lines) or not len(sampled):
+        return np.empty(0, dtype=np.intp)
     # A lookup table of the lines (np.isin sorts: 0.15 ms a call, this a few µs).
     member = np.zeros(max(int(sampled.max()), int(lines.max())) + 1, dtype=bool)
     member[lines] = True

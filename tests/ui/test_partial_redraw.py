@@ -386,3 +386,20 @@ def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view
     moved = np.isin(view.image.rows, rows)[:, None] | np.isin(view.image.cols, cols)[None, :]
     changed = view.image.pixels != drawn(qtbot, spec, small).image.pixels
     assert not (changed & ~moved).any() and changed.sum() > moved.sum() / 2
+
+
+def test_the_named_lines_are_found_among_the_sampled_ones():
+    """_at: the pixels of a sampled image that show one of the named lines, by hand; none
+    when nothing is sampled or named; the lines themselves when nothing is sampled away."""
+    from attnviz.ui.heatmap_parts import _at
+
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        count = int(rng.integers(1, 400))
+        sampled = np.sort(rng.integers(0, count, size=int(rng.integers(0, 300))))
+        lines = np.unique(rng.integers(0, count, size=int(rng.integers(0, 6))))
+        wanted = [i for i, cell in enumerate(sampled.tolist()) if cell in set(lines.tolist())]
+        assert _at(sampled, lines).tolist() == wanted
+    assert _at(np.empty(0, dtype=np.intp), np.array([1])).tolist() == []  # no pixel
+    assert _at(np.array([0, 0, 1]), np.empty(0, dtype=np.intp)).tolist() == []
+    assert _at(None, np.array([3, 9])).tolist() == [3, 9]
