@@ -71,7 +71,8 @@ def _taken(values: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None)
 
 
 def _at(sampled: np.ndarray | None, lines: np.ndarray) -> np.ndarray:
-    """Where the given rows (or columns) of the matrix are in the image."""
+    """Where the given rows (or columns) of the matrix (non-negative indices) are in the
+    image, whose rows (or columns) show the matrix's ``sampled`` ones (None: all)."""
     if sampled is None:
         return lines
     if not len(lines) or not len(sampled):

@@ -58,11 +58,15 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
             assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
 
 
-def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(window, qtbot):
+def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(
+    window, qtbot, monkeypatch
+):
     """Long enough that each view shows a sample of the rows (cells smaller than
-    pixels), with RoPE and two heads sharing keys: after edits of X, each patched view is
-    what drawing its matrix afresh gives, at the rows its image holds."""
+    pixels), with RoPE and two heads sharing keys: after edits of X (of rows the pictures
+    show, and of one they do not), each view is what drawing its matrix afresh gives, at
+    the rows its image holds. The engine told every view what changed: none compared."""
     from attnviz.core.maths.scenario import Settings
+    from attnviz.ui import heatmap, heatmap_parts
 
     tokens = tuple(f"w{i}" for i in range(700))
     s = small_model(tokens, 8, 2, 4, seed=5, kv_heads=1, settings=Settings(positional="rope"))
@@ -70,14 +74,38 @@ def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(win
     window.compute.wait()
     qtbot.wait(1)
     views = window.pipeline.views
-    assert views["scores"].image.rows is not None  # sampled
+    shown = views["scores"].image.rows
+    assert shown is not None  # sampled
+    hidden = sorted(set(range(700)) - set(shown.tolist()))
+    compared, found = [], []
+    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: compared.append(1))
+
+    class Numpy:  # heatmap's numpy, its comparisons counted
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def array_equal(a, b):
+            compared.append(1)
+            return np.array_equal(a, b)
+
+    monkeypatch.setattr(heatmap, "np", Numpy())
+    real_at = heatmap_parts._at
+    monkeypatch.setattr(
+        heatmap_parts,
+        "_at",
+        lambda r, lines: found.append(len(real_at(r, lines))) or real_at(r, lines),
+    )
     model = window.inputs.model
-    for k, (row, col, value) in enumerate([(5, 2, 3.0), (650, 0, -4.0), (301, 7, 2.5)]):
+    edits = [(int(shown[3]), 2, 3.0), (hidden[100], 0, -4.0), (int(shown[-2]), 7, 2.5)]
+    for k, (row, col, value) in enumerate(edits):
         assert model.setData(model.index(row, col), str(value))
         window.compute.wait()
         qtbot.wait(1)
         for name in window.pipeline.names:
             assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
+    assert not compared
+    assert any(found)  # some views recoloured just the pixels of the edited lines
 
 
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
@@ -113,8 +141,8 @@ def covers(lines, changed: np.ndarray) -> bool:
 
 
 def drawn(qtbot, spec, size: tuple[int, int] = (700, 600)):
-    """A fresh view of spec (at 700 × 600 every cell of a 200² matrix is a few pixels:
-    the image holds them all)."""
+    """A fresh view of spec, size pixels (by default every cell of a 200² matrix is a
+    few pixels: the image holds them all)."""
     from attnviz.ui.heatmap import HeatmapView
 
     view = HeatmapView("t")

@@ -275,9 +275,10 @@ class Head:
         return self
 
     def replacing(self, old: Head) -> Head:
-        """self, computed anew in place of old (a weight of its own changed): its weights,
-        output and the score matrices old had made may differ from old's in any cell (a
-        view recolours them whole, without comparing first)."""
+        """self, computed anew in place of old (after an edit of its weights, of many rows
+        of the input, or under dropout or drop-after-softmax): its weights, output and the
+        score matrices old had made may differ from old's in any cell (a view recolours
+        them whole, without comparing first)."""
         names = [name for name in SCORE_MATRICES if old.made(name) is not None]
         self._note_since(old, (), (), (), anywhere=[*names, "weights", "output"])
         return self
@@ -309,7 +310,7 @@ def unchanged_outside(head: Head, name: str) -> tuple[weakref.ref[np.ndarray], L
     X_kv), the array of the head it was patched from (its Q, K, V, Q_rot, K_rot, and the
     score matrices it had made). The lines are None when any cell may differ: the weights
     and output of such a head, and those and the score matrices of a head computed anew
-    after an edit of its weights.
+    (Head.replacing).
     None when not known: a view compares for itself. (Weak, so that nothing keeps an
     earlier matrix alive for this.)"""
     patched = head.__dict__.get("_patched")
