@@ -261,7 +261,7 @@ class Head:
         # What a view needs to recolour only these lines (the weights and the output are
         # rescaled row by row: any cell of theirs may differ).
         names = [*ROW_MATRICES, *(name for name in SCORE_MATRICES if name in held)]
-        self._note_since(old, names, tuple(rows), tuple(cols), anywhere=["weights", "output"])
+        self._note_since(old, names, rows, cols, anywhere=["weights", "output"])
         # (scaled is made from scores, and masked from scaled: each implies the one before)
         if "scores" in held:
             patch("scores", lambda r, c: self.Q_rot[r] @ self.K_rot[c].T)
@@ -280,15 +280,15 @@ class Head:
         score matrices old had made may differ from old's in any cell (a view recolours
         them whole, without comparing first)."""
         names = [name for name in SCORE_MATRICES if old.made(name) is not None]
-        self._note_since(old, (), (), (), anywhere=[*names, "weights", "output"])
+        self._note_since(old, anywhere=[*names, "weights", "output"])
         return self
 
     def _note_since(
         self,
         old: Head,
-        names: Iterable[str],
-        rows: tuple[int, ...],
-        cols: tuple[int, ...],
+        names: Iterable[str] = (),
+        rows: Sequence[int] = (),
+        cols: Sequence[int] = (),
         anywhere: Iterable[str] = (),
     ) -> None:
         """Remember, for unchanged_outside, the arrays of old that these matrices differ
@@ -296,7 +296,7 @@ class Head:
         ``anywhere`` in any cell."""
         anywhere = tuple(anywhere)
         refs = {name: weakref.ref(getattr(old, name)) for name in (*names, *anywhere)}
-        self.__dict__["_patched"] = (refs, rows, cols, anywhere)
+        self.__dict__["_patched"] = (refs, tuple(rows), tuple(cols), anywhere)
 
     @property
     def _rule(self) -> Rule:
@@ -670,8 +670,9 @@ def _softmax_of(
     if raw is None:
         snapshot("scores")
     else:
+        _frozen(raw)
         for k, kept in stages.items():
-            kept["scores"] = _frozen(raw)[k]
+            kept["scores"] = raw[k]
     rule.scale(a, heads, rows, source=raw)
     snapshot("scaled")
     if rule.masks:
