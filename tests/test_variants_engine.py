@@ -1136,9 +1136,11 @@ def test_a_mask_cell_that_is_not_0_or_1_is_printed_as_a_number():
 
 
 def _nice(top: float) -> float:
-    """The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k that is at least top."""
+    """The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k that is at least top, less a
+    relative 1e-12 (a top a rounding above 0.1, as a soft-cap of 0.1 gives, keeps 0.1)."""
     steps = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
-    return min(c * 10.0**e for e in range(-12, 14) for c in steps if c * 10.0**e >= top)
+    floor = top * (1 - 1e-12)
+    return min(c * 10.0**e for e in range(-12, 14) for c in steps if c * 10.0**e >= floor)
 
 
 @RANDOM
