@@ -487,6 +487,32 @@ def test_one_head_and_the_layer_equal_compute(s, data):
     np.testing.assert_allclose(whole.final, full.final, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("mask", ["causal", "sliding-window", "custom", "none"])
+@pytest.mark.parametrize("extras", [{}, {"sinks": (0.5, -1.0), "dropout": 0.2}])
+def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask, extras):
+    """With more query rows than one softmax block, weights · V is taken a block of rows
+    at a time, up to the last key a row of the block sees: compute, one_head, layer and
+    an edit of W_V (the weights kept, times the new V) all equal the reference, and the
+    first rows of a causal mask, which see a few keys only, too."""
+    n = engine.SOFTMAX_ROWS * 2 + 44
+    s = make(n=n, d_model=6, H=2, G=1, d_k=3, mask=mask, window=40, **extras)
+    if mask == "custom":
+        hidden = np.random.default_rng(1).random((n, n)) < 0.7
+        hidden[100] = True  # a row that sees no key
+        s = dataclasses.replace(s, mask_matrix=(~hidden).astype(float))
+    full = engine.compute(s)
+    assert_matches_reference(s, full)
+    for h in range(2):
+        np.testing.assert_allclose(
+            engine.one_head(s, h).heads[0].output, full.heads[h].output, rtol=1e-12, atol=1e-14
+        )
+    np.testing.assert_allclose(
+        engine.layer(s, block=100).concat, full.concat, rtol=1e-12, atol=1e-13
+    )
+    edited = s.with_cells("W_V", 0, 2, 1, [[1.5]])
+    assert_matches_reference(edited, engine.update(full, edited, v_heads=[0]))
+
+
 @pytest.mark.parametrize(
     ("n", "d_k"),
     [

@@ -721,9 +721,28 @@ def _attend(
     m, Z, empty, sink = _softmax_of(rule, w, heads, stages=stages, raw=raw)
     share = np.zeros(m.shape) if sink is None else np.exp(sink - m) / Z
     _reweight(rule, w, keep)
-    out = _heads(P, heads, rule, keep, w, w @ P.V, m, Z, empty, share)
+    out = _heads(P, heads, rule, keep, w, _weighted(rule, w, P.V), m, Z, empty, share)
     for k, kept in stages.items():
         out[k].__dict__.update(kept)
+    return out
+
+
+def _weighted(
+    rule: Rule | None, w: np.ndarray, V: np.ndarray, rows: Any = slice(None)
+) -> np.ndarray:
+    """w @ V for weights (…, r, m) of the given query rows. Under a −∞ mask each row's
+    weights past rule.ends are 0 (a causal mask's future), so a block of rows at a time
+    is multiplied by the values up to the last key one of its rows sees (under a causal
+    mask 37 % less work at n = 512, 47 % at 2048; BLAS may round the last bit otherwise)."""
+    r = w.shape[-2]
+    if rule is None or r <= SOFTMAX_ROWS or rule.settings.mask not in MINUS_INF_MASKS:
+        return w @ V  # type: ignore[no-any-return]
+    ends = rule.ends[rows]
+    out = np.empty((*w.shape[:-1], V.shape[-1]))
+    for r0 in range(0, r, SOFTMAX_ROWS):
+        r1 = min(r, r0 + SOFTMAX_ROWS)
+        end = max(1, int(ends[r0:r1].max()))
+        np.matmul(w[..., r0:r1, :end], V[..., :end, :], out=out[..., r0:r1, :])
     return out
 
 
@@ -734,7 +753,7 @@ def _values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int]) -> np.ndarray:
 
 def _revalued(old: Head, V: np.ndarray) -> Head:
     """old with new values V: the same weights (and all derived from them), a new output."""
-    return old.with_fields(V=_frozen(V), output=_frozen(old.weights @ V))
+    return old.with_fields(V=_frozen(V), output=_frozen(_weighted(old.rule, old.weights, V)))
 
 
 def _patch_rows(
@@ -1053,7 +1072,7 @@ def _head_output(
         w = (Q_rot[rows] @ Kt)[None]
         _softmax_of(rule, w, [h], rows)
         _reweight(rule, w, None if keep is None else keep[rows], rows)
-        out[rows] = w[0] @ V
+        out[rows] = _weighted(rule, w[0], V, rows)
     return out
 
 
