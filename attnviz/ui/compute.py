@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.core.maths.engine import Result, compute, update
 from attnviz.core.maths.scenario import KV_HEAD_NAMES, Q_HEAD_NAMES, Scenario
@@ -33,6 +33,7 @@ SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
 SYNC_PREVIEW_CELLS = 1 << 18
 SYNC_PREVIEW_WEIGHTS = 1 << 23
+PREVIEW_WAIT_S = 1.0  # the longest the other heads wait for a preview to be drawn
 
 
 def previews_at_once(s: Scenario) -> bool:
@@ -133,6 +134,9 @@ class ComputeService(QObject):
         self._preview_shown = threading.Event()
         self._preview_held = False
         self._pending = False  # changes not yet handed to the worker
+        self._held: _Job | None = None  # the rest of a preview's job, queued once it is drawn
+        self._release = QTimer(self, singleShot=True, interval=int(PREVIEW_WAIT_S * 1000))
+        self._release.timeout.connect(self._submit_held)
         self._closed = False
         self._queue = SerialQueue()
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
@@ -236,7 +240,19 @@ class ComputeService(QObject):
                     self._set_busy(False)
                     return
                 job.base, job.done = preview, [head]
+                if self._preview_held:  # queued once it is on screen (or after a while)
+                    self._held = job
+                    self._release.start()
+                    return
         self._queue.submit(lambda: self._work(job))
+
+    def _submit_held(self) -> None:
+        """Queue the job held back while its preview was drawn."""
+        self._release.stop()
+        job, self._held = self._held, None
+        if job is not None and not self._closed:
+            self._preview_shown.set()
+            self._queue.submit(lambda: self._work(job))
 
     def _work(self, job: _Job) -> None:
         try:
@@ -256,17 +272,15 @@ class ComputeService(QObject):
         if dirty.full:
             self._computed.emit(gen, s, engine, compute(s))
             return
-        done = job.done
-        if done:
-            # The rest would compete with the UI for the two cores: let it draw first.
-            self._preview_shown.wait(timeout=1.0)
-        elif _shows(job):
+        done = job.done  # (a preview made on the UI thread: queued once it was drawn)
+        if not done and _shows(job):
             self._preview_shown.clear()
             preview = _update(base, s, dirty, preview_head=job.head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
-            self._preview_shown.wait(timeout=1.0)
+            # The rest would compete with the UI for the two cores: let it draw first.
+            self._preview_shown.wait(timeout=PREVIEW_WAIT_S)
             base, done = preview, [job.head]
         self._computed.emit(gen, s, engine, _update(base, s, dirty, current_heads=done))
 
@@ -308,13 +322,15 @@ class ComputeService(QObject):
     def hold_preview(self) -> None:
         """The preview just published will be drawn; call preview_drawn() once it is.
 
-        The worker waits (up to a second) for that before computing the other heads, so
-        that the preview is on screen before the cores are busy again."""
+        The other heads are computed after that (or after PREVIEW_WAIT_S without it), so
+        that the preview is on screen before the cores are busy again; a preview made on
+        the UI thread does not even wake the worker before then."""
         self._preview_held = True
 
     def preview_drawn(self) -> None:
         self._preview_held = False
         self._preview_shown.set()
+        self._submit_held()
 
     def _show_preview(self, preview: Result, scenario: Scenario) -> None:
         """Publish a preview made on the UI thread; the worker waits until it is drawn."""

@@ -52,6 +52,11 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
             ws.compute.hold_preview()  # a view will draw it: the worker waits for that
 
     ws.compute.resultChanged.connect(on_result)
+    submitted = []  # jobs handed to the worker
+    queue_submit = ws.compute._queue.submit
+    monkeypatch.setattr(
+        ws.compute._queue, "submit", lambda job: (submitted.append(job), queue_submit(job))[1]
+    )
     ws.doc.push(SetCells(ws.doc.session, "X", None, 5, 7, np.array([[0.75]])))
     assert bool(published) == at_once  # no event processed yet
     qtbot.waitUntil(lambda: bool(published), timeout=10_000)
@@ -61,6 +66,8 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     np.testing.assert_allclose(preview.heads[3].weights, full.heads[3].weights, atol=1e-12)
     pump(0.3)  # the worker waits (up to a second) while the preview is being drawn
     assert len(published) == 1 and ws.compute.busy
+    # A preview made on the UI thread does not even wake the worker before it is drawn.
+    assert len(submitted) == (0 if at_once else 1)
     ws.compute.preview_drawn()
     qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
     final = published[-1]
@@ -69,6 +76,33 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
         np.testing.assert_allclose(final.heads[h].weights, full.heads[h].weights, atol=1e-12)
     np.testing.assert_allclose(final.final, full.final, atol=1e-12)
     ws.close()
+
+
+def test_a_preview_never_reported_drawn_holds_the_rest_back_a_moment_only(qtbot, monkeypatch):
+    """A view that promised to draw the preview and never says so (a hidden window) keeps
+    the other heads waiting PREVIEW_WAIT_S at most; closing while they wait runs nothing
+    more."""
+    monkeypatch.setattr(compute_module, "PREVIEW_WAIT_S", 0.2)
+    ws = large_workspace(qtbot)
+    published = []
+
+    def on_result(result):
+        published.append(result)
+        if not result.complete:
+            ws.compute.hold_preview()
+
+    ws.compute.resultChanged.connect(on_result)
+    start = time.monotonic()
+    ws.doc.push(SetCells(ws.doc.session, "X", None, 5, 7, np.array([[0.75]])))
+    qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
+    assert time.monotonic() - start >= 0.2
+    assert [r.complete for r in published] == [False, True]
+    np.testing.assert_allclose(published[-1].final, compute(ws.doc.scenario).final, atol=1e-12)
+    ws.doc.push(SetCells(ws.doc.session, "X", None, 6, 7, np.array([[0.5]])))
+    assert [r.complete for r in published] == [False, True, False]
+    ws.close()
+    pump(0.4)
+    assert len(published) == 3
 
 
 def test_a_result_older_than_the_latest_edit_is_never_published_last(qtbot):
