@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from PySide6.QtGui import QTextCursor, QTextTable
 from PySide6.QtWidgets import QApplication
 
 from attnviz.core.maths.explain import explain
 from attnviz.core.presets import make_preset
+from attnviz.core.session import SetCells
 from attnviz.ui.panels.inspector import InspectorPanel, number
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
@@ -194,3 +196,29 @@ def test_no_expression_breaks_at_a_narrow_width(inspector, width):
                 one_line_each(block, PART)
             block = block.next()
     assert wrapped >= 1  # a long formula does break, between its clauses
+
+
+def test_an_edit_that_changes_nothing_shown_lays_out_no_page(inspector, monkeypatch):
+    """With no cell selected, or an edit that leaves the selected cell's arithmetic as it
+    was, the page is not set (laid out and painted) again; an edit that changes the
+    selected cell's numbers shows them."""
+    panel = inspector()
+    ws_doc, compute = panel.doc, panel.compute
+    pages = []
+    set_html = panel.view.setHtml
+    monkeypatch.setattr(panel.view, "setHtml", lambda html: (pages.append(html), set_html(html)))
+
+    def edit(name, head, row, col, value):
+        ws_doc.push(SetCells(ws_doc.session, name, head, row, col, np.array([[value]])))
+        compute.wait()
+        settle()
+
+    edit("X", None, 1, 1, 0.5)
+    assert pages == [] and "Click any cell" in panel.view.toPlainText()
+    panel.view_state.select(Selection("scores", 0, 3, 2))
+    assert len(pages) == 1
+    edit("W_O", None, 0, 0, 3.0)  # after the scores: the score's arithmetic is the same
+    assert len(pages) == 1
+    edit("X", None, 3, 0, 2.5)  # the query's row: a new score
+    want = compute.result.heads[0].scores[3, 2]
+    assert len(pages) == 2 and number(want) in shown(panel.view.toPlainText())

@@ -137,6 +137,7 @@ class InspectorPanel(QWidget):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.view = QTextBrowser()
+        self._html = ""
         self.view.setOpenLinks(False)
         # Lines break between words only, never inside one: a number or a cell reference
         # wider than its column widens the table (it scrolls) rather than split.
@@ -152,6 +153,13 @@ class InspectorPanel(QWidget):
         ws.view_state.selectionChanged.connect(lambda _: self.refresh())
         ws.compute.resultChanged.connect(self._on_result)
         self.refresh()
+
+    def _show(self, html: str) -> None:
+        """Show html, unless it is what is shown (a page laid out and painted again for
+        nothing after every edit, when no cell is selected)."""
+        if html != self._html:
+            self._html = html
+            self.view.setHtml(html)
 
     def _on_result(self, result: Result) -> None:
         if result.complete:
@@ -179,18 +187,18 @@ class InspectorPanel(QWidget):
         sel = self.view_state.selection
         if sel is None or not self.compute.result.complete:
             if sel is None:
-                self.view.setHtml(EMPTY)
+                self._show(EMPTY)
             return
         found = self._result_for(sel)
         if found is None:
-            self.view.setHtml("<p style='color:#666'>computing…</p>")
+            self._show("<p style='color:#666'>computing…</p>")
             return
         scenario, result = found
         head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
         try:
             e = explain(scenario, result, sel.view, head, sel.row, sel.col)
         except KeyError:
-            self.view.setHtml(EMPTY)  # the cell is gone (the matrix shrank)
+            self._show(EMPTY)  # the cell is gone (the matrix shrank)
             return
         tokens, keys = result.tokens, result.keys
         rows = keys if sel.view in ("K", "V", "K_rot") else tokens
@@ -203,4 +211,4 @@ class InspectorPanel(QWidget):
         parts.append(unbreakable(column))
         if sel.mask:
             parts.append(nbsp(f"under mask {sel.mask}"))
-        self.view.setHtml(to_html(e, parts))
+        self._show(to_html(e, parts))
