@@ -489,17 +489,26 @@ def test_one_head_and_the_layer_equal_compute(s, data):
 
 @pytest.mark.parametrize("mask", ["causal", "sliding-window", "custom", "none"])
 @pytest.mark.parametrize("extras", [{}, {"sinks": (0.5, -1.0), "dropout": 0.2}])
-def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask, extras):
+@pytest.mark.parametrize("m", [None, 150, 420])
+def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask, extras, m):
     """With more query rows than one softmax block, weights · V is taken a block of rows
     at a time, up to the last key a row of the block sees: compute, one_head, layer and
-    an edit of W_V (the weights kept, times the new V) all equal the reference, and the
-    first rows of a causal mask, which see a few keys only, too."""
+    an edit of W_V (the weights kept, times the new V) all equal the reference; also with
+    fewer or more keys than queries (bottom-right), and under a custom mask whose first
+    block of rows sees no key at all and whose later blocks stop at different keys."""
     n = engine.SOFTMAX_ROWS * 2 + 44
-    s = make(n=n, d_model=6, H=2, G=1, d_k=3, mask=mask, window=40, **extras)
+    keys = n if m is None else m
+    s = make(
+        n=n, m=m, d_model=6, H=2, G=1, d_k=3, mask=mask, window=40, **extras,
+        causal_alignment="top-left" if m is None else "bottom-right",
+    )  # fmt: skip
     if mask == "custom":
-        hidden = np.random.default_rng(1).random((n, n)) < 0.7
-        hidden[100] = True  # a row that sees no key
-        s = dataclasses.replace(s, mask_matrix=(~hidden).astype(float))
+        rng = np.random.default_rng(1)
+        seen = np.tril(rng.random((n, keys)) < 0.8, k=keys - n - 30)  # ends 30 keys early
+        seen[: engine.SOFTMAX_ROWS] = False  # a whole block of rows that sees nothing
+        s = dataclasses.replace(s, mask_matrix=seen.astype(float))
+        ends = engine.Rule.of(s, engine.hidden_keys(s)).ends
+        assert ends[: engine.SOFTMAX_ROWS].max() == 0 and ends[-1] < keys
     full = engine.compute(s)
     assert_matches_reference(s, full)
     for h in range(2):

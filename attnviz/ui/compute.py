@@ -250,8 +250,7 @@ class ComputeService(QObject):
         """Queue the job held back while its preview was drawn."""
         self._release.stop()
         job, self._held = self._held, None
-        if job is not None and not self._closed:
-            self._preview_shown.set()
+        if job is not None:
             self._queue.submit(lambda: self._work(job))
 
     def _work(self, job: _Job) -> None:
@@ -333,12 +332,10 @@ class ComputeService(QObject):
         self._submit_held()
 
     def _show_preview(self, preview: Result, scenario: Scenario) -> None:
-        """Publish a preview made on the UI thread; the worker waits until it is drawn."""
-        self._preview_shown.clear()
+        """Publish a preview made on the UI thread (a view that will draw it says so:
+        hold_preview, and _start holds the rest back until it is drawn)."""
         self._preview_held = False
         self._publish(preview, scenario)
-        if not self._preview_held:
-            self._preview_shown.set()  # nobody is drawing it
 
     def _publish(self, result: Result, scenario: Scenario) -> None:
         if result.complete and self.view.engine == "numpy":
@@ -361,5 +358,7 @@ class ComputeService(QObject):
 
     def close(self) -> None:
         self._closed = True
+        self._release.stop()
+        self._held = None  # (never to run)
         self._preview_shown.set()
         self._queue.close()
