@@ -47,6 +47,27 @@ def test_rope_turns_each_pair_as_a_complex_number(style, dims):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(x, axis=1), rtol=1e-13)
 
 
+def test_rope_of_many_positions_remembers_its_angles_only_for_those_positions():
+    """Past a few positions the cos and sin are remembered (each edit of W_Q or W_K turns
+    the same positions again): calls in any order, with the same or other positions,
+    base, width and style, and on a stack of heads, each equal the complex product."""
+    x = RNG.normal(size=(3, 40, 8))
+    calls = [
+        (np.arange(40), 100.0, "half", 8),
+        (np.arange(40) + 7, 100.0, "half", 8),  # other positions
+        (np.arange(40), 50.0, "half", 8),  # another base
+        (np.arange(40), 100.0, "interleaved", 4),  # another style and width
+        (np.arange(40), 100.0, "half", 8),  # the first again
+    ]
+    for positions, base, style, dims in calls:
+        got = V.rope(x, positions, base=base, style=style, dims=dims)
+        for h in range(3):
+            want = rope_by_complex(x[h], positions, base, style, dims)
+            np.testing.assert_allclose(got[h], want, atol=1e-14)
+    cos, _ = V._cos_sin(np.arange(40), 8, 100.0)
+    assert not cos.flags.writeable  # shared between calls: nobody may change it
+
+
 def test_rope_by_hand_for_one_pair():
     # One pair (1, 0) at position 2 with frequency 1 (dims 2): turned by 2 radians.
     got = V.rope(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]), np.arange(3))

@@ -9,6 +9,8 @@ stack of heads alike. The engine composes them in the order the brief gives.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 ROPE_STYLES = ("half", "interleaved")
@@ -26,6 +28,28 @@ def rope_frequencies(dims: int, base: float = 10000.0) -> np.ndarray:
 def rope_angles(positions: np.ndarray, dims: int, base: float = 10000.0) -> np.ndarray:
     """(positions, dims/2): the angle by which each pair turns at each position."""
     return np.asarray(positions, dtype=np.float64)[:, None] * rope_frequencies(dims, base)
+
+
+def _cos_sin(positions: np.ndarray, dims: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of rope_angles; remembered for a few sets of many positions (every edit
+    of W_Q or W_K turns the same n positions again: 0.4 ms of cos and sin at n = 512)."""
+    positions = np.asarray(positions, dtype=np.float64)
+    if not FEW_POSITIONS < len(positions) <= MOST_REMEMBERED // max(1, dims // 2):
+        angle = rope_angles(positions, dims, base)
+        return np.cos(angle), np.sin(angle)
+    return _remembered_cos_sin(positions.tobytes(), dims, base)
+
+
+FEW_POSITIONS = 8  # (an edited row or two: quick to turn, and many different ones)
+MOST_REMEMBERED = 1 << 18  # angles in one remembered set (4 MiB of cos and sin)
+
+
+@functools.lru_cache(maxsize=8)
+def _remembered_cos_sin(positions: bytes, dims: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    angle = rope_angles(np.frombuffer(positions, dtype=np.float64), dims, base)
+    cos, sin = np.cos(angle), np.sin(angle)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 def _pairs(dims: int, style: str) -> tuple[slice, slice]:
@@ -54,15 +78,17 @@ def rope(
     dims = x.shape[-1] if dims is None else dims
     if dims > x.shape[-1]:
         raise ValueError(f"rope dims: {dims} is more than the {x.shape[-1]} features")
-    angle = rope_angles(positions, dims, base)
-    if angle.shape[0] != x.shape[-2]:
-        raise ValueError(f"rope: {angle.shape[0]} positions for {x.shape[-2]} tokens")
-    cos, sin = np.cos(angle), np.sin(angle)
+    if len(positions) != x.shape[-2]:
+        raise ValueError(f"rope: {len(positions)} positions for {x.shape[-2]} tokens")
+    cos, sin = _cos_sin(positions, dims, base)
     first, second = _pairs(dims, style)
     a, b = x[..., first], x[..., second]
-    out = x.copy()
-    out[..., first] = a * cos - b * sin
-    out[..., second] = a * sin + b * cos
+    out = np.empty_like(x)
+    out[..., dims:] = x[..., dims:]
+    np.multiply(a, cos, out=out[..., first])
+    out[..., first] -= b * sin
+    np.multiply(a, sin, out=out[..., second])
+    out[..., second] += b * cos
     return out
 
 
