@@ -1,14 +1,16 @@
 """The NumPy engine on the worked example, against hand arithmetic and a plain reference."""
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.maths.engine import compute, sinusoidal, softmax_rows
+from attnviz.core.maths import engine
+from attnviz.core.maths.engine import compute, sinusoidal, softmax_rows, update
 from attnviz.core.maths.scenario import Settings
-from attnviz.core.presets import worked_example
+from attnviz.core.presets import make_preset, worked_example
 
 
 def test_worked_example_by_hand():
@@ -87,6 +89,31 @@ def test_sinusoidal_encoding_added_to_x():
     np.testing.assert_allclose(r.X[1] - ref.X[1], pe1, atol=1e-15)
     np.testing.assert_allclose(r.X[0] - ref.X[0], [0, 1, 0, 1], atol=1e-15)
     assert sinusoidal(3, 5).shape == (3, 5)
+
+
+def test_sinusoidal_rows_are_the_tables_rows_and_an_x_edit_turns_only_its_own():
+    """Any rows of the encoding are those rows of the whole table, bit for bit, each cell
+    by the formula; an X edit's update adds the encoding to the edited row alone and
+    equals a compute of the edited scenario."""
+    table = sinusoidal(50, 7)
+    p, i = np.meshgrid(np.arange(50), np.arange(7), indexing="ij")
+    angle = p / 10000.0 ** (2 * (i // 2) / 7)
+    np.testing.assert_allclose(
+        table, np.where(i % 2 == 0, np.sin(angle), np.cos(angle)), atol=1e-15
+    )
+    np.testing.assert_array_equal(sinusoidal(50, 7, [3, 49, 0]), table[[3, 49, 0]])
+    s = make_preset("gpt2-small", n=40).with_settings(positional="sinusoidal")
+    prev = compute(s)
+    edited = s.with_cells("X", None, 17, 5, [[2.5]])
+    full = sinusoidal(40, s.d_model)
+    with mock.patch.object(engine, "sinusoidal", wraps=engine.sinusoidal) as encoding:
+        got = update(prev, edited, x_rows=[17])
+    assert encoding.call_args_list  # (the edited row's encoding, and nothing more)
+    assert all(call.args[2] == [17] for call in encoding.call_args_list)
+    np.testing.assert_array_equal(got.X[17], edited.X[17] + full[17])
+    want = compute(edited)
+    np.testing.assert_array_equal(got.X, want.X)
+    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-12)
 
 
 def test_dropout_is_seeded_and_rescales():

@@ -443,12 +443,17 @@ class Result:
         raise KeyError(f"unknown matrix {name!r}")
 
 
-def sinusoidal(n: int, d_model: int) -> np.ndarray:
-    """Sinusoidal position encoding: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...)."""
-    pos = np.arange(n)[:, None]
+def sinusoidal(n: int, d_model: int, rows: Any = slice(None)) -> np.ndarray:
+    """Sinusoidal position encoding, the given rows (positions) of its n × d_model table:
+    PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...). Each cell's sin or cos
+    alone (not both, one thrown away), the same numbers whichever rows are asked for."""
+    pos = np.arange(n)[rows][:, None]
     pair = np.arange(d_model) // 2
     angle = pos / np.power(10000.0, 2 * pair / d_model)
-    return np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle))
+    out = np.empty_like(angle)
+    np.sin(angle[:, 0::2], out=out[:, 0::2])
+    np.cos(angle[:, 1::2], out=out[:, 1::2])
+    return out
 
 
 def future_mask(n: int) -> np.ndarray:
@@ -1156,7 +1161,11 @@ def update(
     )
     if not same:
         return compute(s)
-    X = _inputs(s)[0] if rows else prev.X
+    X = prev.X
+    if rows and st.positional == "sinusoidal":  # only the edited rows' positions again
+        X = _with_rows(X, rows, s.X[rows] + sinusoidal(s.n, s.d_model, rows))
+    elif rows:
+        X = s.X
     X_kv = X if s.X_kv is None else s.X_kv
     affected = set(range(s.n_heads)) if rows or krows else set(heads)
     affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads | v_heads}

@@ -103,7 +103,7 @@ class _Explainer:
         raw = float(self.s.X[i, j])
         if self.st.positional != "sinusoidal":
             return Explanation("input X", "X[i,j] is typed in", (), (), raw, "an input value")
-        pe = float(sinusoidal(self.s.n, self.s.d_model)[i, j])
+        pe = float(sinusoidal(self.s.n, self.s.d_model, [i])[0, j])
         fn = "sin" if j % 2 == 0 else "cos"
         terms = (Term("typed X[i,j]", (raw,), raw), Term(f"PE[{i + 1},{j + 1}]", (pe,), pe))
         formula = f"X[i,j] + PE[i,j], PE = {fn}({i} / 10000^({2 * (j // 2)}/{self.s.d_model}))"
