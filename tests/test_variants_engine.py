@@ -523,6 +523,24 @@ def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask,
 
 
 @pytest.mark.parametrize(
+    "extras", [{"dropout": 0.3}, {"mask": "drop-after-softmax"}, {"mask": "causal-zero"}]
+)
+def test_an_edit_of_w_v_keeps_the_weights_even_when_they_are_not_the_softmax(extras):
+    """Dropout and drop-after-softmax change the weights after the softmax; an edit of
+    W_V still leaves them as they are (no head is computed again) and multiplies them by
+    the new V: every field equals a full compute."""
+    s = make(n=12, d_model=6, H=4, G=2, d_k=3, **extras)
+    prev = engine.compute(s)
+    edited = s.with_cells("W_V", 1, 4, 2, [[2.5]])
+    with mock.patch.object(engine, "_attend", wraps=engine._attend) as whole:
+        got = engine.update(prev, edited, v_heads=[1])
+    assert whole.call_count == 0
+    for h in (2, 3):  # the heads reading key/value head 2: the very same weights
+        assert got.heads[h].weights is prev.heads[h].weights
+    assert_same_result(got, engine.compute(edited))
+
+
+@pytest.mark.parametrize(
     ("n", "d_k"),
     [
         (1, 3),

@@ -1238,7 +1238,8 @@ def update(
         if rows or krows:
             rescored |= revalued
         few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m) and not rule.reweighted
-        whole = [k for k, h in enumerate(todo) if h in rescored or not few]
+        many = bool(rows or krows) and not few  # rows of the input that are not patched
+        whole = [k for k, h in enumerate(todo) if h in rescored or many]
         patched = [k for k, h in enumerate(todo) if k not in whole and h not in revalued]
         for k, h in enumerate(todo):
             if h in revalued and h not in rescored:
