@@ -1,6 +1,7 @@
 """Edit-to-repainted latency of the real window, offscreen (a script, not a test).
 
-    python tests/perf/bench_ui.py [--edits 40] [--n 512 1024] [--large]
+    python tests/perf/bench_ui.py [--edits 40] [--n 512 1024] [--kinds X W_K] [--variants]
+    python tests/perf/bench_ui.py --large
 
 For the worked example, and for d_model 768 with 12 heads of 64 at each n (default 512
 and 1024), plain and with RoPE and 4 key/value heads shared by the 12 (GQA), it types a
@@ -11,7 +12,8 @@ first; the other heads and the mix follow on the worker thread, outside the timi
 every pipeline heatmap whose picture changed has painted (the edited grid cell paints in
 the same pass): the time is taken when the last of them finishes painting, not when the
 event loop next gets round to the script (by then it may have started the other heads'
-work). Prints p50 and p95 per case.
+work). Prints p50 and p95 per case. With --variants, also each variant of VARIANTS at
+the first n (the same sizes, 12 key/value heads).
 Targets: p95 ≤ 16 ms at the worked example and at n = 512. With --large, a
 Llama-3-8B-shaped layer instead: the time to open it from .attn.npz until drawn (target
 under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest after).
@@ -139,6 +141,21 @@ def rope_gqa(n: int) -> Scenario:
     return with_kv_heads(make_preset("gpt2-small", n=n), 4).with_settings(positional="rope")
 
 
+# The settings of each variant --variants times at GPT-2-small sizes (12 heads of 64).
+VARIANTS: dict[str, dict[str, object]] = {
+    "soft-cap 30": {"softcap": 30.0},
+    "ALiBi": {"positional": "alibi"},
+    "QK-norm": {"qk_norm": "rms"},
+    "sinusoidal positions": {"positional": "sinusoidal"},
+    "sliding window 64": {"mask": "sliding-window", "window": 64},
+    "sinks": {"sinks": (0.5,) * 12},
+    "dropout 0.1": {"dropout": 0.1},
+    "drop-after-softmax": {"mask": "drop-after-softmax"},
+    "causal-zero": {"mask": "causal-zero"},
+    "no mask": {"mask": "none"},
+}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--edits", type=int, default=40)
@@ -146,6 +163,11 @@ def main() -> None:
     p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     p.add_argument(
         "--large", action="store_true", help="only a Llama-3-8B-shaped layer: open, then edits"
+    )
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also each variant (soft-cap, ALiBi, QK-norm, …) at the first n",
     )
     args = p.parse_args()
     app = make_app()
@@ -160,6 +182,12 @@ def main() -> None:
             (f"n={n} RoPE, 12 heads over 4 KV heads", rope_gqa(n)),
         ):
             cases += [(f"{label}, {kind} cell", scenario, kind, goal) for kind in args.kinds]
+    if args.variants:
+        n = args.n[0]
+        for name, settings in VARIANTS.items():
+            scenario = make_preset("gpt2-small", n=n).with_settings(**settings)
+            goal = 16 if n <= 512 else None
+            cases += [(f"n={n} {name}, {kind} cell", scenario, kind, goal) for kind in args.kinds]
     if args.large:
         large = llama3_8b_layer()
         print(f"Llama-3-8B-shaped layer: opened and drawn in {open_time(app, large):.2f} s")

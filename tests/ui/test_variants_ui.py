@@ -27,10 +27,12 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
 )
+from variant_reference import paper_slopes
 
 import attnviz.ui.compute as compute_module
 from attnviz.core.maths.engine import HEAD_MATRICES, compute
 from attnviz.core.presets import make_preset, worked_example
+from attnviz.core.session import SetCells
 
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")
 
@@ -778,6 +780,14 @@ def test_the_alibi_view_shows_each_heads_bias(window, qtbot):
     i, j = np.arange(8)[:, None], np.arange(8)[None, :]
     for head, slope in enumerate((2**-2, 2**-4, 2**-6, 2**-8)):
         close(view(window, "alibi", head).values, -slope * np.abs(i - j))
+    # Where an edit is an update (not a compute of a few tokens), it leaves the bias as
+    # it was: the view is handed the very array it shows, and draws nothing.
+    window.doc.replace(make_preset("gpt2-small", n=128).with_settings(positional="alibi"), "")
+    shown = view(window, "alibi", 3).values
+    window.doc.push(SetCells(window.doc.session, "W_K", 3, 1, 1, np.array([[2.5]])))
+    assert view(window, "alibi", 3).values is shown
+    i, j = np.arange(128)[:, None], np.arange(128)[None, :]
+    close(shown, -paper_slopes(12)[3] * np.abs(i - j))
     window.change_setting(positional="none")
     window.compute.wait()
     assert "alibi" not in window.pipeline.names

@@ -84,8 +84,7 @@ class Rule:
             np.tanh(a, out=a)
             a *= st.softcap
         if self.slopes is not None:
-            kpos = np.arange(self.future.shape[1])[cols]
-            distance = np.abs(self.qpos[rows, None] - kpos[None, :])
+            distance = self.distance[rows][:, cols]
             for k, h in enumerate(heads):
                 a[k] -= self.slopes[h] * distance
 
@@ -106,6 +105,22 @@ class Rule:
         ends = np.array([[[low, high]]])
         self.scale(ends, [head])
         return float(ends.min()), float(ends.max())
+
+    @cached_property
+    def distance(self) -> np.ndarray:
+        """(n, m) int32: |query position − key position|, what ALiBi's slopes multiply
+        (made once for every edit after: the rule outlives a result)."""
+        kpos = np.arange(self.future.shape[1])
+        return _frozen(np.abs(self.qpos[:, None] - kpos[None, :]).astype(np.int32))
+
+    def alibi(self, head: int) -> np.ndarray:
+        """The ALiBi term query head ``head``'s scaled scores hold, −slope · distance
+        (what scale subtracts); the same array each time it is asked for."""
+        assert self.slopes is not None, "no ALiBi here"
+        made = self.__dict__.setdefault("_alibi", {})
+        if head not in made:
+            made[head] = _frozen(-(self.slopes[head] * self.distance))
+        return made[head]  # type: ignore[no-any-return]
 
     @cached_property
     def ends(self) -> np.ndarray:

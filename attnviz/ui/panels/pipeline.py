@@ -98,12 +98,16 @@ def shown_views(result: Result) -> tuple[str, ...]:
 
 def alibi_spec(result: Result, head: int) -> HeatmapSpec:
     """The ALiBi term the head added to its scores, −slope·|i − j| (n × m): what the scaled
-    scores hold beyond the (soft-capped) scaled raw scores."""
+    scores hold beyond the (soft-capped) scaled raw scores. The same array after every
+    edit (it depends on the positions alone): the view has nothing to redraw."""
     st, h = result.settings, result.heads[head]
-    scaled = h.scores / result.scale_factor
-    if st.softcap is not None:
-        scaled = st.softcap * np.tanh(scaled / st.softcap)
-    bias = h.scaled - scaled
+    if h.rule is not None:
+        bias = h.rule.alibi(h.index)
+    else:  # (the torch engine's heads): the scaled scores less the scaled raw scores
+        scaled = h.scores / result.scale_factor
+        if st.softcap is not None:
+            scaled = st.softcap * np.tanh(scaled / st.softcap)
+        bias = h.scaled - scaled
     return make_spec(
         f"head {head + 1} · ALiBi −slope·|i − j|",
         bias,
