@@ -719,11 +719,18 @@ def _softmax_of(
     return (*softmax_in_place(a, sink, rule.row_ends(rows, a.shape[-2])), sink)
 
 
-def _reweight(rule: Rule, w: np.ndarray, keep: np.ndarray | None, rows: Any = slice(None)) -> None:
-    """Softmax weights (…, r, m) in place to the weights: drop-after-softmax zeroes the
-    hidden keys; dropout keeps some and rescales them."""
+def _reweight(
+    rule: Rule,
+    w: np.ndarray,
+    keep: np.ndarray | None,
+    rows: Any = slice(None),
+    cols: Any = slice(None),
+) -> None:
+    """Softmax weights (…, r, c) of the given query rows and key columns in place to the
+    weights: drop-after-softmax zeroes the hidden keys; dropout keeps some (keep, of those
+    rows and columns) and rescales them."""
     if rule.settings.mask == "drop-after-softmax":
-        np.copyto(w, 0.0, where=rule.future[rows])
+        np.copyto(w, 0.0, where=rule.future[rows][:, cols])
     if keep is not None:
         w *= keep
         w /= 1.0 - rule.settings.dropout
@@ -804,6 +811,9 @@ def _patch_rows(
     (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
     changed columns held half its mass or more (so that Z'_j would lose digits to the
     subtraction, or m_j was there), or whose new logits exceed m_j, is recomputed whole.
+    Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
+    cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
+    was dropped does not tell it), and the new weights are reweighted alike.
     """
     n = P.Q_rot.shape[1]
     P = P.read_by(kv_index)
@@ -813,15 +823,25 @@ def _patch_rows(
     m, Z, empty, share = (
         np.stack([getattr(h, f) for h in old]) for f in ("m", "Z", "empty_rows", "sink")
     )
+    keep = None if old[0].keep is None else np.stack([h.keep for h in old])  # type: ignore[misc]
     full = np.zeros((len(heads), n), dtype=bool)
     full[:, list(rows)] = True
-    if krows:
-        cols = list(krows)
-        c = P.Q_rot @ K_rot[:, cols].transpose(0, 2, 1)  # (H', n, r): the new logits
+
+    def logits(K_cols: np.ndarray) -> np.ndarray:
+        """(H', n, r): each row's logits in the changed columns, for these keys."""
+        c = P.Q_rot @ K_cols.transpose(0, 2, 1)
         rule.scale(c, heads, cols=cols)
         rule.mask(c, cols=cols)
+        return c
+
+    if krows:
+        cols = list(krows)
+        c = logits(K_rot[:, cols])  # the new ones
         w_old = np.stack([h.weights[:, cols] for h in old])
-        e_old = w_old * Z[..., None]
+        if rule.reweighted:  # (other rows of Q are the same: edited rows are recomputed)
+            e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
+        else:
+            e_old = w_old * Z[..., None]
         e_new = np.exp(c - m[..., None])
         moved = (c > m[..., None]).any(axis=-1) | (e_old.sum(axis=-1) >= 0.5)
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
@@ -832,7 +852,9 @@ def _patch_rows(
         f = np.where(patch, Z / den, 1.0)
         for k, head in enumerate(old):  # the copy and the rescaling in one pass
             np.multiply(head.weights, f[k, :, None], out=W[k])
-        w_new = np.where(patch[..., None], e_new / den[..., None], w_old)
+        w_new = e_new / den[..., None]
+        _reweight(rule, w_new, None if keep is None else keep[:, :, cols], cols=cols)
+        w_new = np.where(patch[..., None], w_new, w_old)
         W[:, :, cols] = w_new
         V_old = np.stack([h.V[cols] for h in old])
         out = f[..., None] * (out - w_old @ V_old) + w_new @ V[:, cols]
@@ -846,10 +868,11 @@ def _patch_rows(
         if r.size:
             a = (P.Q_rot[k, r] @ K_rot[k].T)[None]
             mk, Zk, ek, sink = _softmax_of(rule, a, [h], r)
+            _reweight(rule, a, None if keep is None else keep[k, r], r)
             W[k, r], m[k, r], Z[k, r], empty[k, r] = a[0], mk[0], Zk[0], ek[0]
             share[k, r] = 0.0 if sink is None else (np.exp(sink - mk) / Zk)[0]
             out[k, r] = a[0] @ V[k]
-    return _heads(P, heads, rule, None, W, out, m, Z, empty, share)
+    return _heads(P, heads, rule, keep, W, out, m, Z, empty, share)
 
 
 def _heads(
@@ -1252,7 +1275,7 @@ def update(
         rescored = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
         if rows or krows:
             rescored |= revalued
-        few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m) and not rule.reweighted
+        few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m)
         many = bool(rows or krows) and not few  # rows of the input that are not patched
         whole = [k for k, h in enumerate(todo) if h in rescored or many]
         patched = [k for k, h in enumerate(todo) if k not in whole and h not in revalued]
