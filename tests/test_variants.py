@@ -59,13 +59,20 @@ def test_rope_of_many_positions_remembers_its_angles_only_for_those_positions():
         (np.arange(40), 100.0, "interleaved", 4),  # another style and width
         (np.arange(40), 100.0, "half", 8),  # the first again
     ]
+    V._remembered_cos_sin.cache_clear()
     for positions, base, style, dims in calls:
         got = V.rope(x, positions, base=base, style=style, dims=dims)
         for h in range(3):
             want = rope_by_complex(x[h], positions, base, style, dims)
             np.testing.assert_allclose(got[h], want, atol=1e-14)
+    assert V._remembered_cos_sin.cache_info().hits == 1  # the first again
     cos, _ = V._cos_sin(np.arange(40), 8, 100.0)
     assert not cos.flags.writeable  # shared between calls: nobody may change it
+    # Positions that are not one run are turned, not remembered.
+    scattered = np.array([0, 5, 2, 9, 1, 30, 31, 7, 8, 11])
+    want = rope_by_complex(x[0, :10], scattered, 100.0, "half", 8)
+    np.testing.assert_allclose(V.rope(x[0, :10], scattered, 100.0), want, atol=1e-14)
+    assert V._remembered_cos_sin.cache_info().misses == 4
 
 
 def test_rope_by_hand_for_one_pair():

@@ -24,6 +24,7 @@ from variant_reference import (
     FIELDS,
     assert_close,
     assert_matches_reference,
+    paper_slopes,
 )
 
 from attnviz.core.figures.figure import spec_for
@@ -538,6 +539,27 @@ def test_an_edit_of_w_v_keeps_the_weights_even_when_they_are_not_the_softmax(ext
     for h in (2, 3):  # the heads reading key/value head 2: the very same weights
         assert got.heads[h].weights is prev.heads[h].weights
     assert_same_result(got, engine.compute(edited))
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_alibi_distances_kept_or_made_per_block_give_the_reference(kept, monkeypatch):
+    """ALiBi's |i − j| kept whole by the rule (small sizes) or made for each block asked
+    for (past KEPT_DISTANCES cells): compute, layer and an X edit's patch all equal the
+    reference; the term a view shows is one array while it is held."""
+    if not kept:
+        monkeypatch.setattr(engine, "KEPT_DISTANCES", 0)
+    s = make(n=30, m=40, d_model=6, H=4, G=2, d_k=3, positional="alibi",
+             causal_alignment="bottom-right")  # fmt: skip
+    full = engine.compute(s)
+    assert_matches_reference(s, full)
+    np.testing.assert_allclose(engine.layer(s, block=7).final, full.final, rtol=1e-12, atol=1e-13)
+    edited = s.with_cells("X", None, 4, 2, [[1.5]])
+    assert_matches_reference(edited, engine.update(full, edited, x_rows=[4]))
+    rule = full.heads[0].rule
+    term = rule.alibi(2)
+    assert rule.alibi(2) is term and not term.flags.writeable
+    i, j = np.arange(30)[:, None] + 10, np.arange(40)[None, :]  # queries from m − n = 10
+    np.testing.assert_array_equal(term, -paper_slopes(4)[2] * np.abs(i - j))
 
 
 @pytest.mark.parametrize(

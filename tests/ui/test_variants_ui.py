@@ -788,6 +788,14 @@ def test_the_alibi_view_shows_each_heads_bias(window, qtbot):
     assert view(window, "alibi", 3).values is shown
     i, j = np.arange(128)[:, None], np.arange(128)[None, :]
     close(shown, -paper_slopes(12)[3] * np.abs(i - j))
+    # The torch engine's heads bring no rule: the term is what their scaled scores hold.
+    window.load_preset("alibi")
+    window.view_state.set_engine("torch-float64")
+    window.compute.wait()
+    assert window.compute.result.heads[1].rule is None
+    i, j = np.arange(8)[:, None], np.arange(8)[None, :]
+    close(view(window, "alibi", 1).values, -(2**-4) * np.abs(i - j))
+    window.view_state.set_engine("numpy")
     window.change_setting(positional="none")
     window.compute.wait()
     assert "alibi" not in window.pipeline.names

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +36,7 @@ SCORE_MATRICES = ("scores", "scaled", "masked")  # derived from a head's Q_rot a
 ROW_MATRICES = ("Q", "Q_rot", "K", "V", "K_rot")  # one row per query or per key
 Lines = tuple[np.ndarray, np.ndarray]  # rows, columns
 LAYER_MATRICES = ("X", "concat", "final")
+KEPT_DISTANCES = 1 << 22  # cells of ALiBi's distance matrix a rule keeps (16 MiB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +51,10 @@ class Rule:
     future: np.ndarray  # (n, m) bool: the keys the mask hides (hidden_keys)
     qpos: np.ndarray  # (n,) the queries' positions
     slopes: np.ndarray | None  # ALiBi: one slope per query head of the scenario
+    # ALiBi terms a view showed (alibi): kept while it shows them, not longer
+    _alibi: weakref.WeakValueDictionary[int, np.ndarray] = field(
+        default_factory=weakref.WeakValueDictionary, repr=False
+    )
 
     @staticmethod
     def of(s: Scenario, future: np.ndarray) -> Rule:
@@ -84,7 +89,7 @@ class Rule:
             np.tanh(a, out=a)
             a *= st.softcap
         if self.slopes is not None:
-            distance = self.distance[rows][:, cols]
+            distance = self.distance(rows, cols)
             for k, h in enumerate(heads):
                 a[k] -= self.slopes[h] * distance
 
@@ -106,21 +111,32 @@ class Rule:
         self.scale(ends, [head])
         return float(ends.min()), float(ends.max())
 
+    def distance(self, rows: Any = slice(None), cols: Any = slice(None)) -> np.ndarray:
+        """(r, c) int32: |query position − key position| of the given query rows and key
+        columns, what ALiBi's slopes multiply. Up to KEPT_DISTANCES cells the whole matrix
+        is made once and kept (the rule outlives a result: every edit after uses it)."""
+        if self.future.size <= KEPT_DISTANCES:
+            return self._distances[rows][:, cols]  # type: ignore[no-any-return]
+        return self._distances_of(rows, cols)
+
     @cached_property
-    def distance(self) -> np.ndarray:
-        """(n, m) int32: |query position − key position|, what ALiBi's slopes multiply
-        (made once for every edit after: the rule outlives a result)."""
-        kpos = np.arange(self.future.shape[1])
-        return _frozen(np.abs(self.qpos[:, None] - kpos[None, :]).astype(np.int32))
+    def _distances(self) -> np.ndarray:
+        return _frozen(self._distances_of(slice(None), slice(None)))
+
+    def _distances_of(self, rows: Any, cols: Any) -> np.ndarray:
+        kpos = np.arange(self.future.shape[1], dtype=np.int32)[cols]
+        return np.abs(self.qpos[rows].astype(np.int32)[:, None] - kpos[None, :])
 
     def alibi(self, head: int) -> np.ndarray:
         """The ALiBi term query head ``head``'s scaled scores hold, −slope · distance
-        (what scale subtracts); the same array each time it is asked for."""
-        assert self.slopes is not None, "no ALiBi here"
-        made = self.__dict__.setdefault("_alibi", {})
-        if head not in made:
-            made[head] = _frozen(-(self.slopes[head] * self.distance))
-        return made[head]  # type: ignore[no-any-return]
+        (what scale subtracts): the same array each time it is asked for, while a view
+        still shows it."""
+        if self.slopes is None:
+            raise ValueError("these settings add no ALiBi term")
+        term = self._alibi.get(head)
+        if term is None:
+            term = self._alibi[head] = _frozen(-(self.slopes[head] * self.distance()))
+        return term
 
     @cached_property
     def ends(self) -> np.ndarray:
@@ -799,10 +815,11 @@ def _patch_rows(
     P: _Projections,
     rows: Sequence[int],
     krows: Sequence[int],
+    keep: np.ndarray | None,
 ) -> list[Head]:
     """Heads whose weights did not change after some rows of the input did: ``rows`` of
     the queries (their rows of the scores) and ``krows`` of the keys and values (their
-    columns of the scores). P holds the new projections.
+    columns of the scores). P holds the new projections, keep the heads' dropout masks.
 
     Only the changed rows are recomputed. Every other row j has new logits c in the
     changed columns; the softmax keeps its maximum m_j, and the denominator becomes
@@ -823,7 +840,6 @@ def _patch_rows(
     m, Z, empty, share = (
         np.stack([getattr(h, f) for h in old]) for f in ("m", "Z", "empty_rows", "sink")
     )
-    keep = None if old[0].keep is None else np.stack([h.keep for h in old])  # type: ignore[misc]
     full = np.zeros((len(heads), n), dtype=bool)
     full[:, list(rows)] = True
 
@@ -838,11 +854,13 @@ def _patch_rows(
         cols = list(krows)
         c = logits(K_rot[:, cols])  # the new ones
         w_old = np.stack([h.weights[:, cols] for h in old])
-        if rule.reweighted:  # (other rows of Q are the same: edited rows are recomputed)
-            e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
-        else:
-            e_old = w_old * Z[..., None]
-        e_new = np.exp(c - m[..., None])
+        # (the edited query rows may overflow here: they are recomputed whole below)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if rule.reweighted:  # (other rows of Q are the same as before)
+                e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
+            else:
+                e_old = w_old * Z[..., None]
+            e_new = np.exp(c - m[..., None])
         moved = (c > m[..., None]).any(axis=-1) | (e_old.sum(axis=-1) >= 0.5)
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
         patch = seen & ~moved & ~full
@@ -852,8 +870,9 @@ def _patch_rows(
         f = np.where(patch, Z / den, 1.0)
         for k, head in enumerate(old):  # the copy and the rescaling in one pass
             np.multiply(head.weights, f[k, :, None], out=W[k])
-        w_new = e_new / den[..., None]
-        _reweight(rule, w_new, None if keep is None else keep[:, :, cols], cols=cols)
+        with np.errstate(over="ignore", invalid="ignore"):
+            w_new = e_new / den[..., None]
+            _reweight(rule, w_new, None if keep is None else keep[:, :, cols], cols=cols)
         w_new = np.where(patch[..., None], w_new, w_old)
         W[:, :, cols] = w_new
         V_old = np.stack([h.V[cols] for h in old])
@@ -1288,11 +1307,13 @@ def update(
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
             P = _Projections(_stack_of(Q, ks), Ks, Vs, _stack_of(Q_rot, ks), Ks_rot)
+            kept = None if keep is None else keep[ks]
             if ks is whole:
                 shown = [h for h in hs if prev.heads[h].made("scores") is not None]
-                got = _attend(hs, P, kvi, rule, None if keep is None else keep[ks], shown)
+                got = _attend(hs, P, kvi, rule, kept, shown)
             else:
-                got = _patch_rows(rule, hs, kvi, [prev.heads[h] for h in hs], P, rows, krows)
+                olds = [prev.heads[h] for h in hs]
+                got = _patch_rows(rule, hs, kvi, olds, P, rows, krows, kept)
             for h, head in zip(hs, got, strict=True):
                 old = prev.heads[h]
                 queries = h not in heads and not rows
