@@ -314,10 +314,10 @@ class Head:
         return self
 
     def replacing(self, old: Head) -> Head:
-        """self, computed anew in place of old (after an edit of its weights, of many rows
-        of the input, or under dropout or drop-after-softmax): its weights, output and the
-        score matrices old had made may differ from old's in any cell (a view recolours
-        them whole, without comparing first)."""
+        """self, computed anew in place of old (after an edit of its weights or of many
+        rows of the input): its weights, output and the score matrices old had made may
+        differ from old's in any cell (a view recolours them whole, without comparing
+        first)."""
         names = [name for name in SCORE_MATRICES if old.made(name) is not None]
         self._note_since(old, anywhere=[*names, "weights", "output"])
         return self
@@ -1294,8 +1294,7 @@ def update(
         rescored = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
         if rows or krows:
             rescored |= revalued
-        few = 8 * len(set(rows) | set(krows)) <= max(s.n, s.m)
-        many = bool(rows or krows) and not few  # rows of the input that are not patched
+        many = 8 * len(set(rows) | set(krows)) > max(s.n, s.m)  # too many rows to patch
         whole = [k for k, h in enumerate(todo) if h in rescored or many]
         patched = [k for k, h in enumerate(todo) if k not in whole and h not in revalued]
         for k, h in enumerate(todo):

@@ -38,7 +38,6 @@ def _cos_sin(positions: np.ndarray, dims: int, base: float) -> tuple[np.ndarray,
     count = len(positions)
     if (
         FEW_POSITIONS < count <= MOST_REMEMBERED // max(1, dims // 2)
-        and positions[-1] - positions[0] == count - 1
         and (np.diff(positions) == 1).all()
     ):
         return _remembered_cos_sin(float(positions[0]), count, dims, base)
