@@ -174,6 +174,45 @@ def test_softcap_by_hand():
         V.softcap(np.ones(2), 0.0)
 
 
+def _ulps(got: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """How many units in the last place got is from tanh(x), computed in long double."""
+    exact = np.tanh(x.astype(np.longdouble))
+    unit = np.spacing(np.abs(exact.astype(np.float64))).astype(np.longdouble)
+    return np.asarray(np.abs(got - exact) / np.maximum(unit, 5e-324), dtype=np.float64)
+
+
+@pytest.mark.skipif(
+    np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps, reason="no long double to check with"
+)
+@pytest.mark.parametrize("spread", [1e-6, 0.01, 0.3, 1.0, 4.0, 12.0, 40.0])
+def test_tanh_within_two_units_in_the_last_place(spread):
+    x = RNG.normal(size=(3, 70, 300)) * spread  # more elements than a chunk, not a multiple
+    x[0, 0, :9] = [0.0, 1 / 256, 1 / 512, -1 / 512, 3 / 512, 19.99, 20.0, 20.01, -7.5]
+    ulps = _ulps(V.tanh(x), x)
+    assert ulps.max() <= 2.0, f"{ulps.max()} ulp at {x.flat[ulps.argmax()]!r}"
+    assert ulps.mean() <= 0.5
+
+
+def test_tanh_far_out_and_of_non_numbers():
+    x = np.array([np.inf, -np.inf, 1e300, -1e300, 25.0, -20.5, 5e-324, np.nan])
+    got = V.tanh(x)
+    np.testing.assert_array_equal(got[:-2], [1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    assert got[-2] == 5e-324 and np.isnan(got[-1])
+
+
+def test_tanh_in_place_and_of_a_strided_view():
+    x = RNG.normal(size=(40, 600)) * 3
+    before = x.copy()
+    view = x[::2, 5:]  # not contiguous
+    assert V.tanh(view, out=view) is view
+    np.testing.assert_allclose(x[::2, 5:], np.tanh(before[::2, 5:]), rtol=4e-16, atol=0)
+    untouched = np.ones(x.shape, dtype=bool)
+    untouched[::2, 5:] = False
+    np.testing.assert_array_equal(x[untouched], before[untouched])
+    single = V.tanh(np.array(0.7))
+    assert single.shape == () and single == pytest.approx(math.tanh(0.7), rel=4e-16)
+
+
 @pytest.mark.parametrize("sink", [-3.0, 0.0, 2.5, 800.0])
 def test_a_sink_is_an_extra_key_whose_weight_is_dropped(sink):
     scores = RNG.normal(size=(4, 5)) * 3

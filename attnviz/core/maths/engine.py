@@ -27,6 +27,7 @@ from attnviz.core.maths.variants import (
     query_offset,
     rms_norm,
     rope,
+    tanh,
     visible,
 )
 
@@ -86,7 +87,7 @@ class Rule:
             np.copyto(a, source)
         if st.softcap is not None:
             a /= st.softcap
-            np.tanh(a, out=a)
+            tanh(a, out=a)
             a *= st.softcap
         if self.slopes is not None:
             distance = self.distance(rows, cols)

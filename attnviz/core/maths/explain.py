@@ -26,7 +26,7 @@ from attnviz.core.maths.engine import (
     sinusoidal,
 )
 from attnviz.core.maths.scenario import Scenario
-from attnviz.core.maths.variants import alibi_slopes, rope_frequencies
+from attnviz.core.maths.variants import alibi_slopes, rope_frequencies, tanh
 
 EXPLAINABLE = HEAD_MATRICES + TURNED_MATRICES + LAYER_MATRICES
 
@@ -351,7 +351,7 @@ class _Explainer:
         outer = "s"
         if st.softcap is not None:
             c = st.softcap
-            t = float(np.tanh(value / c))
+            t = float(tanh(np.array(value / c)))
             value = c * t
             steps += [
                 Step(f"tanh(s ÷ {_num(c)})", t),

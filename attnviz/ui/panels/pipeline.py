@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
 from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
+from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
@@ -106,7 +106,7 @@ def alibi_spec(result: Result, head: int) -> HeatmapSpec:
     else:  # (the torch engine's heads): the scaled scores less the scaled raw scores
         scaled = h.scores / result.scale_factor
         if st.softcap is not None:
-            scaled = st.softcap * np.tanh(scaled / st.softcap)
+            scaled = softcap(scaled, st.softcap)
         bias = h.scaled - scaled
     return make_spec(
         f"head {head + 1} · ALiBi −slope·|i − j|",
