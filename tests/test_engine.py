@@ -196,3 +196,51 @@ def test_softmax_skipping_each_rows_trailing_minus_infinity_equals_the_whole(wit
     np.testing.assert_allclose(got_Z, Z, rtol=1e-13)
     np.testing.assert_array_equal(got_empty, empty)
     np.testing.assert_array_equal(got_m, m_safe)
+
+
+def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
+    from attnviz.core.maths.scenario import Scenario, with_kv_heads
+
+    rng = np.random.default_rng(11)
+    n, d_model, H, d_k = 5, 12, 8, 2
+    s = Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=rng.normal(size=(n, d_model)),
+        W_Q=rng.normal(size=(H, d_model, d_k)),
+        W_K=rng.normal(size=(H, d_model, d_k)),
+        W_V=rng.normal(size=(H, d_model, d_k)),
+        W_O=rng.normal(size=(H * d_k, d_model)),
+        b_O=rng.normal(size=(1, d_model)),
+        settings=Settings(mask="causal", ablated=(3,)),
+    )
+    s = with_kv_heads(s, 4)  # W_K and W_V edits change a group of two query heads
+
+    def by_hand(r, s):  # concat and final from the heads' outputs, in plain NumPy
+        concat = np.concatenate([h.output for h in r.heads], axis=1)
+        kept = np.repeat([h not in s.settings.ablated for h in range(H)], d_k)
+        return concat, concat[:, kept] @ s.W_O[kept] + s.b_O
+
+    prev = compute(s)
+    edits = [
+        ("W_V", 1, {"v_heads": [1]}),
+        ("W_Q", 3, {"heads": [3]}),
+        ("W_K", 0, {"kv_heads": [0]}),
+    ]
+    for k in range(engine.MIX_UPDATES + 2):
+        name, head, told = edits[k % 3]
+        edited = s.with_cells(name, head, k % d_model, k % d_k, [[0.3 * k - 1.0]])
+        shown = 2 * head if name != "W_Q" else head
+        preview = update(prev, edited, **told, preview_head=shown)
+        rest = update(preview, edited, **told, current_heads=[shown])
+        concat, final = by_hand(rest, edited)
+        np.testing.assert_allclose(rest.concat, concat, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(rest.final, final, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(rest.final, compute(edited).final, rtol=0, atol=1e-12)
+        # a rank update each time, until that many: then mixed whole again
+        assert rest.mix_updates == (k + 1) % (engine.MIX_UPDATES + 1)
+        prev, s = rest, edited
+    # An edit of X changes every head: mixed whole
+    edited = s.with_cells("X", None, 2, 3, [[2.5]])
+    whole = update(prev, edited, [2])
+    assert whole.mix_updates == 0
+    np.testing.assert_allclose(whole.final, by_hand(whole, edited)[1], rtol=0, atol=1e-12)

@@ -17,7 +17,7 @@ values = st.floats(-2, 2, allow_nan=False, allow_infinity=False)
 def scenarios(draw, masks=MASKS, positional=("none", "sinusoidal")):
     n = draw(st.integers(1, 6))
     d_model = draw(st.integers(1, 6))
-    h = draw(st.integers(1, 3))
+    h = draw(st.integers(1, 5))  # (from 4 an edit of one head updates the mix by rank)
     d_k = draw(st.integers(1, 4))
 
     def mat(*shape):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,14 +83,15 @@ class _Job:
     head: int  # the shown head
     engine: str
     done: list[int] = field(default_factory=list)  # heads of base already current
+    preview: bool = True  # whether a preview of the shown head would be drawn
 
 
 def _shows(job: _Job) -> bool:
-    """Whether the job's changes touch the shown head (so a preview of it comes first)."""
+    """Whether a preview of the shown head comes first: one would be drawn, and the
+    job's changes touch that head."""
     dirty, kv = job.dirty, job.scenario.kv_head_of(job.head)
-    return bool(dirty.x_rows or dirty.kv_rows or job.head in dirty.heads) or kv in (
-        dirty.kv_heads | dirty.v_heads
-    )
+    touched = dirty.x_rows or dirty.kv_rows or job.head in dirty.heads
+    return job.preview and bool(touched or kv in dirty.kv_heads | dirty.v_heads)
 
 
 def _update(base: Result, s: Scenario, dirty: Dirty, **more: Any) -> Result:
@@ -138,6 +140,9 @@ class ComputeService(QObject):
         self._release = QTimer(self, singleShot=True, interval=int(PREVIEW_WAIT_S * 1000))
         self._release.timeout.connect(self._submit_held)
         self._closed = False
+        # Whether a preview would be drawn now (the window says: while its pipeline is on
+        # screen); when not, an edit's job goes to the worker whole, with no preview first.
+        self.previews: Callable[[], bool] = lambda: True
         self._queue = SerialQueue()
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -227,7 +232,9 @@ class ComputeService(QObject):
         self._set_busy(True)
         self._pending = False
         s, dirty, head = self.doc.scenario, self._dirty, self.view.head
-        job = _Job(self._generation, s, self._base, dirty, head, self.view.engine)
+        job = _Job(
+            self._generation, s, self._base, dirty, head, self.view.engine, preview=self.previews()
+        )
         self._dirty = Dirty()
         if job.engine == "numpy" and not dirty.full and previews_at_once(s) and _shows(job):
             try:

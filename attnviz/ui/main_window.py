@@ -44,7 +44,7 @@ from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.numbers_badge import NumbersBadge
-from attnviz.ui.panels.common import int_spin, set_quietly
+from attnviz.ui.panels.common import ScreenPanel, int_spin, on_screen, set_quietly
 from attnviz.ui.panels.cost import CostPanel
 from attnviz.ui.panels.experiments import ExperimentsPanel
 from attnviz.ui.panels.heads import HeadsPanel
@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
         self.pipeline.cellClicked.connect(self._cell_clicked)
+        self.compute.previews = lambda: on_screen(self.pipeline)
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
         self.badge = NumbersBadge(self.ws)
@@ -221,6 +222,9 @@ class MainWindow(QMainWindow):
             scroll.setWidget(self._panels[title])
         else:  # built when first shown: start-up pays only for what is on screen
             dock.visibilityChanged.connect(lambda visible: self._build_if_shown(title, visible))
+        # A dock tabbed behind another stays visible to Qt: its tab raised, it is not shown
+        # again, and its panels hear of it here (in place by then: drawn before it paints).
+        dock.visibilityChanged.connect(lambda visible: visible and self._shown_again(title))
         dock.setWidget(scroll)
         # a dock dropped beside another makes a new tab bar: give it whole titles too
         dock.dockLocationChanged.connect(lambda _: QTimer.singleShot(0, self._whole_tab_titles))
@@ -291,6 +295,15 @@ class MainWindow(QMainWindow):
     def _build_if_still_shown(self, title: str) -> None:
         if self._dock_shown[title]:
             self.panel(title)
+
+    def _shown_again(self, title: str) -> None:
+        """Draw what arrived while a dock's panels were off screen."""
+        panel = self._panels.get(title)
+        if isinstance(panel, ScreenPanel):
+            panel.shown_again()
+        if panel is not None:
+            for screen in panel.findChildren(ScreenPanel):
+                screen.shown_again()
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import reference as ref
-from waiting import settle
+from waiting import look_at_pipeline, settle
 
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.engine import softmax_rows
@@ -46,6 +46,7 @@ def set_rows(window, name: str, head, row: int, values: np.ndarray) -> None:
 
 
 def shown(window, view: str) -> np.ndarray:
+    look_at_pipeline(window)
     return window.pipeline.views[view].spec.values
 
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
 )
 from variant_reference import paper_slopes
+from waiting import look_at_pipeline
 
 import attnviz.ui.compute as compute_module
 from attnviz.core.maths.engine import HEAD_MATRICES, compute
@@ -139,6 +140,7 @@ def message(window) -> str:
 def view(window, name: str, head: int = 0):
     """The Pipeline's spec of view name for head (shown in the Pipeline first)."""
     window.compute.wait()
+    look_at_pipeline(window)
     window.view_state.set_head(head)
     return window.pipeline.views[name].spec
 
@@ -435,6 +437,7 @@ def test_sinks_take_a_share_of_each_row(window, qtbot):
     assert "sink" not in window.pipeline.names
     type_line(qtbot, variants.sinks, "0.5, 2")
     assert window.doc.scenario.settings.sinks == (0.5, 2.0)
+    look_at_pipeline(window)
     assert "sink" in window.pipeline.names and "sink" in window.pipeline.legend.text()
     for head, sink in ((0, 0.5), (1, 2.0)):
         scaled, _, _ = ref.head(ref.X, ref.W_Q[head], ref.W_K[head], ref.W_V[head])

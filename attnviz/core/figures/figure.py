@@ -324,13 +324,22 @@ def make_spec(
     col_title: str = "feature",
     kind: str = "diverging",
     caption: str = "",
+    levels: tuple[float, float] | None = None,
 ) -> HeatmapSpec:
-    """A spec for any matrix (columns numbered from 1 unless labelled)."""
-    cols = col_labels or tuple(str(j + 1) for j in range(values.shape[1]))
-    levels = colors.levels(values, kind)
+    """A spec for any matrix (columns numbered from 1 unless labelled; levels from the
+    values unless given)."""
+    cols = col_labels or numbered(values.shape[1])
+    if levels is None:
+        levels = colors.levels(values, kind)
     return HeatmapSpec(
         title, values, row_labels, cols, row_title, col_title, kind, levels, caption or title
     )
+
+
+@functools.lru_cache(maxsize=8)
+def numbered(count: int) -> tuple[str, ...]:
+    """Labels 1 … count."""
+    return tuple(str(j + 1) for j in range(count))
 
 
 def _hex(rgb: np.ndarray) -> str:

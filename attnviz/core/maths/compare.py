@@ -103,14 +103,13 @@ def head_contributions(r: Result, W_O: np.ndarray) -> np.ndarray:
 
     Their sum over heads is the final output (ablated heads contribute zeros).
     """
-    d_k = r.d_k
-    parts = np.stack(
-        [
-            np.zeros((len(r.tokens), W_O.shape[1]))
-            if h in r.settings.ablated
-            else head.output @ W_O[h * d_k : (h + 1) * d_k]
-            for h, head in enumerate(r.heads)
-        ]
-    )
+    parts = np.stack([head_contribution(r, W_O, h) for h in range(r.n_heads)])
     parts.flags.writeable = False
     return parts
+
+
+def head_contribution(r: Result, W_O: np.ndarray, h: int) -> np.ndarray:
+    """(n, d_model): head h's output times its rows of W_O (zeros if it is switched off)."""
+    if h in r.settings.ablated:
+        return np.zeros((len(r.tokens), W_O.shape[1]))
+    return r.heads[h].output @ W_O[h * r.d_k : (h + 1) * r.d_k]  # type: ignore[no-any-return]

@@ -38,31 +38,29 @@ def set_quietly(spin: QSpinBox, value: int) -> None:
     spin.blockSignals(False)
 
 
-class ResultPanel(QWidget):
-    """A panel drawn from complete results only, and only while it is on screen.
+def on_screen(widget: QWidget) -> bool:
+    """Whether some of the widget is on screen: shown, and neither in a dock tabbed behind
+    another (Qt keeps such a dock visible, moved outside the window) nor squeezed or
+    scrolled out of sight. (A widget off screen is never painted.)"""
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
 
-    Subclasses implement ``show_result``; a result that arrives while the panel is hidden
-    (a closed dock, a tab behind another) is drawn when the panel is shown again.
-    """
 
-    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+class ScreenPanel(QWidget):
+    """A panel drawn only while it is on screen: what arrives while it is not (a closed
+    dock, a tab behind another) is drawn when it is shown again (its show event, or
+    ``shown_again`` when its dock's tab is raised)."""
+
+    def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self._stale = True
-        ws.compute.resultChanged.connect(self._on_result)
-
-    def show_result(self, result: Result) -> None:
-        raise NotImplementedError
 
     def redraw(self) -> None:
-        """Draw the document's latest result now (if on screen) or when shown."""
-        self._stale = True
-        if self.isVisible() and self.compute.result.complete:
-            self._stale = False
-            self.show_result(self.compute.result)
+        """Draw the latest now if on screen, else when shown again."""
+        raise NotImplementedError
 
-    def _on_result(self, result: Result) -> None:
-        if result.complete:
+    def shown_again(self) -> None:
+        """Draw what arrived while the panel was off screen, if it is on screen now."""
+        if self._stale and on_screen(self):
             self.redraw()
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -70,8 +68,27 @@ class ResultPanel(QWidget):
         if self._stale:
             # Later, not now: while the window first lays out its docks, panels bound for
             # a hidden tab are shown for a moment.
-            QTimer.singleShot(0, self._redraw_if_stale)
+            QTimer.singleShot(0, self.shown_again)
 
-    def _redraw_if_stale(self) -> None:
-        if self._stale and self.isVisible():
+
+class ResultPanel(ScreenPanel):
+    """A ScreenPanel drawn from complete results only; subclasses implement
+    ``show_result``."""
+
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
+        ws.compute.resultChanged.connect(self._on_result)
+
+    def show_result(self, result: Result) -> None:
+        raise NotImplementedError
+
+    def redraw(self) -> None:
+        self._stale = True
+        if on_screen(self) and self.compute.result.complete:
+            self._stale = False
+            self.show_result(self.compute.result)
+
+    def _on_result(self, result: Result) -> None:
+        if result.complete:
             self.redraw()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtGui import QResizeEvent
@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, spec_for
-from attnviz.core.maths.compare import head_contributions
+from attnviz.core.maths.compare import head_contribution
 from attnviz.core.maths.engine import Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
@@ -46,6 +46,17 @@ def flow_diagram(n: int, d_model: int, heads: int, d_k: int, projections: bool) 
     return f"<table cellspacing='0'><tr>{''.join(cells)}</tr></table>"
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One head's contribution as drawn, and what it was made from."""
+
+    output: np.ndarray  # the head's output (the very array)
+    w_o: np.ndarray  # its rows of W_O (a copy)
+    off: bool  # switched off (ablated): zeros
+    values: np.ndarray
+    top: float  # the largest |value|
+
+
 class MixPanel(ResultPanel):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
@@ -69,6 +80,7 @@ class MixPanel(ResultPanel):
         self._arrange(3)
         self.parts_grid = QGridLayout()  # the dock scrolls when there are many heads
         self.parts: list[HeatmapView] = []
+        self._parts_made: list[_Part] = []
         caption = QLabel(
             "<b>Each head's contribution</b>: its block of concat times its rows of W_O "
             "(shared colour scale). The contributions add up to the output."
@@ -111,9 +123,24 @@ class MixPanel(ResultPanel):
         self.w_o.set_spec(
             make_spec("W_O", s.W_O, rows, row_title="concat feature", col_title="output feature")
         )
-        self._show_parts(head_contributions(r, s.W_O))
+        self._show_parts([self._part(r, s.W_O, h) for h in range(r.n_heads)])
 
-    def _show_parts(self, parts: np.ndarray | list[np.ndarray]) -> None:
+    def _part(self, r: Result, W_O: np.ndarray, h: int) -> _Part:
+        """Head h's contribution: the one shown, when made from the same output (the
+        very array) and the same rows of W_O (after an edit of one head, or of one row of
+        W_O, one head's changes: the others are neither multiplied nor drawn again)."""
+        block = W_O[h * r.d_k : (h + 1) * r.d_k]
+        output, off = r.heads[h].output, h in r.settings.ablated
+        old = self._parts_made[h] if h < len(self._parts_made) else None
+        if old and old.output is output and old.off == off and np.array_equal(old.w_o, block):
+            return old
+        values = head_contribution(r, W_O, h)
+        values.flags.writeable = False
+        top = float(np.abs(values).max()) if values.size else 0.0
+        return _Part(output, block.copy(), off, values, top)
+
+    def _show_parts(self, parts: list[_Part]) -> None:
+        self._parts_made = parts
         while len(self.parts) > len(parts):
             view = self.parts.pop()
             self.parts_grid.removeWidget(view)
@@ -125,12 +152,13 @@ class MixPanel(ResultPanel):
             h = len(self.parts)
             self.parts_grid.addWidget(view, h // 4, h % 4)
             self.parts.append(view)
-        if not len(parts):
+        if not parts:
             return
-        shared = colors.levels(np.asarray(parts), "diverging")
+        # One colour scale for all: from each part's largest |value|, found once
+        shared = colors.levels(np.array([part.top for part in parts]), "diverging")
         tokens = self.compute.result.tokens
         for h, (view, part) in enumerate(zip(self.parts, parts, strict=True)):
-            off = h in self.compute.result.settings.ablated
-            title = f"head {h + 1} contribution" + (" (switched off)" if off else "")
-            spec = make_spec(title, part, tokens, col_title="output feature")
-            view.set_spec(dataclasses.replace(spec, levels=shared))
+            title = f"head {h + 1} contribution" + (" (switched off)" if part.off else "")
+            view.set_spec(
+                make_spec(title, part.values, tokens, col_title="output feature", levels=shared)
+            )

@@ -12,6 +12,7 @@ from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, varian
 from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.panels.common import ScreenPanel, on_screen
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -136,8 +137,9 @@ def sink_spec(result: Result, head: int) -> HeatmapSpec:
     return dataclasses.replace(spec, levels=(0.0, 1.0))
 
 
-class PipelinePanel(QWidget):
-    """Q, K, V, scores, scaled, masked, weights, output for the selected head."""
+class PipelinePanel(ScreenPanel):
+    """Q, K, V, scores, scaled, masked, weights, output for the selected head (previews
+    included; while off screen, nothing: the latest result when it is shown again)."""
 
     cellClicked = Signal(str, int, int, int)  # view, head, row, col
 
@@ -169,10 +171,15 @@ class PipelinePanel(QWidget):
         self.names: tuple[str, ...] = ()
         self._place(shown_views(ws.compute.result), 3)
         ws.view_state.selectionChanged.connect(self._mark)
-        ws.compute.resultChanged.connect(self.show_result)
-        ws.view_state.headChanged.connect(lambda _: self.show_result(ws.compute.result))
+        ws.compute.resultChanged.connect(lambda _: self.redraw())
+        ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
         self.show_result(ws.compute.result)
+
+    def redraw(self) -> None:
+        self._stale = not on_screen(self)
+        if not self._stale:
+            self.show_result(self.compute.result)
 
     def _place(self, names: tuple[str, ...], columns: int) -> None:
         """Lay the named views out in reading order, columns wide; hide the others."""
@@ -216,7 +223,7 @@ class PipelinePanel(QWidget):
                 redrawn.add(name)
         if not result.complete:
             # Tell the document once this preview is on screen (it waits to go on).
-            self._awaiting = {n for n in redrawn if self.views[n].isVisible()}
+            self._awaiting = {n for n in redrawn if on_screen(self.views[n])}
             if self._awaiting:
                 self.compute.hold_preview()
 

@@ -1,0 +1,97 @@
+"""Panels off screen (a dock tabbed behind another) neither draw nor hold up an edit: Qt
+keeps such a dock visible, moved outside the window, where it is never painted."""
+
+from __future__ import annotations
+
+import numpy as np
+from waiting import settle
+
+from attnviz.core.maths.scenario import Scenario
+from attnviz.core.presets import make_preset
+
+
+def on_screen(widget) -> bool:
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
+
+
+def small_gpt2() -> Scenario:
+    """GPT-2-small's widths at 48 tokens: a preview of the shown head comes first."""
+    return make_preset("gpt2-small", n=48)
+
+
+def edit(window, name: str, head: int | None, row: int, col: int, value: float) -> None:
+    model = window.weights.grids[(name, head)].matrix_model()
+    model.setData(model.index(row, col), str(value))
+
+
+def test_with_the_pipeline_behind_a_tab_an_edit_is_neither_previewed_nor_held(shown_window, qtbot):
+    window = shown_window(scenario=small_gpt2())
+    settle(qtbot, window)
+    window.bring_forward(("Mix",))
+    settle(qtbot, window)
+    assert window.pipeline.isVisible() and not on_screen(window.pipeline)
+    published = []
+    window.compute.resultChanged.connect(published.append)
+    edit(window, "W_V", 0, 3, 5, 0.75)
+    settle(qtbot, window)
+    # No preview (nobody would draw it), so nothing waited for one to be painted
+    assert published and all(r.complete for r in published)
+    assert window.compute._held is None
+    output = window.compute.result.heads[0].output
+    assert window.pipeline.views["output"].spec.values is not output  # not drawn off screen
+    window.bring_forward(("Pipeline",))
+    qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)
+
+
+def test_a_panel_behind_a_tab_draws_the_latest_result_when_its_tab_is_raised(shown_window, qtbot):
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Mix",))
+    settle(qtbot, window)
+    mix = window.mix
+    qtbot.waitUntil(lambda: mix.final.spec is not None, timeout=5000)
+    window.bring_forward(("Pipeline",))
+    settle(qtbot, window)
+    assert not on_screen(mix)
+    drawn = mix.final.spec.values
+    edit(window, "W_O", None, 7, 2, -1.5)
+    settle(qtbot, window)
+    final = window.compute.result.final
+    assert not np.array_equal(final, drawn)
+    assert mix.final.spec.values is drawn  # nothing drawn while behind the pipeline
+    window.bring_forward(("Mix",))
+    qtbot.waitUntil(lambda: mix.final.spec.values is final, timeout=5000)
+    s = window.doc.scenario
+    concat = np.concatenate([h.output for h in window.compute.result.heads], axis=1)
+    np.testing.assert_allclose(mix.final.spec.values, concat @ s.W_O + s.b_O, atol=1e-12)
+
+
+def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qtbot):
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Mix",))
+    settle(qtbot, window)
+    mix = window.mix
+    qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
+    before = [view.spec.values for view in mix.parts]
+    edit(window, "W_V", 4, 10, 1, 2.0)
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: mix.parts[4].spec.values is not before[4], timeout=5000)
+    r, s = window.compute.result, window.doc.scenario
+    expected = [h.output @ s.W_O[64 * k : 64 * (k + 1)] for k, h in enumerate(r.heads)]
+    for k, view in enumerate(mix.parts):
+        np.testing.assert_allclose(view.spec.values, expected[k], atol=1e-12)
+        assert (view.spec.values is before[k]) == (k != 4)  # the others are not made again
+    top = max(np.abs(part).max() for part in expected)
+    low, high = mix.parts[0].spec.levels
+    assert low == -high and top <= high < 2.5 * top  # one scale for all, a nice number above
+    assert {view.spec.levels for view in mix.parts} == {(low, high)}
+    # W_O edited in head 7's rows: only its contribution changes
+    before = [view.spec.values for view in mix.parts]
+    model = window.weights.grids[("W_O", None)].matrix_model()
+    model.setData(model.index(7 * 64 + 3, 9), "0.125")
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: mix.parts[7].spec.values is not before[7], timeout=5000)
+    s = window.doc.scenario
+    np.testing.assert_allclose(
+        mix.parts[7].spec.values, r.heads[7].output @ s.W_O[7 * 64 : 8 * 64], atol=1e-12
+    )
+    assert all(view.spec.values is before[k] for k, view in enumerate(mix.parts) if k != 7)
