@@ -224,7 +224,7 @@ class MainWindow(QMainWindow):
             dock.visibilityChanged.connect(lambda visible: self._build_if_shown(title, visible))
         # A dock tabbed behind another stays visible to Qt: its tab raised, it is not shown
         # again, and its panels hear of it here (in place by then: drawn before it paints).
-        dock.visibilityChanged.connect(lambda visible: visible and self._shown_again(title))
+        dock.visibilityChanged.connect(lambda visible: self._shown_again(title, visible))
         dock.setWidget(scroll)
         # a dock dropped beside another makes a new tab bar: give it whole titles too
         dock.dockLocationChanged.connect(lambda _: QTimer.singleShot(0, self._whole_tab_titles))
@@ -296,9 +296,9 @@ class MainWindow(QMainWindow):
         if self._dock_shown[title]:
             self.panel(title)
 
-    def _shown_again(self, title: str) -> None:
+    def _shown_again(self, title: str, visible: bool = True) -> None:
         """Draw what arrived while a dock's panels were off screen."""
-        panel = self._panels.get(title)
+        panel = self._panels.get(title) if visible else None
         if isinstance(panel, ScreenPanel):
             panel.shown_again()
         if panel is not None:
