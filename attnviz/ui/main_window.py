@@ -296,7 +296,7 @@ class MainWindow(QMainWindow):
         if self._dock_shown[title]:
             self.panel(title)
 
-    def _shown_again(self, title: str, visible: bool = True) -> None:
+    def _shown_again(self, title: str, visible: bool) -> None:
         """Draw what arrived while a dock's panels were off screen."""
         panel = self._panels.get(title) if visible else None
         if isinstance(panel, ScreenPanel):
