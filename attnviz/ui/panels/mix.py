@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,10 +53,16 @@ class _Part:
     """One head's contribution as drawn, and what it was made from."""
 
     output: np.ndarray  # the head's output (the very array)
-    w_o: np.ndarray  # its rows of W_O (a copy)
+    W_O: np.ndarray  # the (read-only) W_O whose rows it used
     off: bool  # switched off (ablated): zeros
     values: np.ndarray
     top: float  # the largest |value|
+
+
+@functools.lru_cache(maxsize=4)
+def concat_features(heads: int, d_k: int) -> tuple[str, ...]:
+    """Labels of concat's features (W_O's rows): h1·1 … h1·d_k, h2·1, …"""
+    return tuple(f"h{h + 1}·{k + 1}" for h in range(heads) for k in range(d_k))
 
 
 class MixPanel(ResultPanel):
@@ -119,10 +127,12 @@ class MixPanel(ResultPanel):
         if not st.projections:
             self._show_parts([])
             return
-        rows = tuple(f"h{h + 1}·{k + 1}" for h in range(r.n_heads) for k in range(r.d_k))
-        self.w_o.set_spec(
-            make_spec("W_O", s.W_O, rows, row_title="concat feature", col_title="output feature")
-        )
+        if self.w_o.spec is None or self.w_o.spec.values is not s.W_O:  # (read-only arrays)
+            rows = concat_features(r.n_heads, r.d_k)
+            spec = make_spec(
+                "W_O", s.W_O, rows, row_title="concat feature", col_title="output feature"
+            )
+            self.w_o.set_spec(spec)
         self._show_parts([self._part(r, s.W_O, h) for h in range(r.n_heads)])
 
     def _part(self, r: Result, W_O: np.ndarray, h: int) -> _Part:
@@ -132,12 +142,17 @@ class MixPanel(ResultPanel):
         block = W_O[h * r.d_k : (h + 1) * r.d_k]
         output, off = r.heads[h].output, h in r.settings.ablated
         old = self._parts_made[h] if h < len(self._parts_made) else None
-        if old and old.output is output and old.off == off and np.array_equal(old.w_o, block):
-            return old
+        if (
+            old
+            and old.output is output
+            and old.off == off
+            and (old.W_O is W_O or np.array_equal(old.W_O[h * r.d_k : (h + 1) * r.d_k], block))
+        ):
+            return dataclasses.replace(old, W_O=W_O)
         values = head_contribution(r, W_O, h)
         values.flags.writeable = False
-        top = float(np.abs(values).max()) if values.size else 0.0
-        return _Part(output, block.copy(), off, values, top)
+        top = max(-float(values.min()), float(values.max())) if values.size else 0.0
+        return _Part(output, W_O, off, values, top)
 
     def _show_parts(self, parts: list[_Part]) -> None:
         self._parts_made = parts
