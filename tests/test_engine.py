@@ -239,8 +239,16 @@ def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
         # a rank update each time, until that many: then mixed whole again
         assert rest.mix_updates == (k + 1) % (engine.MIX_UPDATES + 1)
         prev, s = rest, edited
-    # An edit of X changes every head: mixed whole
-    edited = s.with_cells("X", None, 2, 3, [[2.5]])
-    whole = update(prev, edited, [2])
+    # An edit of X changes every head, in the edited row and (causal) those after it:
+    # the last row alone mixed again, the others kept as they were
+    edited = s.with_cells("X", None, n - 1, 3, [[2.5]])
+    late = update(prev, edited, [n - 1])
+    np.testing.assert_array_equal(late.final[: n - 1], prev.final[: n - 1])
+    np.testing.assert_allclose(late.final, by_hand(late, edited)[1], rtol=0, atol=1e-12)
+    assert late.mix_updates == prev.mix_updates
+    # more than half the rows: mixed whole
+    prev, s = late, edited
+    edited = s.with_cells("X", None, 1, 3, [[-2.5]])
+    whole = update(prev, edited, [1])
     assert whole.mix_updates == 0
     np.testing.assert_allclose(whole.final, by_hand(whole, edited)[1], rtol=0, atol=1e-12)
