@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.maths.compare import compare_masks, head_contributions, probe
+from attnviz.core.maths.compare import compare_masks, head_contribution, probe
 from attnviz.core.maths.engine import compute
 from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import worked_example
@@ -56,10 +56,9 @@ def test_probe_shows_causality():
 def test_head_contributions_sum_to_the_output():
     s = worked_example()
     r = compute(s)
-    parts = head_contributions(r, s.W_O)
+    parts = np.stack([head_contribution(r, s.W_O, h) for h in range(r.n_heads)])
     _, concat, final = ref.multi_head(ref.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O)
     np.testing.assert_allclose(parts[0], concat[:, :2] @ ref.W_O[:2], atol=1e-15)
     np.testing.assert_allclose(parts.sum(axis=0), final, atol=1e-15)
     ablated = worked_example(Settings(ablated=(0,)))
-    parts = head_contributions(compute(ablated), ablated.W_O)
-    assert (parts[0] == 0).all()
+    assert (head_contribution(compute(ablated), ablated.W_O, 0) == 0).all()

@@ -181,16 +181,15 @@ def _ulps(got: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.asarray(np.abs(got - exact) / np.maximum(unit, 5e-324), dtype=np.float64)
 
 
-@pytest.mark.skipif(
-    np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps, reason="no long double to check with"
-)
 @pytest.mark.parametrize("spread", [1e-6, 0.01, 0.3, 1.0, 4.0, 12.0, 40.0])
 def test_tanh_within_two_units_in_the_last_place(spread):
     x = RNG.normal(size=(3, 70, 300)) * spread  # more elements than a chunk, not a multiple
     x[0, 0, :9] = [0.0, 1 / 256, 1 / 512, -1 / 512, 3 / 512, 19.99, 20.0, 20.01, -7.5]
     ulps = _ulps(V.tanh(x), x)
-    assert ulps.max() <= 2.0, f"{ulps.max()} ulp at {x.flat[ulps.argmax()]!r}"
-    assert ulps.mean() <= 0.5
+    # (where long double is double, the reference is the C library's, itself 1.2 off)
+    precise = np.finfo(np.longdouble).eps < np.finfo(np.float64).eps
+    assert ulps.max() <= (2.0 if precise else 3.2), f"{ulps.max()} ulp at {x.flat[ulps.argmax()]!r}"
+    assert ulps.mean() <= (0.5 if precise else 0.7)
 
 
 def test_tanh_far_out_and_of_non_numbers():

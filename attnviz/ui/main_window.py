@@ -141,6 +141,11 @@ class MainWindow(QMainWindow):
         }
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
+        # (a tab clicked: its dock reports no visibility change when it was reopened
+        # behind another)
+        self.tabifiedDockWidgetActivated.connect(
+            lambda dock: self._shown_again(dock.objectName().removeprefix("dock-"), True)
+        )
         self.lesson.showDocks.connect(self.bring_forward)
         self.lesson.showTab.connect(self.open_tab)
         self.default_state: QByteArray | None = None  # the layout is made when first shown

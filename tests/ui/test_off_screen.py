@@ -4,6 +4,7 @@ keeps such a dock visible, moved outside the window, where it is never painted."
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtWidgets import QApplication, QTabBar
 from waiting import settle
 
 from attnviz.core.maths.scenario import Scenario
@@ -95,3 +96,40 @@ def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qt
         mix.parts[7].spec.values, r.heads[7].output @ s.W_O[7 * 64 : 8 * 64], atol=1e-12
     )
     assert all(view.spec.values is before[k] for k, view in enumerate(mix.parts) if k != 7)
+
+
+def click_tab(window, title: str) -> None:
+    """Click the tab of a dock, as a user does (not through the window's own code)."""
+    for bar in window.findChildren(QTabBar):
+        titles = [bar.tabText(i) for i in range(bar.count())]
+        if bar.isVisible() and title in titles:
+            bar.setCurrentIndex(titles.index(title))
+            for _ in range(5):
+                QApplication.processEvents()
+            return
+    raise AssertionError(f"no tab {title}")
+
+
+def test_a_dock_closed_and_reopened_behind_a_tab_draws_when_its_tab_is_clicked(shown_window, qtbot):
+    window = shown_window(scenario=small_gpt2())
+    click_tab(window, "Mix")
+    settle(qtbot, window)
+    mix = window.mix
+    qtbot.waitUntil(lambda: mix.final.spec is not None, timeout=5000)
+    window.docks["Mix"].toggleViewAction().trigger()  # View → Mix: closed
+    edit(window, "W_O", None, 7, 2, -1.5)
+    settle(qtbot, window)
+    final = window.compute.result.final
+    window.docks["Mix"].toggleViewAction().trigger()  # reopened, behind another tab
+    settle(qtbot, window)
+    assert mix.final.spec.values is not final
+    click_tab(window, "Mix")
+    qtbot.waitUntil(lambda: mix.final.spec.values is final, timeout=5000)
+    # The Pipeline closed, another head chosen, reopened and clicked: it shows that head
+    window.docks["Pipeline"].toggleViewAction().trigger()
+    window.view_state.set_head(5)
+    window.docks["Pipeline"].toggleViewAction().trigger()
+    settle(qtbot, window)
+    click_tab(window, "Pipeline")
+    output = window.compute.result.heads[5].output
+    qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)

@@ -98,18 +98,9 @@ def probe(s: Scenario, token: int, amount: float = 0.5, base: Result | None = No
     return Probe(token=token, amount=amount, change=change, changed=change > 0)
 
 
-def head_contributions(r: Result, W_O: np.ndarray) -> np.ndarray:
-    """(h, n, d_model): head h's block of concat times rows block h of W_O.
-
-    Their sum over heads is the final output (ablated heads contribute zeros).
-    """
-    parts = np.stack([head_contribution(r, W_O, h) for h in range(r.n_heads)])
-    parts.flags.writeable = False
-    return parts
-
-
 def head_contribution(r: Result, W_O: np.ndarray, h: int) -> np.ndarray:
-    """(n, d_model): head h's output times its rows of W_O (zeros if it is switched off)."""
+    """(n, d_model): head h's output times its rows of W_O (zeros if it is switched off).
+    The heads' contributions add up to the final output but for b_O."""
     if h in r.settings.ablated:
         return np.zeros((len(r.tokens), W_O.shape[1]))
     return r.heads[h].output @ W_O[h * r.d_k : (h + 1) * r.d_k]  # type: ignore[no-any-return]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QShowEvent
+from PySide6.QtGui import QPaintEvent, QShowEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
@@ -69,6 +69,13 @@ class ScreenPanel(QWidget):
             # Later, not now: while the window first lays out its docks, panels bound for
             # a hidden tab are shown for a moment.
             QTimer.singleShot(0, self.shown_again)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        # Painted, so on screen: however it got there unannounced (a splitter that gave a
+        # squeezed dock room again, a tab raised in a way its dock did not report).
+        if self._stale:
+            QTimer.singleShot(0, self.shown_again)
+        super().paintEvent(event)
 
 
 class ResultPanel(ScreenPanel):

@@ -177,6 +177,8 @@ class PipelinePanel(ScreenPanel):
         self.show_result(ws.compute.result)
 
     def redraw(self) -> None:
+        if self.compute.result.complete:  # no preview waits to be drawn now
+            self._awaiting = set()
         self._stale = not on_screen(self)
         if not self._stale:
             self.show_result(self.compute.result)
