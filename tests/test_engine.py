@@ -1,5 +1,6 @@
 """The NumPy engine on the worked example, against hand arithmetic and a plain reference."""
 
+import dataclasses
 import math
 from unittest import mock
 
@@ -199,21 +200,13 @@ def test_softmax_skipping_each_rows_trailing_minus_infinity_equals_the_whole(wit
 
 
 def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
-    from attnviz.core.maths.scenario import Scenario, with_kv_heads
+    from variant_reference import random_scenario
 
     rng = np.random.default_rng(11)
     n, d_model, H, d_k = 5, 12, 8, 2
-    s = Scenario(
-        tokens=tuple(f"t{i}" for i in range(n)),
-        X=rng.normal(size=(n, d_model)),
-        W_Q=rng.normal(size=(H, d_model, d_k)),
-        W_K=rng.normal(size=(H, d_model, d_k)),
-        W_V=rng.normal(size=(H, d_model, d_k)),
-        W_O=rng.normal(size=(H * d_k, d_model)),
-        b_O=rng.normal(size=(1, d_model)),
-        settings=Settings(mask="causal", ablated=(3,)),
-    )
-    s = with_kv_heads(s, 4)  # W_K and W_V edits change a group of two query heads
+    # 8 query heads over 4 key/value heads: W_K and W_V edits change a group of two
+    s = random_scenario(rng, n, n, d_model, H, 4, d_k, mask="causal", ablated=(3,))
+    s = dataclasses.replace(s, b_O=rng.normal(size=(1, d_model)))
 
     def by_hand(r, s):  # concat and final from the heads' outputs, in plain NumPy
         concat = np.concatenate([h.output for h in r.heads], axis=1)

@@ -10,33 +10,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from variant_reference import random_scenario
 
 from attnviz.cli import main
 from attnviz.core.maths.engine import compute
-from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings
+from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.tiling import blocks_for_memory, tiles, traffic
 from attnviz.core.presets import make_preset, worked_example
 
 EXACT = 1e-12
-
-
-def random_scenario(rng, n, m, d_model, heads, kv, d_k, **settings) -> Scenario:
-    cross = {}
-    if m != n:
-        cross = {
-            "kv_tokens": tuple(f"k{j}" for j in range(m)),
-            "X_kv": rng.normal(size=(m, d_model)),
-        }
-    return Scenario(
-        tokens=tuple(f"t{i}" for i in range(n)),
-        X=rng.normal(size=(n, d_model)),
-        W_Q=rng.normal(size=(heads, d_model, d_k)),
-        W_K=rng.normal(size=(kv, d_model, d_k)),
-        W_V=rng.normal(size=(kv, d_model, d_k)),
-        W_O=rng.normal(size=(heads * d_k, d_model)),
-        settings=Settings(**settings),
-        **cross,
-    )
 
 
 def plain_reference(s: Scenario, h: int):

@@ -15,7 +15,7 @@ import numpy as np
 import reference as plain
 
 from attnviz.core.maths import engine
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scenario import Scenario, Settings
 
 FIELDS = (
     "Q",
@@ -208,3 +208,24 @@ def assert_matches_reference(s: Scenario, result: engine.Result | None = None) -
     assert_close(got.concat, want["concat"], "concat")
     assert_close(got.final, want["final"], "final")
     np.testing.assert_array_equal(got.future, want["hidden"])
+
+
+def random_scenario(rng, n, m, d_model, heads, kv, d_k, **settings) -> Scenario:
+    """A scenario of normal random numbers: n queries over m keys (cross-attention when
+    they differ), heads query heads over kv key/value heads of d_k."""
+    cross = {}
+    if m != n:
+        cross = {
+            "kv_tokens": tuple(f"k{j}" for j in range(m)),
+            "X_kv": rng.normal(size=(m, d_model)),
+        }
+    return Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=rng.normal(size=(n, d_model)),
+        W_Q=rng.normal(size=(heads, d_model, d_k)),
+        W_K=rng.normal(size=(kv, d_model, d_k)),
+        W_V=rng.normal(size=(kv, d_model, d_k)),
+        W_O=rng.normal(size=(heads * d_k, d_model)),
+        settings=Settings(**settings),
+        **cross,
+    )
