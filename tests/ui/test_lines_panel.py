@@ -193,7 +193,23 @@ def test_cross_attention_shows_the_key_tokens(window, panel):
     settle()
     assert panel.canvas.tokens == ("the", "cat", "sat")
     assert panel.canvas.keys == ("le", "chat", "est", "assis", ".")
-    assert panel.canvas.weights.shape == (2, 3, 5)
+    assert np.shape(panel.canvas.weights) == (2, 3, 5)
+
+
+def test_many_lines_keep_the_strongest_and_no_copy_of_every_head(window, panel):
+    from attnviz.ui.panels.lines import MAX_LINES
+
+    window.doc.reset(make_preset("gpt2-small", n=512), None)
+    window.compute.wait()
+    settle()
+    heads = window.compute.result.heads
+    canvas = panel.canvas
+    # each head's own weights, not a 25 MB stack made for every result
+    assert all(canvas.weights[h] is heads[h].weights for h in range(12))
+    everything = np.sort(heads[0].weights.ravel())
+    assert (everything >= 0.01).sum() > MAX_LINES
+    assert canvas._floor == everything[-MAX_LINES]  # the 4000th strongest weight
+    assert f"{MAX_LINES:,} strongest" in canvas.note
 
 
 def lines_in(path) -> dict[tuple[int, int], float]:

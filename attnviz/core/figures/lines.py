@@ -18,6 +18,7 @@ import numpy as np
 from attnviz.core.figures.chart import FONT, PALETTE
 
 THRESHOLD = 0.01  # weights below this get no line (opacity under 1 %)
+HeadWeights = Sequence[np.ndarray] | np.ndarray  # each head's queries × keys, by head
 # Okabe–Ito (colour-blind safe) without its yellow, which vanishes on white once faint.
 HEAD_COLORS = tuple(c for c in PALETTE if c != "#F0E442")
 MAX_WEIGHT_TEXTS = 4  # weights printed per label while isolating: the first shown heads
@@ -54,7 +55,7 @@ def weight_text(weight: float) -> str:
 
 
 def shown_lines(
-    weights: np.ndarray,
+    weights: HeadWeights,
     heads: Sequence[int],
     isolated: Isolated | None = None,
     threshold: float = THRESHOLD,
@@ -158,7 +159,7 @@ def _layout(
 def lines_svg(
     tokens: Sequence[str],
     key_tokens: Sequence[str],
-    weights: np.ndarray,
+    weights: HeadWeights,
     heads: Sequence[int],
     isolated: Isolated | None = None,
     title: str = "",
@@ -166,7 +167,7 @@ def lines_svg(
 ) -> str:
     """The lines view as an SVG document: weights is heads × queries × keys; heads are the
     (0-based) heads drawn, in order; isolated keeps one token's lines and prints them."""
-    weights = np.asarray(weights, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)  # (a sequence of heads: stacked)
     check_shapes(tokens, key_tokens, weights, heads, isolated)
     note = f"line opacity = weight; weights below {threshold:g} have no line"
     if isolated is not None:
@@ -222,7 +223,7 @@ def lines_svg(
     return "\n".join(out) + "\n"
 
 
-def isolated_weights(weights: np.ndarray, head: int, isolated: Isolated) -> np.ndarray:
+def isolated_weights(weights: HeadWeights, head: int, isolated: Isolated) -> np.ndarray:
     """The isolated token's weights in one head: a query's row, or a key's column."""
     w = weights[head]
     return w[isolated.index, :] if isolated.side == "query" else w[:, isolated.index]  # type: ignore[no-any-return]

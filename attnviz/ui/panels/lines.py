@@ -45,6 +45,7 @@ from attnviz.core.figures.lines import (
     MAX_WEIGHT_TEXTS,
     MUTED,
     THRESHOLD,
+    HeadWeights,
     Isolated,
     head_color,
     isolated_weights,
@@ -106,7 +107,7 @@ class LinesCanvas(QWidget):
         )
         self.tokens: tuple[str, ...] = ()
         self.keys: tuple[str, ...] = ()
-        self.weights = np.zeros((0, 0, 0))
+        self.weights: HeadWeights = ()
         self.heads: tuple[int, ...] = ()
         self.isolated: Isolated | None = None
         self.note = ""  # how many lines are drawn
@@ -122,12 +123,12 @@ class LinesCanvas(QWidget):
         self,
         tokens: tuple[str, ...],
         keys: tuple[str, ...],
-        weights: np.ndarray,
+        weights: HeadWeights,
         heads: tuple[int, ...],
     ) -> None:
-        """What to draw: weights is heads × queries × keys; heads are those shown."""
-        if (tokens, keys, heads) == (self.tokens, self.keys, self.heads) and (
-            weights is self.weights
+        """What to draw: weights holds each head's queries × keys; heads are those shown."""
+        if (tokens, keys, heads) == (self.tokens, self.keys, self.heads) and all(
+            weights[h] is self.weights[h] for h in heads
         ):
             return
         self.tokens, self.keys, self.weights, self.heads = tokens, keys, weights, heads
@@ -150,8 +151,9 @@ class LinesCanvas(QWidget):
     def _count_lines(self) -> None:
         found = sum(len(qs) for _, qs, _, _ in shown_lines(self.weights, self.heads))
         self._floor = THRESHOLD
-        if found > MAX_LINES:
-            every = np.concatenate([self.weights[h].ravel() for h in self.heads])
+        if found > MAX_LINES:  # (the strongest are among those that have lines)
+            shown = [self.weights[h] for h in self.heads]
+            every = np.concatenate([w[w >= THRESHOLD] for w in shown])
             self._floor = float(np.partition(every, -MAX_LINES)[-MAX_LINES])
             self.note = (
                 f"Showing the {MAX_LINES:,} strongest of {found:,} lines (weights ≥ "
@@ -544,7 +546,8 @@ class LinesPanel(ResultPanel):
             switch.setChecked(h in heads)
             switch.blockSignals(False)
         self.shown_button.setEnabled(not self.follow)
-        self.canvas.set_data(tuple(result.tokens), tuple(result.keys), result.weights, heads)
+        weights = tuple(head.weights for head in result.heads)  # (no stack: 25 MB at n = 512)
+        self.canvas.set_data(tuple(result.tokens), tuple(result.keys), weights, heads)
         self.note.setText(self.canvas.note or "Tick a head to see its lines.")
 
     def title(self) -> str:
