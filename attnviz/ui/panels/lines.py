@@ -174,7 +174,15 @@ class LinesCanvas(QWidget):
 
     def geometry_now(self) -> Geometry:
         font = self._font()
-        key = (self._version, font.pixelSize(), self.width(), self.height())
+        # (not the weights: an edit that changes them alone measures no label again)
+        key = (
+            self.tokens,
+            self.keys,
+            len(self.heads),
+            font.pixelSize(),
+            self.width(),
+            self.height(),
+        )
         if self._geometry is not None and self._geometry[0] == key:
             return self._geometry[1]
         fm = QFontMetricsF(font)
