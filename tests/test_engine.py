@@ -239,9 +239,9 @@ def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
     np.testing.assert_array_equal(late.final[: n - 1], prev.final[: n - 1])
     np.testing.assert_allclose(late.final, by_hand(late, edited)[1], rtol=0, atol=1e-12)
     assert late.mix_updates == prev.mix_updates
-    # more than half the rows: mixed whole
+    # the first row: every row changes, mixed whole
     prev, s = late, edited
-    edited = s.with_cells("X", None, 1, 3, [[-2.5]])
-    whole = update(prev, edited, [1])
+    edited = s.with_cells("X", None, 0, 3, [[-2.5]])
+    whole = update(prev, edited, [0])
     assert whole.mix_updates == 0
     np.testing.assert_allclose(whole.final, by_hand(whole, edited)[1], rtol=0, atol=1e-12)

@@ -1050,19 +1050,22 @@ MIX_UPDATES = 32  # rank updates of final in a row (each rounds) before a whole 
 
 def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray, np.ndarray, int]:
     """concat and final of these heads, and the rank updates final has had since it was
-    mixed whole: from prev's mix when W_O and b_O are those it was mixed with and the
+    mixed whole: from prev's mix when W_O and b_O are those it was mixed with. When the
     outputs of a quarter of the heads or fewer differ from its concat (an edit of one
     head's weights, or of a group's under GQA), final + Σ (output − old) · W_O[its rows]
-    over those heads (at GPT-2 size a 64-wide product for a 768-wide one: 10 ms less)."""
+    over those heads (at GPT-2 size a 64-wide product for a 768-wide one: 10 ms less);
+    else, when some rows of concat are as they were, the others mixed again."""
     outputs = _outputs(heads)
-    if prev.mixed_with is None or not all(
-        _same(a, b) for a, b in zip(prev.mixed_with, (s.W_O, s.b_O), strict=True)
+    if (
+        prev.mixed_with is None
+        or prev.mix_updates >= MIX_UPDATES
+        or not all(_same(a, b) for a, b in zip(prev.mixed_with, (s.W_O, s.b_O), strict=True))
     ):
         return (*_mix(s, outputs), 0)
-    changed = _changed_outputs(prev, heads)
+    changed = _changed_outputs(prev, heads, most=len(heads) // 4)
     concat = np.concatenate(outputs, axis=1)
     updates = prev.mix_updates
-    if 4 * len(changed) <= len(heads) and updates < MIX_UPDATES:
+    if changed is not None:
         d_k, ablated = prev.d_k, s.settings.ablated
         cols = [c for h in changed if h not in ablated for c in range(h * d_k, (h + 1) * d_k)]
         final = prev.final + (concat[:, cols] - prev.concat[:, cols]) @ s.W_O[cols]
@@ -1070,7 +1073,7 @@ def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray
     else:  # rows of X edited: the rows whose outputs changed (under a causal mask, the
         # edited row and those after it) mixed again
         rows = np.flatnonzero((concat != prev.concat).any(axis=1))
-        if 2 * len(rows) > len(concat):
+        if len(rows) == len(concat):
             final, updates = _final(s, concat), 0
         else:
             final = prev.final.copy()
@@ -1079,17 +1082,19 @@ def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray
     return concat, final, updates
 
 
-def _changed_outputs(prev: Result, heads: Sequence[Head]) -> list[int]:
+def _changed_outputs(prev: Result, heads: Sequence[Head], most: int) -> list[int] | None:
     """The heads whose output differs from their block of prev's concat (a complete
     result's heads that are its very own did not change; a preview's concat is older than
-    its heads)."""
-    d_k = prev.d_k
-    return [
-        h
-        for h, head in enumerate(heads)
-        if not (prev.complete and head is prev.heads[h])
-        and not np.array_equal(head.output, prev.concat[:, h * d_k : (h + 1) * d_k])
-    ]
+    its heads); None as soon as more than ``most`` do."""
+    d_k, changed = prev.d_k, []
+    for h, head in enumerate(heads):
+        if prev.complete and head is prev.heads[h]:
+            continue
+        if not np.array_equal(head.output, prev.concat[:, h * d_k : (h + 1) * d_k]):
+            changed.append(h)
+            if len(changed) > most:
+                return None
+    return changed
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
