@@ -141,11 +141,6 @@ class MainWindow(QMainWindow):
         }
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
-        # (a tab clicked: its dock reports no visibility change when it was reopened
-        # behind another)
-        self.tabifiedDockWidgetActivated.connect(
-            lambda dock: self._shown_again(dock.objectName().removeprefix("dock-"), True)
-        )
         self.lesson.showDocks.connect(self.bring_forward)
         self.lesson.showTab.connect(self.open_tab)
         self.default_state: QByteArray | None = None  # the layout is made when first shown
@@ -303,12 +298,11 @@ class MainWindow(QMainWindow):
 
     def _shown_again(self, title: str, visible: bool) -> None:
         """Draw what arrived while a dock's panels were off screen."""
-        panel = self._panels.get(title) if visible else None
-        if isinstance(panel, ScreenPanel):
-            panel.shown_again()
-        if panel is not None:
-            for screen in panel.findChildren(ScreenPanel):
-                screen.shown_again()
+        panel = self._panels.get(title)
+        if visible and panel is not None:
+            for screen in [panel, *panel.findChildren(ScreenPanel)]:
+                if isinstance(screen, ScreenPanel):
+                    screen.shown_again()
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""

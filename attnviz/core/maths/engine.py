@@ -1055,31 +1055,33 @@ def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray
     head's weights, or of a group's under GQA), final + Σ (output − old) · W_O[its rows]
     over those heads (at GPT-2 size a 64-wide product for a 768-wide one: 10 ms less);
     else, when some rows of concat are as they were, the others mixed again."""
-    outputs = _outputs(heads)
-    if (
-        prev.mixed_with is None
-        or prev.mix_updates >= MIX_UPDATES
-        or not all(_same(a, b) for a, b in zip(prev.mixed_with, (s.W_O, s.b_O), strict=True))
-    ):
-        return (*_mix(s, outputs), 0)
-    changed = _changed_outputs(prev, heads, most=len(heads) // 4)
-    concat = np.concatenate(outputs, axis=1)
-    updates = prev.mix_updates
-    if changed is not None:
-        d_k, ablated = prev.d_k, s.settings.ablated
-        cols = [c for h in changed if h not in ablated for c in range(h * d_k, (h + 1) * d_k)]
-        final = prev.final + (concat[:, cols] - prev.concat[:, cols]) @ s.W_O[cols]
-        updates += 1
-    else:  # rows of X edited: the rows whose outputs changed (under a causal mask, the
-        # edited row and those after it) mixed again
-        rows = np.flatnonzero((concat != prev.concat).any(axis=1))
-        if len(rows) == len(concat):
-            final, updates = _final(s, concat), 0
-        else:
-            final = prev.final.copy()
-            final[rows] = _final(s, concat[rows])
+    concat = np.concatenate(_outputs(heads), axis=1)
+    final, updates = None, 0
+    mixed_with = _updatable_mix(prev)
+    if mixed_with is not None and _same(mixed_with[0], s.W_O) and _same(mixed_with[1], s.b_O):
+        changed = _changed_outputs(prev, heads, most=len(heads) // 4)
+        if changed is not None:
+            d_k, ablated = prev.d_k, s.settings.ablated
+            cols = [c for h in changed if h not in ablated for c in range(h * d_k, (h + 1) * d_k)]
+            final = prev.final + (concat[:, cols] - prev.concat[:, cols]) @ s.W_O[cols]
+            updates = prev.mix_updates + 1
+        else:  # rows of X edited: the rows whose outputs changed (under a causal mask,
+            # the edited row and those after it) mixed again, unless all did
+            rows = np.flatnonzero((concat != prev.concat).any(axis=1))
+            if len(rows) < len(concat):
+                final = prev.final.copy()
+                final[rows] = _final(s, concat[rows])
+                updates = prev.mix_updates
+    if final is None:
+        final = _final(s, concat)
     _frozen(concat, final)
     return concat, final, updates
+
+
+def _updatable_mix(prev: Result) -> tuple[np.ndarray, np.ndarray] | None:
+    """The W_O and b_O prev's final was mixed with, when that final may be updated rather
+    than mixed whole (not after MIX_UPDATES rank updates in a row)."""
+    return prev.mixed_with if prev.mix_updates < MIX_UPDATES else None
 
 
 def _changed_outputs(prev: Result, heads: Sequence[Head], most: int) -> list[int] | None:
@@ -1104,9 +1106,10 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def _remix(prev: Result, s: Scenario) -> np.ndarray | None:
     """final for s from prev's, when only a few rows of W_O (or b_O) changed since:
     final + concat[:, rows] · ΔW_O[rows] + Δb_O; None when more changed."""
-    if prev.mixed_with is None or prev.mix_updates >= MIX_UPDATES:
+    mixed_with = _updatable_mix(prev)
+    if mixed_with is None:
         return None
-    W_O, b_O = prev.mixed_with
+    W_O, b_O = mixed_with
     changed = np.flatnonzero((s.W_O != W_O).any(axis=1))
     if len(changed) > FEW_ROWS:
         return None

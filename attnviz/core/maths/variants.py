@@ -180,9 +180,6 @@ def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
 
 TANH_STEP = 256  # the table's points per unit
 TANH_END = 20  # beyond ±20, tanh is ±1 in float64
-_TANH_TABLE = np.tanh(
-    np.arange(-TANH_END * TANH_STEP, TANH_END * TANH_STEP + 1, dtype=np.longdouble) / TANH_STEP
-).astype(np.float64)
 TANH_CHUNK = 1 << 14  # elements at a time: the scratch stays in cache, off the page-faulting heap
 
 
@@ -193,6 +190,7 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     512 × 512 head of soft-capped scores): x = a + b with a on a grid of 1/256 and
     |b| ≤ 1/512, tanh(a) from a table, tanh(b) = b − b³/3 + 2b⁵/15 (the next term is
     below 1e-19 of b), and tanh(x) = tanh a + tanh b · (1 − tanh²a) / (1 + tanh a · tanh b)."""
+    table = _tanh_table()
     x = np.asarray(x, dtype=np.float64)
     if out is None:
         out = x.copy()
@@ -215,7 +213,7 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
             t /= TANH_STEP
             b -= t  # x − a
             i += TANH_END * TANH_STEP
-            _TANH_TABLE.take(i, out=ta, mode="clip")
+            table.take(i, out=ta, mode="clip")
             np.multiply(b, b, out=t)
             np.multiply(t, 2.0 / 15.0, out=u)
             u -= 1.0 / 3.0
@@ -232,6 +230,13 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if work is not out:
         np.copyto(out, work)
     return out
+
+
+@functools.cache
+def _tanh_table() -> np.ndarray:
+    """tanh at every step of 1/TANH_STEP from −TANH_END to TANH_END (made on first use)."""
+    grid = np.arange(-TANH_END * TANH_STEP, TANH_END * TANH_STEP + 1, dtype=np.longdouble)
+    return np.tanh(grid / TANH_STEP).astype(np.float64)
 
 
 def softmax_with_sink(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QPaintEvent, QShowEvent
+from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
@@ -47,8 +47,8 @@ def on_screen(widget: QWidget) -> bool:
 
 class ScreenPanel(QWidget):
     """A panel drawn only while it is on screen: what arrives while it is not (a closed
-    dock, a tab behind another) is drawn when it is shown again (its show event, or
-    ``shown_again`` when its dock's tab is raised)."""
+    dock, a tab behind another) is drawn when it is shown again (``shown_again``, when
+    its dock's tab is raised, before it paints; else once it paints)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -63,16 +63,10 @@ class ScreenPanel(QWidget):
         if self._stale and on_screen(self):
             self.redraw()
 
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        if self._stale:
-            # Later, not now: while the window first lays out its docks, panels bound for
-            # a hidden tab are shown for a moment.
-            QTimer.singleShot(0, self.shown_again)
-
     def paintEvent(self, event: QPaintEvent) -> None:
-        # Painted, so on screen: however it got there unannounced (a splitter that gave a
-        # squeezed dock room again, a tab raised in a way its dock did not report).
+        # Painted, so on screen: however it got there (shown at last, a dock reopened or
+        # its tab clicked, a squeezed dock given room again), draw what it missed. Later,
+        # not from inside the paint.
         if self._stale:
             QTimer.singleShot(0, self.shown_again)
         super().paintEvent(event)
