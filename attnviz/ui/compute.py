@@ -15,12 +15,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.core.maths.engine import Result, compute, update
-from attnviz.core.maths.scenario import KV_HEAD_NAMES, Q_HEAD_NAMES, Scenario
+from attnviz.core.maths.changes import Changes, changes_between
+from attnviz.core.maths.engine import Result, compute, update_with
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.session import Change
 from attnviz.ui.document import Document
 from attnviz.ui.view_state import ENGINES, ViewState
@@ -60,26 +60,13 @@ def computes_at_once(s: Scenario) -> bool:
 
 
 @dataclass
-class Dirty:
-    """What changed since the last computed result, for an incremental update."""
-
-    x_rows: set[int] = field(default_factory=set)
-    heads: set[int] = field(default_factory=set)  # query heads' W_Q, b_Q, q_norm
-    kv_heads: set[int] = field(default_factory=set)  # key/value heads' W_K, b_K, k_norm
-    v_heads: set[int] = field(default_factory=set)  # key/value heads' W_V, b_V
-    kv_rows: set[int] = field(default_factory=set)  # rows of X_kv
-    w_o: bool = False  # W_O or b_O
-    full: bool = False
-
-
-@dataclass
 class _Job:
     """One computation: of the scenario, from base, for the changes in dirty."""
 
     gen: int
     scenario: Scenario
     base: Result
-    dirty: Dirty
+    dirty: Changes
     head: int  # the shown head
     engine: str
     done: list[int] = field(default_factory=list)  # heads of base already current
@@ -92,21 +79,6 @@ def _shows(job: _Job) -> bool:
     dirty, kv = job.dirty, job.scenario.kv_head_of(job.head)
     touched = dirty.x_rows or dirty.kv_rows or job.head in dirty.heads
     return job.preview and bool(touched or kv in dirty.kv_heads | dirty.v_heads)
-
-
-def _update(base: Result, s: Scenario, dirty: Dirty, **more: Any) -> Result:
-    """update(base, s) for the changes in dirty (not a full one)."""
-    return update(
-        base,
-        s,
-        dirty.x_rows,
-        dirty.heads,
-        dirty.w_o,
-        kv_heads=dirty.kv_heads,
-        kv_rows=dirty.kv_rows,
-        v_heads=dirty.v_heads,
-        **more,
-    )
 
 
 def _key(s: Scenario) -> tuple[object, ...]:
@@ -130,7 +102,7 @@ class ComputeService(QObject):
         self.result: Result = compute(doc.scenario)
         self.result_scenario = doc.scenario  # what self.result was computed from
         self._base = self.result  # the newest reference result, base for incremental updates
-        self._dirty = Dirty()
+        self._dirty = Changes()
         self._generation = 0
         self._busy = False
         self._preview_shown = threading.Event()
@@ -161,28 +133,58 @@ class ComputeService(QObject):
 
     def result_for(self, s: Scenario) -> Result:
         """compute(s), cached: the document's own result when s is what it was computed
-        from, else one computed once for every panel that asks. Safe on any thread."""
+        from, else one computed once for every panel that asks. Safe on any thread.
+
+        A result of a scenario that differs from s in cells alone (the last one asked for
+        under another mask, say, before the document's latest edit) is updated to s
+        rather than s computed anew, and s's takes its place."""
         key = _key(s)
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key][1]
-        result = compute(s)
-        self._remember(s, result)
+            near = self._near(s)
+        if near is None:
+            result = compute(s)
+        else:
+            result = update_with(near[1][1], s, changes_between(near[1][0], s))
+        self._remember(s, result, replacing=None if near is None else near[0])
         return result
 
-    def _remember(self, s: Scenario, result: Result, document: bool = False) -> None:
-        """Cache the result of s; the document's (``document``) replaces its last one.
+    def _near(self, s: Scenario) -> tuple[tuple[object, ...], tuple[Scenario, Result]] | None:
+        """The newest cached result of a scenario with s's settings, tokens and sizes (not
+        the document's: it stays for the views), with its key."""
+        for key, (old, result) in reversed(self._cache.items()):
+            if (
+                key != self._document_key
+                and old.settings == s.settings
+                and old.tokens == s.tokens
+                and old.kv_tokens == s.kv_tokens
+                and old.shape_of("X") == s.shape_of("X")
+                and result.complete
+            ):
+                return key, (old, result)
+        return None
 
-        The document's earlier results are not kept: at GPT-2 sizes each holds tens of
-        megabytes, and while a cache of them filled up, every edit's arrays were fresh
-        memory, paid for in page faults (5 ms an edit at n = 512)."""
+    def _remember(
+        self,
+        s: Scenario,
+        result: Result,
+        document: bool = False,
+        replacing: tuple[object, ...] | None = None,
+    ) -> None:
+        """Cache the result of s; the document's (``document``) replaces its last one, and
+        another the one it was updated from (``replacing``).
+
+        Earlier results are not kept: at GPT-2 sizes each holds tens of megabytes, and
+        while a cache of them filled up, every edit's arrays were fresh memory, paid for
+        in page faults (5 ms an edit at n = 512)."""
         key = _key(s)
         with self._cache_lock:
             if document:
-                if self._document_key is not None:
-                    self._cache.pop(self._document_key, None)
-                self._document_key = key
+                replacing, self._document_key = self._document_key, key
+            if replacing is not None:
+                self._cache.pop(replacing, None)
             self._cache[key] = (s, result)  # s keeps the arrays (and so their ids) alive
             while len(self._cache) > CACHED_RESULTS:
                 self._cache.popitem(last=False)
@@ -192,20 +194,7 @@ class ComputeService(QObject):
     def _on_change(self, change: Change) -> None:
         if change.kind == "cells":
             rows = range(change.row, change.row + change.rows)
-            if change.name == "X":
-                self._dirty.x_rows.update(rows)
-            elif change.name == "X_kv":
-                self._dirty.kv_rows.update(rows)
-            elif change.name in Q_HEAD_NAMES and change.head is not None:
-                self._dirty.heads.add(change.head)
-            elif change.name in ("W_V", "b_V") and change.head is not None:
-                self._dirty.v_heads.add(change.head)
-            elif change.name in KV_HEAD_NAMES and change.head is not None:
-                self._dirty.kv_heads.add(change.head)
-            elif change.name in ("W_O", "b_O"):
-                self._dirty.w_o = True
-            else:  # the custom mask
-                self._dirty.full = True
+            self._dirty.note(change.name, change.head, rows)
         elif change.kind == "scenario":
             self._dirty.full = True
         else:
@@ -220,7 +209,7 @@ class ComputeService(QObject):
         self._generation += 1
         s = self.doc.scenario
         if self.view.engine == "numpy" and computes_at_once(s):
-            self._dirty = Dirty()
+            self._dirty = Changes()
             self._pending = False
             self._publish(compute(s), s)
             return
@@ -235,10 +224,10 @@ class ComputeService(QObject):
         job = _Job(
             self._generation, s, self._base, dirty, head, self.view.engine, preview=self.previews()
         )
-        self._dirty = Dirty()
+        self._dirty = Changes()
         if job.engine == "numpy" and not dirty.full and previews_at_once(s) and _shows(job):
             try:
-                preview = _update(job.base, s, dirty, preview_head=head)
+                preview = update_with(job.base, s, dirty, preview_head=head)
             except Exception:  # e.g. out of memory: the worker tries again, and says why
                 preview = None
             if preview is not None:
@@ -281,14 +270,14 @@ class ComputeService(QObject):
         done = job.done  # (a preview made on the UI thread: queued once it was drawn)
         if not done and _shows(job):
             self._preview_shown.clear()
-            preview = _update(base, s, dirty, preview_head=job.head)
+            preview = update_with(base, s, dirty, preview_head=job.head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=PREVIEW_WAIT_S)
             base, done = preview, [job.head]
-        self._computed.emit(gen, s, engine, _update(base, s, dirty, current_heads=done))
+        self._computed.emit(gen, s, engine, update_with(base, s, dirty, current_heads=done))
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:

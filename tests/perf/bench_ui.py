@@ -16,8 +16,8 @@ event loop next gets round to the script (by then it may have started the other 
 work). Prints p50 and p95 per case. With --variants, also each variant of VARIANTS at
 the first n (the same sizes, 12 key/value heads). With --dock, the named dock is raised
 over the Pipeline (as a user looking at the mix, or at every head, does) and the time is
-until the complete result is published and every heatmap on screen whose picture changed
-has painted it.
+until the complete result is published (for the Masks dock, also its comparison under the
+other mask) and every heatmap on screen whose picture changed has painted it.
 Targets: p95 ≤ 16 ms at the worked example and at n = 512. With --large, a
 Llama-3-8B-shaped layer instead: the time to open it from .attn.npz until drawn (target
 under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest after).
@@ -103,6 +103,8 @@ def run_case(
         while not published or (dock and not published[-1].complete):  # type: ignore[attr-defined]
             # Sleep until the worker's result arrives, rather than spin against it.
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
+        while dock == "Masks" and not compared(window, published[-1]):
+            app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
         # Paint as the event loop does (dirty regions only) until every heatmap whose
         # picture changed has painted, and the edited grid cell too.
         app.processEvents()
@@ -114,6 +116,13 @@ def run_case(
     window.doc.undo_stack.setClean()
     window.close()
     return times[3:]  # the first edits warm caches
+
+
+def compared(window: MainWindow, result: object) -> bool:
+    """Whether the Masks dock shows its comparison for this result (made on its own
+    worker once the result is complete)."""
+    comparison = window.panel("Masks").comparison
+    return comparison is not None and comparison.result_a is result
 
 
 def open_time(app: QApplication, scenario: Scenario) -> float:

@@ -139,17 +139,54 @@ def test_variant_results_are_computed_once_and_shared(qtbot, monkeypatch):
     assert first is again and calls == ["causal-zero"]
     assert ws.compute.result_for(s.with_settings(mask="none")) is not first
     assert calls == ["causal-zero", "none"]
-    # An edit makes new arrays: the variant of the new scenario is computed afresh.
-    ws.doc.push(SetCells(ws.doc.session, "X", None, 0, 0, np.array([[0.5]])))
-    ws.compute.result_for(ws.doc.scenario.with_settings(mask="causal-zero"))
-    assert calls[-1] == "causal-zero" and len(calls) == 4  # the edit's own result, then it
     assert ws.compute.result_for(ws.doc.scenario) is ws.compute.result
-    # The document's earlier result is not kept (tens of megabytes at GPT-2 sizes); the
-    # variants of its scenario are.
-    ws.compute.result_for(s.with_settings(mask="causal-zero"))
-    assert len(calls) == 4
-    ws.compute.result_for(s)
-    assert len(calls) == 5 and calls[-1] == s.settings.mask
+    ws.close()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [("X", None, 2, 1), ("W_K", 1, 0, 3), ("W_V", 0, 2, 2), ("W_O", None, 5, 0)],
+    ids=["X", "W_K", "W_V", "W_O"],
+)
+def test_after_an_edit_a_variant_is_updated_from_the_last_not_computed_again(
+    qtbot, monkeypatch, edit
+):
+    """The Masks dock asks for the document under another mask after every edit: the
+    result of the scenario before the edit is updated (as the document's own is), and
+    takes its place in the cache."""
+    ws = large_workspace(qtbot)
+    ws.compute.wait()
+    calls, updates = [], []
+    monkeypatch.setattr(compute_module, "compute", lambda s: calls.append(s) or compute(s))
+    real_update = compute_module.update_with
+    monkeypatch.setattr(
+        compute_module,
+        "update_with",
+        lambda base, s, changes, **more: (
+            updates.append(changes) or real_update(base, s, changes, **more)
+        ),
+    )
+    zero = ws.compute.result_for(ws.doc.scenario.with_settings(mask="causal-zero"))
+    assert len(calls) == 1
+    name, head, row, col = edit
+    ws.doc.push(SetCells(ws.doc.session, name, head, row, col, np.array([[0.75]])))
+    ws.compute.wait()
+    updates.clear()
+    s = ws.doc.scenario.with_settings(mask="causal-zero")
+    got = ws.compute.result_for(s)
+    assert len(calls) == 1 and len(updates) == 1 and not updates[0].full
+    # by hand, with NumPy: the edited scenario under causal-zero (future scores set to 0)
+    X, W_O = s.X, s.W_O
+    outputs = []
+    for h in range(s.n_heads):
+        Q, K, V = X @ s.matrix("W_Q", h), X @ s.matrix("W_K", h), X @ s.matrix("W_V", h)
+        scores = Q @ K.T / np.sqrt(s.d_k)
+        scores[np.triu_indices(s.n, 1)] = 0.0
+        w = np.exp(scores - scores.max(axis=1, keepdims=True))
+        outputs.append(w / w.sum(axis=1, keepdims=True) @ V)
+    np.testing.assert_allclose(got.final, np.hstack(outputs) @ W_O, atol=1e-12)
+    assert zero is not got and ws.compute.result_for(s) is got
+    assert len(ws.compute._cache) == 2  # the document's and this one: the old one went
     ws.close()
 
 

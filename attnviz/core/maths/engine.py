@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.core.maths.changes import Changes
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import (
     alibi_slopes,
@@ -1229,6 +1230,24 @@ def layer(s: Scenario, block: int = 256) -> Result:
         outputs.append(_head_output(s, h, X, X_kv, rule, keep, block))
     concat, final = _mix(s, outputs)
     return _result(s, X, (), future, concat=concat, final=final)
+
+
+def update_with(prev: Result, s: Scenario, changes: Changes, **more: Any) -> Result:
+    """update(prev, s) for these changes (compute(s) when they are ``full``); ``more``
+    as update's ``preview_head`` and ``current_heads``."""
+    if changes.full:
+        return compute(s)
+    return update(
+        prev,
+        s,
+        changes.x_rows,
+        changes.heads,
+        changes.w_o,
+        kv_heads=changes.kv_heads,
+        kv_rows=changes.kv_rows,
+        v_heads=changes.v_heads,
+        **more,
+    )
 
 
 def update(

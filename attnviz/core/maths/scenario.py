@@ -422,11 +422,23 @@ class Scenario:
     def array_ids(self) -> tuple[int, ...]:
         """What names the matrices' contents (scenarios share the arrays they did not
         change): the identity of each array, or of an edited stack's heads."""
-        return tuple(id(self._edited(name) or getattr(self, name)) for name in MATRIX_NAMES)
+        return tuple(map(self.array_id, MATRIX_NAMES))
+
+    def array_id(self, name: str) -> int:
+        return id(self._edited(name) or getattr(self, name))
+
+    def shape_of(self, name: str) -> tuple[int, ...] | None:
+        """The shape of matrix ``name`` (a stack's without stacking it); None if absent."""
+        heads = self._edited(name)
+        if heads is not None:
+            return (len(heads), *heads[0].shape)
+        value = getattr(self, name)
+        return None if value is None else value.shape  # type: ignore[no-any-return]
 
     def _shape(self, name: str) -> tuple[int, ...]:
-        heads = self._edited(name)
-        return getattr(self, name).shape if heads is None else (len(heads), *heads[0].shape)  # type: ignore[no-any-return]
+        shape = self.shape_of(name)
+        assert shape is not None
+        return shape
 
     # Shape -----------------------------------------------------------------------------
 
