@@ -317,6 +317,9 @@ class RowBars:
     texts: tuple[str, ...]
 
 
+THIN_ROW = 2.0  # pixels: rows thinner than this get a bar per pixel row (the longest)
+
+
 class RowStrip:
     """Bars beside a heatmap's rows (e.g. the weight each row leaks), aligned with its cells."""
 
@@ -351,13 +354,17 @@ class RowStrip:
             )
             painter.setPen(Qt.PenStyle.NoPen)
             fractions = np.clip(np.abs(column.values) / (column.limit or 1.0), 0, 1)
-            for i in range(first, last):
-                y = top + i * step
-                painter.fillRect(QRectF(x, y + pad, width, step - 2 * pad), QColor("#eeeeee"))
+            if step >= THIN_ROW:
+                bars = [(top + i * step + pad, step - 2 * pad, i) for i in range(first, last)]
+            else:  # a bar per pixel row: the longest of the rows in it (none is lost)
+                bars = [
+                    (y, 1.0, i) for y, i in _longest_per_pixel(fractions, first, last, top, step)
+                ]
+            for y, height, i in bars:
+                painter.fillRect(QRectF(x, y, width, height), QColor("#eeeeee"))
                 bar = QColor(column.colors[i])
                 bar.setAlpha(150)  # light enough for black text on any bar
-                length = width * float(fractions[i])
-                painter.fillRect(QRectF(x, y + pad, length, step - 2 * pad), bar)
+                painter.fillRect(QRectF(x, y, width * float(fractions[i]), height), bar)
             if step >= 13:
                 painter.setPen(QPen(QColor("#000000")))
                 for i in range(first, last):
@@ -367,6 +374,20 @@ class RowStrip:
                         column.texts[i],
                     )
         painter.restore()
+
+
+def _longest_per_pixel(
+    fractions: np.ndarray, first: int, last: int, top: float, step: float
+) -> list[tuple[float, int]]:
+    """For rows first to last, thinner than a pixel: each pixel row a row starts in (its
+    y), and the row starting there with the longest bar."""
+    pixel = np.floor(top + np.arange(first, last) * step)
+    starts = np.flatnonzero(np.r_[True, pixel[1:] != pixel[:-1]])
+    ends = np.r_[starts[1:], last - first]
+    return [
+        (float(pixel[a]), first + int(a) + int(np.argmax(fractions[first + a : first + b])))
+        for a, b in zip(starts, ends, strict=True)
+    ]
 
 
 def labelled(count: int, low: float, high: float, pixels_per_cell: float, needed: float) -> range:

@@ -218,3 +218,33 @@ def test_a_matrix_larger_than_its_view_is_coloured_pixel_for_pixel(view, qtbot):
     wheel(view, view.point_at(200.3, 150.6), 3)  # now larger: every cell, scaled by Qt
     check()
     assert view.image.rows is None and view.image.cols is None  # resampled when painted
+
+
+def test_bars_of_rows_thinner_than_a_pixel_show_the_longest_of_each_pixel_row(view, qtbot):
+    """512 rows in a few hundred pixels: each pixel row of the strip beside them shows a
+    bar as long as the longest of the rows that start in it (none hidden by a neighbour
+    drawn after it)."""
+    from attnviz.ui.heatmap import RowBars
+
+    rng = np.random.default_rng(5)
+    values = rng.uniform(0, 1, 512) * (rng.uniform(0, 1, 512) < 0.2)  # mostly zero
+    view.set_spec(spec_of(512, 8))
+    view.set_row_bars([RowBars("leak", values, 1.0, ("#1f77b4",) * 512, ("",) * 512)])
+    view.repaint()
+    image = view.grab().toImage()
+    top, step = view.point_at(0, 0).y(), view.point_at(0, 1).y() - view.point_at(0, 0).y()
+    assert step < 1
+    x0 = view.point_at(8, 0).x() + 4  # the strip's first column of bars
+    width = view.strip.COLUMN - 8
+    grey = 0xEEEEEE
+    checked = 0
+    for py in range(math.ceil(top) + 1, math.floor(top + 512 * step) - 1):
+        rows = [i for i in range(512) if math.floor(top + i * step) == py]
+        if not rows:
+            continue
+        want = width * values[rows].max()
+        strip = [image.pixel(x, py) & 0xFFFFFF for x in range(int(x0) - 1, int(x0 + width) + 2)]
+        got = sum(colour not in (grey, 0xFFFFFF) for colour in strip)  # the bar's pixels
+        assert abs(got - want) <= 1.5, (py, rows, got, want)
+        checked += 1
+    assert checked > 200
