@@ -5,7 +5,9 @@ own attention, and every file against what packaging/make_examples.py makes of i
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
+import zipfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -121,8 +123,24 @@ def test_each_file_is_what_its_builder_writes(example, tmp_path, monkeypatch):
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / example.path.name
     save_scenario(out, builders[example.name]())
-    assert out.read_bytes() == example.path.read_bytes()
+    if out.read_bytes() != example.path.read_bytes():
+        assert_same_but_the_models_last_bits(out, example.path)
     assert load_scenario(out).n == example.load().n
+
+
+def assert_same_but_the_models_last_bits(made: Path, kept: Path) -> None:
+    """An imported layer's file holds what the model itself computed (its weights and
+    output, in float64), whose last bit depends on the CPU torch ran on (AVX-512 or
+    not): those within 1e-15, everything else the same to the bit."""
+    with zipfile.ZipFile(made) as a, zipfile.ZipFile(kept) as b:
+        assert a.namelist() == b.namelist()
+        for name in a.namelist():
+            got, want = a.read(name), b.read(name)
+            if name.startswith("provenance.model_") and got != want:
+                got_array, want_array = np.load(io.BytesIO(got)), np.load(io.BytesIO(want))
+                np.testing.assert_allclose(got_array, want_array, rtol=0, atol=1e-15)
+            else:
+                assert got == want, name
 
 
 def test_the_example_files_are_read_only_friendly():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -118,6 +119,7 @@ class ComputeService(QObject):
         self._queue = SerialQueue()
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._underway: dict[tuple[object, ...], Future[Result]] = {}  # by result_for
         self._document_key: tuple[object, ...] | None = None
         self._remember(doc.scenario, self.result, document=True)
         self._computed.connect(self._on_computed)
@@ -137,19 +139,34 @@ class ComputeService(QObject):
 
         A result of a scenario that differs from s in cells alone (the last one asked for
         under another mask, say, before the document's latest edit) is updated to s
-        rather than s computed anew, and s's takes its place."""
+        rather than s computed anew, and s's takes its place. Asked for by two threads at
+        once, it is computed once (the second waits for the first)."""
         key = _key(s)
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key][1]
-            near = self._near(s)
-        if near is None:
-            result = compute(s)
-        else:
-            result = update_with(near[1][1], s, changes_between(near[1][0], s))
-        self._remember(s, result, replacing=None if near is None else near[0])
-        return result
+            waiting = self._underway.get(key)  # (another thread is computing it)
+            if waiting is None:
+                underway: Future[Result] = Future()
+                self._underway[key] = underway
+                near = self._near(s)
+        if waiting is not None:
+            return waiting.result()
+        try:
+            if near is None:
+                result = compute(s)
+            else:
+                result = update_with(near[1][1], s, changes_between(near[1][0], s))
+            self._remember(s, result, replacing=None if near is None else near[0])
+            underway.set_result(result)
+            return result
+        except BaseException as e:
+            underway.set_exception(e)
+            raise
+        finally:
+            with self._cache_lock:
+                del self._underway[key]
 
     def _near(self, s: Scenario) -> tuple[tuple[object, ...], tuple[Scenario, Result]] | None:
         """The newest cached result of a scenario with s's settings, tokens and sizes (not

@@ -317,7 +317,7 @@ class RowBars:
     texts: tuple[str, ...]
 
 
-THIN_ROW = 2.0  # pixels: rows thinner than this get a bar per pixel row (the longest)
+THIN_ROW = 1.0  # pixels: rows thinner than this get a bar per pixel row (the longest)
 
 
 class RowStrip:

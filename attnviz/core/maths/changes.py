@@ -74,6 +74,13 @@ def changes_between(old: Scenario, new: Scenario) -> Changes:
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Equal: the same (read-only) array or memory, else compared."""
     if a is None or b is None:
         return a is b
-    return a is b or np.array_equal(a, b)
+    if a is b or (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.__array_interface__["data"] == b.__array_interface__["data"]
+    ):
+        return True  # (a head of a stack, seen through two views of it)
+    return bool(np.array_equal(a, b))
