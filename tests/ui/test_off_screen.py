@@ -133,3 +133,49 @@ def test_a_dock_closed_and_reopened_behind_a_tab_draws_when_its_tab_is_clicked(s
     click_tab(window, "Pipeline")
     output = window.compute.result.heads[5].output
     qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)
+
+
+def causal_zero_weights(s: Scenario, h: int) -> np.ndarray:
+    """By hand: head h's weights with the future's scores set to 0 (no biases here)."""
+    Q, K = s.X @ s.matrix("W_Q", h), s.X @ s.matrix("W_K", h)
+    scores = Q @ K.T / np.sqrt(s.d_k)
+    scores[np.triu_indices(s.n, 1)] = 0.0
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_the_masks_dock_starts_on_the_other_mask_as_soon_as_an_edit_is_made(
+    shown_window, qtbot, monkeypatch
+):
+    """On screen, the Masks dock asks for the edited scenario under its other mask at once,
+    beside the document's own update, not once that is published; off screen, not at all."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Masks",))
+    settle(qtbot, window)
+    masks = window.panel("Masks")
+    qtbot.waitUntil(lambda: masks.comparison is not None, timeout=5000)
+    asked, given = [], []
+    result_for = window.compute.result_for
+
+    def asking(s):
+        published = window.compute.result_scenario is window.doc.scenario
+        asked.append((s.settings.mask, published))
+        given.append(result_for(s))
+        return given[-1]
+
+    monkeypatch.setattr(window.compute, "result_for", asking)
+    edit(window, "W_K", 0, 3, 5, 0.75)
+    settle(qtbot, window)
+    result = window.compute.result
+    qtbot.waitUntil(lambda: masks.comparison.result_a is result, timeout=5000)
+    assert asked[0] == ("causal-zero", False)  # before the document's result came
+    assert masks.comparison.result_b is given[0]  # made once, for the comparison too
+    s = window.doc.scenario
+    np.testing.assert_allclose(masks.views["B"].spec.values, causal_zero_weights(s, 0), atol=1e-12)
+
+    window.bring_forward(("Pipeline",))
+    settle(qtbot, window)
+    asked.clear()
+    edit(window, "W_K", 0, 4, 5, -0.5)
+    settle(qtbot, window)
+    assert asked == []  # behind a tab: neither begun nor compared

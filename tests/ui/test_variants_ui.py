@@ -292,14 +292,14 @@ def test_editing_a_shared_w_k_changes_its_whole_group_incrementally(window, qtbo
     window.compute.wait()
     # As a large scenario would: off the UI thread, updating only what the edit touched.
     monkeypatch.setattr(compute_module, "SYNC_SCORE_CELLS", 0)
-    updates: list[dict] = []
-    original = compute_module.update
+    updates = []
+    original = compute_module.update_with
 
-    def spy(*args, **kwargs):
-        updates.append(kwargs)
-        return original(*args, **kwargs)
+    def spy(base, s, changes, **more):
+        updates.append(changes)
+        return original(base, s, changes, **more)
 
-    monkeypatch.setattr(compute_module, "update", spy)
+    monkeypatch.setattr(compute_module, "update_with", spy)
     before = window.doc.scenario
     K_before = [np.array(view(window, "K", h).values) for h in range(4)]
     window.view_state.set_head(1)  # head 2's tab: its W_K box is KV head 1's, shared with head 1
@@ -307,7 +307,7 @@ def test_editing_a_shared_w_k_changes_its_whole_group_incrementally(window, qtbo
     assert grid is not None
     type_into(qtbot, grid, 2, 1, "0.75")
     window.compute.wait()
-    assert updates and all(call.get("kv_heads") == {0} for call in updates)
+    assert updates and all(changes.kv_heads == {0} for changes in updates)
     s = window.doc.scenario
     W_K = np.array(before.W_K)
     W_K[0, 2, 1] = 0.75

@@ -764,7 +764,7 @@ def compare_results(got, want, exact: bool) -> None:
 def compute_threads(monkeypatch):
     """Names of the threads the document's compute/update ran on."""
     names: list[str] = []
-    for fname in ("compute", "update"):
+    for fname in ("compute", "update_with"):
         original = getattr(compute_module, fname)
 
         def spy(*args, _original=original, **kwargs):
