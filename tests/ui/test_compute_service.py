@@ -190,6 +190,35 @@ def test_after_an_edit_a_variant_is_updated_from_the_last_not_computed_again(
     ws.close()
 
 
+def test_a_variant_asked_for_by_two_threads_at_once_is_computed_once(qtbot, monkeypatch):
+    """The Masks dock and the Inspector each ask on their own thread; the second waits for
+    the first's result rather than computing it again."""
+    ws = Workspace.create()
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow(s):
+        calls.append(s.settings.mask)
+        started.set()
+        release.wait(5)
+        return compute(s)
+
+    monkeypatch.setattr(compute_module, "compute", slow)
+    zero = ws.doc.scenario.with_settings(mask="causal-zero")
+    got = []
+    first = threading.Thread(target=lambda: got.append(ws.compute.result_for(zero)))
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=lambda: got.append(ws.compute.result_for(zero)))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waiting for the first
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert calls == ["causal-zero"] and len(got) == 2 and got[0] is got[1]
+    ws.close()
+
+
 def test_serial_queues_keep_order_and_close_cleanly():
     queue = SerialQueue()
     order: list[int] = []

@@ -29,7 +29,7 @@ from attnviz.core.maths.scenario import MASKS
 from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars
-from attnviz.ui.panels.common import ResultPanel, on_screen
+from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -154,27 +154,6 @@ class MasksPanel(ResultPanel):
         layout.addWidget(self.table, 1)
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.selectionChanged.connect(lambda _: self._mark())
-        self._ahead = Background(self)  # (its answers go nowhere: result_for keeps them)
-        ws.doc.cellsChanged.connect(lambda *_: self._start_variants())
-        ws.doc.scenarioChanged.connect(self._start_variants)
-
-    def _start_variants(self) -> None:
-        """While on screen, after an edit: the document under the masks compared that it
-        is not under, begun at once on a thread of their own, beside the document's own
-        update (on two cores), for the comparison to find them ready."""
-        s = self.doc.scenario
-        if not on_screen(self) or computes_at_once(s):
-            return
-        masks = {self.mask_a.currentText(), self.mask_b.currentText()} - {s.settings.mask}
-        if not masks:
-            return
-
-        def variants() -> None:
-            for mask in sorted(masks):
-                if s is self.doc.scenario:  # (else edited again since: that one is wanted)
-                    self.compute.result_for(s.with_settings(mask=mask))
-
-        self._ahead.run(variants)
 
     def show_result(self, r: Result) -> None:
         """Recompute the comparison for the current scenario and head."""
