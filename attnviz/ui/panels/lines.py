@@ -252,12 +252,14 @@ class LinesCanvas(QWidget):
         p.end()
 
     def _lines_image(self, seen: QRect, g: Geometry) -> tuple[QRect, QImage]:
-        """The cached image of all lines, redrawn when it does not cover what is seen: it
-        spans what is seen and as much again above and below (so scrolling reuses it)."""
-        key = (self._version, self.width(), g, self._floor)
-        if self._cache is not None and self._cache[0] == key and self._cache[1].contains(seen):
-            return self._cache[1], self._cache[2]
-        more = min(seen.height(), 2000)
+        """The cached image of all lines, redrawn when it does not cover what is seen: of
+        new lines (after an edit), what is seen alone, at once; of the same lines scrolled
+        to, what is seen and as much again above and below (so scrolling on reuses it)."""
+        key, more = (self._version, self.width(), g, self._floor), 0
+        if self._cache is not None and self._cache[0] == key:  # the same lines
+            if self._cache[1].contains(seen):
+                return self._cache[1], self._cache[2]
+            more = min(seen.height(), 2000)  # scrolled
         area = seen.adjusted(0, -more, 0, more).intersected(self.rect())
         area = area.united(seen)
         ratio = self.devicePixelRatioF()

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,12 +29,12 @@ from attnviz.core.maths.scenario import MASKS
 from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars
+from attnviz.ui.matrix_model import Index
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
 LEAK_COLOUR = QColor("#fdd0c7")
-Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe B")
 LEGEND = (
     "<span style='background:#ddd'>&nbsp;╱╱&nbsp;</span> set by the mask (it reads what the "
