@@ -264,6 +264,23 @@ def test_masks_causality_probe(window):
     assert masks.probes is None and cell(masks.table, 0, 5) == ""
 
 
+def test_masks_under_cross_attention_label_the_keys_with_their_own_tokens(window):
+    """3 queries over 5 key tokens: every map's columns are the key tokens (B − A's were
+    the queries', too few, and painting it failed)."""
+    from attnviz.core.presets import make_preset
+
+    window.doc.reset(make_preset("cross-attention"), None)
+    masks = bring(window, "Masks")
+    window.compute.wait()
+    settle()
+    keys = ("le", "chat", "est", "assis", ".")
+    for key in ("A-scores", "B-scores", "A", "B", "diff"):
+        spec = masks.views[key].spec
+        assert spec.values.shape == (3, 5) and spec.col_labels == keys, key
+        assert spec.row_labels == ("the", "cat", "sat"), key
+    masks.views["diff"].repaint()  # paints without an error
+
+
 def test_masks_click_selects_the_cell_under_its_mask(window):
     masks = bring(window, "Masks")
     window.view_state.set_head(1)

@@ -88,6 +88,9 @@ def close(got, want) -> None:
 def type_into(qtbot, grid, row: int, col: int, text: str) -> None:
     """Type text into a cell the way a user does: select it, type, press Enter."""
     qtbot.waitUntil(grid.isVisible)
+    if QApplication.activeWindow() is not grid.window():  # (a passing popup took it)
+        with qtbot.waitActive(grid.window()):
+            grid.window().activateWindow()
     grid.setFocus()
     grid.setCurrentIndex(grid.model().index(row, col))
     qtbot.keyClicks(grid, text[0])  # any key opens the editor with that key in it

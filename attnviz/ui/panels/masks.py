@@ -218,7 +218,8 @@ class MasksPanel(ResultPanel):
             for view in (self.views[f"{key}-scores"], self.views[key]):
                 view.mark_column(nudged)
         diff_title = f"head {c.head + 1} · weights B − A ({c.mask_b} − {c.mask_a})"
-        spec = make_spec(diff_title, c.difference, tokens, tokens, "query", "key", caption="B − A")
+        keys = c.result_a.keys  # (the key tokens under cross-attention)
+        spec = make_spec(diff_title, c.difference, tokens, keys, "query", "key", caption="B − A")
         self.views["diff"].set_spec(spec)
         shift = c.output_shift
         self.views["diff"].set_row_bars(

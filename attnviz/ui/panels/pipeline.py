@@ -153,7 +153,7 @@ class PipelinePanel(ScreenPanel):
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
         for name in ORDER:
-            view = HeatmapView(name)
+            view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
             view.painted.connect(self._painted)
             self.views[name] = view
@@ -190,10 +190,10 @@ class PipelinePanel(ScreenPanel):
         self.names, self.columns = names, columns
         for widget in self.views.values():
             self.grid.removeWidget(widget)
-        for name, widget in self.views.items():
-            widget.setVisible(name in names)
         for k, name in enumerate(names):
             self.grid.addWidget(self.views[name], k // columns, k % columns)
+        for name, widget in self.views.items():
+            widget.setVisible(name in names)
         for c in range(4):
             self.grid.setColumnStretch(c, 1 if c < columns else 0)
 
