@@ -200,8 +200,8 @@ class ComputeService(QObject):
         with self._cache_lock:
             if document:
                 replacing, self._document_key = self._document_key, key
-            if replacing is not None:
-                self._cache.pop(replacing, None)
+            if replacing is not None and replacing != self._document_key:
+                self._cache.pop(replacing, None)  # (never the document's: views show it)
             self._cache[key] = (s, result)  # s keeps the arrays (and so their ids) alive
             while len(self._cache) > CACHED_RESULTS:
                 self._cache.popitem(last=False)

@@ -381,6 +381,8 @@ def _longest_per_pixel(
 ) -> list[tuple[float, int]]:
     """For rows first to last, thinner than a pixel: each pixel row a row starts in (its
     y), and the row starting there with the longest bar."""
+    if last <= first:  # (zoomed onto the room beside the matrix: no row in sight)
+        return []
     pixel = np.floor(top + np.arange(first, last) * step)
     starts = np.flatnonzero(np.r_[True, pixel[1:] != pixel[:-1]])
     ends = np.r_[starts[1:], last - first]

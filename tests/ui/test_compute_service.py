@@ -219,6 +219,36 @@ def test_a_variant_asked_for_by_two_threads_at_once_is_computed_once(qtbot, monk
     ws.close()
 
 
+def test_a_variant_updated_from_what_became_the_documents_result_leaves_that_cached(
+    qtbot, monkeypatch
+):
+    """A worker updates from a cached result; meanwhile the document moves to that very
+    scenario: the document's entry stays (it was evicted as the one updated from)."""
+    ws = Workspace.create()
+    s0 = ws.doc.scenario
+    s1 = s0.with_cells("X", None, 0, 0, np.array([[0.5]]))  # the document's next state
+    s2 = s1.with_cells("X", None, 1, 0, np.array([[0.25]]))  # asked for by a worker
+    ws.compute.result_for(s1)
+    entered, go = threading.Event(), threading.Event()
+    real = compute_module.update_with
+
+    def slow(*args, **kwargs):
+        entered.set()
+        go.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compute_module, "update_with", slow)
+    worker = threading.Thread(target=lambda: ws.compute.result_for(s2))
+    worker.start()
+    assert entered.wait(5)  # it took s1's result as its base
+    ws.doc.reset(s1, None)
+    ws.compute.wait()
+    go.set()
+    worker.join(5)
+    assert ws.compute.result_for(ws.doc.scenario) is ws.compute.result  # still cached
+    ws.close()
+
+
 def test_serial_queues_keep_order_and_close_cleanly():
     queue = SerialQueue()
     order: list[int] = []

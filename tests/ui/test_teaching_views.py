@@ -264,6 +264,18 @@ def test_masks_causality_probe(window):
     assert masks.probes is None and cell(masks.table, 0, 5) == ""
 
 
+def test_the_masks_table_keeps_its_selection_through_an_edit(window):
+    masks = bring(window, "Masks")
+    masks.table.selectRow(2)
+    edit_x(window, 1, 1, "0.7")
+    X = with_cell(ref.X, 1, 1, 0.7)
+    check_masks(masks, X, 0, "causal", "causal-zero")  # the new numbers
+    assert [i.row() for i in masks.table.selectionModel().selectedRows()] == [2]
+    window.inputs.add()  # a new token: a new table
+    settle()
+    assert masks.table.model().rowCount() == 5
+
+
 def test_masks_under_cross_attention_label_the_keys_with_their_own_tokens(window):
     """3 queries over 5 key tokens: every map's columns are the key tokens (B − A's were
     the queries', too few, and painting it failed)."""

@@ -627,6 +627,7 @@ def _inputs(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
 
 
 FEW_ROWS = 8
+CANCELLING = 4.0  # a rank update this many times larger than its sum: computed whole
 
 
 def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -878,8 +879,11 @@ def _patch_rows(
             _reweight(rule, w_new, None if keep is None else keep[:, :, cols], cols=cols)
         w_new = np.where(patch[..., None], w_new, w_old)
         W[:, :, cols] = w_new
-        V_old = np.stack([h.V[cols] for h in old])
-        out = f[..., None] * (out - w_old @ V_old) + w_new @ V[:, cols]
+        removed = w_old @ np.stack([h.V[cols] for h in old])
+        out = f[..., None] * (out - removed) + w_new @ V[:, cols]
+        # (a row whose removed part dwarfs what is left, after a large value was taken
+        # back, would keep a rounding error of its size: computed whole below)
+        full |= np.abs(removed).max(axis=-1) > CANCELLING * np.abs(out).max(axis=-1)
         share = share * f
         Z = Z_new
     else:
@@ -1021,6 +1025,22 @@ def _stack_of(arrays: Sequence[np.ndarray], ids: Sequence[int]) -> np.ndarray:
     return np.stack([arrays[i] for i in ids])
 
 
+def _plus(old: np.ndarray, change: np.ndarray) -> np.ndarray | None:
+    """old + change (a rank update), or None when the change is many times larger than
+    the sum: after a large value is set and taken back, old + change cancels and keeps a
+    rounding error the size of the change (1e-10 after a cell of 1e5), so the caller
+    computes it whole instead."""
+    new = old + change
+    if _largest(change) > CANCELLING * _largest(new):
+        return None
+    return new
+
+
+def _largest(a: np.ndarray) -> float:
+    """max |a| (0 when empty), without a temporary of |a|."""
+    return max(float(a.max()), -float(a.min())) if a.size else 0.0
+
+
 def _reprojected(
     prev: Result, s: Scenario, X: np.ndarray, name: str, index: int, old: np.ndarray
 ) -> np.ndarray | None:
@@ -1040,10 +1060,10 @@ def _reprojected(
     changed = np.flatnonzero((before != now).any(axis=1))
     if len(changed) > FEW_ROWS:
         return None
-    out = old + X[:, changed] @ (now[changed] - before[changed])
+    change = X[:, changed] @ (now[changed] - before[changed])
     if (b[index] != b_old[index]).any():
-        out += b[index] - b_old[index]
-    return out  # type: ignore[no-any-return]
+        change += b[index] - b_old[index]
+    return _plus(old, change)
 
 
 MIX_UPDATES = 32  # rank updates of final in a row (each rounds) before a whole mix
@@ -1064,8 +1084,8 @@ def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray
         if changed is not None:
             d_k, ablated = prev.d_k, s.settings.ablated
             cols = [c for h in changed if h not in ablated for c in range(h * d_k, (h + 1) * d_k)]
-            final = prev.final + (concat[:, cols] - prev.concat[:, cols]) @ s.W_O[cols]
-            updates = prev.mix_updates + 1
+            final = _plus(prev.final, (concat[:, cols] - prev.concat[:, cols]) @ s.W_O[cols])
+            updates = 0 if final is None else prev.mix_updates + 1
         else:  # rows of X edited: the rows whose outputs changed (under a causal mask,
             # the edited row and those after it) mixed again, unless all did
             rows = np.flatnonzero((concat != prev.concat).any(axis=1))
@@ -1116,11 +1136,11 @@ def _remix(prev: Result, s: Scenario) -> np.ndarray | None:
         return None
     kept = kept_columns(s.settings, prev.n_heads, prev.d_k)
     rows = changed[kept[changed]]
-    final = prev.final + prev.concat[:, rows] @ (s.W_O[rows] - W_O[rows])
+    change = prev.concat[:, rows] @ (s.W_O[rows] - W_O[rows])
     if (s.b_O != b_O).any():
-        final += s.b_O - b_O
-    _frozen(final)
-    return final
+        change += s.b_O - b_O
+    final = _plus(prev.final, change)
+    return None if final is None else _frozen(final)
 
 
 def _kv_all(s: Scenario, X_kv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

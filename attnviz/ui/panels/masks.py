@@ -304,8 +304,16 @@ class ColumnsModel(QAbstractTableModel):
         self.nudged: int | None = None  # the probed token
 
     def show(self, tokens: tuple[str, ...], columns: list[np.ndarray], nudged: int | None) -> None:
+        """New numbers; for the same tokens as changed data (the view keeps its selection
+        and scroll), else a new table."""
+        tokens = tuple(tokens)
+        if tokens == self.tokens and tokens:
+            self.columns, self.nudged = columns, nudged
+            last = self.index(len(tokens) - 1, len(COLUMNS) - 1)
+            self.dataChanged.emit(self.index(0, 0), last)
+            return
         self.beginResetModel()
-        self.tokens, self.columns, self.nudged = tuple(tokens), columns, nudged
+        self.tokens, self.columns, self.nudged = tokens, columns, nudged
         self.endResetModel()
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
