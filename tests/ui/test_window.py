@@ -711,6 +711,42 @@ def test_undoing_a_restore_does_not_claim_the_worked_example_is_the_saved_file(
     assert second.doc.scenario.X[0, 0] == read_json(path)["X"][0][0] or (second.isWindowModified())
 
 
+def test_the_timed_autosave_waits_for_a_pause_in_editing(make_window, qtbot, monkeypatch):
+    """Its write competes with the edits for the cores: while the user types it waits,
+    for a pause of QUIET_S, or at most LATEST_S behind."""
+    import attnviz.ui.autosave as autosave_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(autosave_module.time, "monotonic", lambda: clock[0])
+    window = make_window()
+    saver = window.autosaver
+
+    def saved_x() -> float:
+        saver._writer.wait()
+        return float(saver.read()[0].X[0, 1])
+
+    edit(window.doc, "X", None, 0, 1, 0.5)
+    clock[0] += 0.2
+    saver.timed()  # typing: put off
+    saver._writer.wait()
+    assert not window.autosave_path.exists()
+    clock[0] += autosave_module.QUIET_S
+    saver.timed()  # a pause: written
+    assert saved_x() == 0.5
+    value = 0.5
+    while clock[0] < 1000.0 + 1.2 + autosave_module.LATEST_S - 1:  # typing on and on
+        value += 1
+        edit(window.doc, "X", None, 0, 1, value)
+        clock[0] += 0.5
+        saver.timed()
+        assert saved_x() == 0.5  # put off
+    clock[0] += 1.0
+    value += 1
+    edit(window.doc, "X", None, 0, 1, value)
+    saver.timed()  # still typing, but LATEST_S behind: written
+    assert saved_x() == value
+
+
 def test_saving_and_closing_clear_the_autosave(make_window, qtbot, tmp_path, monkeypatch):
     window = make_window()
     window.show()
