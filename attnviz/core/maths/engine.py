@@ -831,7 +831,9 @@ def _patch_rows(
     are multiplied by Z_j / Z'_j and its output becomes
     (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
     changed columns held half its mass or more (so that Z'_j would lose digits to the
-    subtraction, or m_j was there), or whose new logits exceed m_j, is recomputed whole.
+    subtraction, or m_j was there), whose new logits exceed m_j, or whose output would lose
+    digits the same way (w_old · V_old more than CANCELLING times the new output: a large
+    value taken back), is recomputed whole.
     Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
     cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
     was dropped does not tell it), and the new weights are reweighted alike.
