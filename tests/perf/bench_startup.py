@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CHILD = r"""
@@ -27,7 +28,7 @@ from PySide6.QtCore import QEvent, QObject, QSettings
 from attnviz.ui.app import make_app
 app = make_app()
 from attnviz.ui.main_window import MainWindow
-folder = Path(tempfile.mkdtemp())
+folder = Path(tempfile.mkdtemp(dir={parent!r}))  # (the parent removes its folder)
 window = MainWindow(QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder)
 
 class FirstPaint(QObject):
@@ -44,11 +45,11 @@ app.exec()
 """
 
 
-def once(eager: bool) -> tuple[float, bool]:
+def once(eager: bool, parent: str) -> tuple[float, bool]:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", CHILD.format(eager=eager)],
+        [sys.executable, "-c", CHILD.format(eager=eager, parent=parent)],
         env=env,
         capture_output=True,
         text=True,
@@ -64,9 +65,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args()
-    once(False)  # warm the file cache
-    lazy = [once(False) for _ in range(args.runs)]
-    eager = [once(True) for _ in range(args.runs)]
+    with tempfile.TemporaryDirectory() as parent:  # the windows' settings and data
+        once(False, parent)  # warm the file cache
+        lazy = [once(False, parent) for _ in range(args.runs)]
+        eager = [once(True, parent) for _ in range(args.runs)]
     t_lazy = statistics.median(t for t, _ in lazy)
     t_eager = statistics.median(t for t, _ in eager)
     torch_loaded = any(loaded for _, loaded in lazy)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -114,7 +115,7 @@ def run_case(
         while window.compute.busy:  # a typist's next keystroke comes later; do not queue behind it
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
     window.doc.undo_stack.setClean()
-    window.close()
+    close(window, folder)
     return times[3:]  # the first edits warm caches
 
 
@@ -146,8 +147,15 @@ def open_time(app: QApplication, scenario: Scenario) -> float:
         app.processEvents()
     seconds = time.perf_counter() - t0
     window.doc.undo_stack.setClean()
-    window.close()
+    close(window, folder)
     return seconds
+
+
+def close(window: MainWindow, folder: Path) -> None:
+    """Close the window and remove its folder (settings and data), leaving nothing."""
+    window.close()
+    window.settings.sync()  # (else written again when the settings object goes)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def llama3_8b_layer() -> Scenario:
