@@ -157,8 +157,9 @@ class ComputeService(QObject):
             if near is None:
                 result = compute(s)
             else:
-                result = update_with(near[1][1], s, changes_between(near[1][0], s))
-            self._remember(s, result, replacing=None if near is None else near[0])
+                near_key, old, base = near
+                result = update_with(base, s, changes_between(old, s))
+            self._remember(s, result, replacing=None if near is None else near_key)
             underway.set_result(result)
             return result
         except BaseException as e:
@@ -168,19 +169,13 @@ class ComputeService(QObject):
             with self._cache_lock:
                 del self._underway[key]
 
-    def _near(self, s: Scenario) -> tuple[tuple[object, ...], tuple[Scenario, Result]] | None:
-        """The newest cached result of a scenario with s's settings, tokens and sizes (not
-        the document's: it stays for the views), with its key."""
+    def _near(self, s: Scenario) -> tuple[tuple[object, ...], Scenario, Result] | None:
+        """The newest cached result (its key, scenario and result) of a scenario with s's
+        settings and tokens, but not the document's (it stays for the views)."""
+        same_kind = (s.settings, s.tokens, s.kv_tokens)
         for key, (old, result) in reversed(self._cache.items()):
-            if (
-                key != self._document_key
-                and old.settings == s.settings
-                and old.tokens == s.tokens
-                and old.kv_tokens == s.kv_tokens
-                and old.shape_of("X") == s.shape_of("X")
-                and result.complete
-            ):
-                return key, (old, result)
+            if key != self._document_key and (old.settings, old.tokens, old.kv_tokens) == same_kind:
+                return key, old, result
         return None
 
     def _remember(

@@ -55,25 +55,25 @@ def changes_between(old: Scenario, new: Scenario) -> Changes:
         or old.kv_tokens != new.kv_tokens
         or old.settings != new.settings
         or any(old.shape_of(name) != new.shape_of(name) for name in MATRIX_NAMES)
-        or not _same(old.mask_matrix, new.mask_matrix)
+        or not same(old.mask_matrix, new.mask_matrix)
     )
     if changes.full:
         return changes
     for name in ("X", "X_kv"):
         a, b = getattr(old, name), getattr(new, name)
-        if not _same(a, b):
+        if not same(a, b):
             changes.note(name, None, np.flatnonzero((a != b).any(axis=1)).tolist())
     for name in HEAD_NAMES:
         if old.array_id(name) != new.array_id(name):
             for head in range(new.shape_of(name)[0]):  # type: ignore[index]
-                if not _same(old.matrix(name, head), new.matrix(name, head)):
+                if not same(old.matrix(name, head), new.matrix(name, head)):
                     changes.note(name, head)
-    if not (_same(old.W_O, new.W_O) and _same(old.b_O, new.b_O)):
+    if not (same(old.W_O, new.W_O) and same(old.b_O, new.b_O)):
         changes.note("W_O", None)
     return changes
 
 
-def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     """Equal: the same (read-only) array or memory, else compared."""
     if a is None or b is None:
         return a is b

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.changes import Changes
+from attnviz.core.maths.changes import Changes, same
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import (
     alibi_slopes,
@@ -1081,7 +1081,7 @@ def _mixed(prev: Result, s: Scenario, heads: Sequence[Head]) -> tuple[np.ndarray
     concat = np.concatenate(_outputs(heads), axis=1)
     final, updates = None, 0
     mixed_with = _updatable_mix(prev)
-    if mixed_with is not None and _same(mixed_with[0], s.W_O) and _same(mixed_with[1], s.b_O):
+    if mixed_with is not None and same(mixed_with[0], s.W_O) and same(mixed_with[1], s.b_O):
         changed = _changed_outputs(prev, heads, most=len(heads) // 4)
         if changed is not None:
             d_k, ablated = prev.d_k, s.settings.ablated
@@ -1120,10 +1120,6 @@ def _changed_outputs(prev: Result, heads: Sequence[Head], most: int) -> list[int
             if len(changed) > most:
                 return None
     return changed
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a is b or np.array_equal(a, b)
 
 
 def _remix(prev: Result, s: Scenario) -> np.ndarray | None:

@@ -139,14 +139,14 @@ class MixPanel(ResultPanel):
         """Head h's contribution: the one shown, when made from the same output (the
         very array) and the same rows of W_O (after an edit of one head, or of one row of
         W_O, one head's changes: the others are neither multiplied nor drawn again)."""
-        block = W_O[h * r.d_k : (h + 1) * r.d_k]
+        rows = slice(h * r.d_k, (h + 1) * r.d_k)
         output, off = r.heads[h].output, h in r.settings.ablated
         old = self._parts_made[h] if h < len(self._parts_made) else None
         if (
             old
             and old.output is output
             and old.off == off
-            and (old.W_O is W_O or np.array_equal(old.W_O[h * r.d_k : (h + 1) * r.d_k], block))
+            and (old.W_O is W_O or np.array_equal(old.W_O[rows], W_O[rows]))
         ):
             return dataclasses.replace(old, W_O=W_O)
         values = head_contribution(r, W_O, h)
