@@ -12,7 +12,7 @@ from variant_reference import random_scenario
 from attnviz.core.maths import engine
 from attnviz.core.maths.changes import changes_between
 from attnviz.core.maths.engine import compute, sinusoidal, softmax_rows, update
-from attnviz.core.maths.scenario import Settings
+from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.presets import make_preset, worked_example
 
 
@@ -273,3 +273,37 @@ def test_a_large_value_set_and_taken_back_leaves_no_rounding_error(name, head, m
             np.testing.assert_allclose(
                 getattr(got, field), getattr(expected, field), rtol=0, atol=1e-12
             )
+
+
+@pytest.mark.parametrize("new_value", [-30.0, 29.9])
+def test_a_key_that_held_a_rows_weight_patched_only_while_its_denominator_keeps_its_digits(
+    new_value,
+):
+    """After an X edit the other rows are patched: Z' = Z − e_old + e_new. Key 2 holds all
+    but 1e-12 of each later row's weight (logit 30 against 0.03); dropped to −30, Z − e_old
+    keeps only the 1e-12 that was left (and its rounding error of 1e-16, relative 1e-4):
+    the rows are computed whole. Nudged to 29.9, Z' loses no digits and the rows may be
+    patched. Both within 1e-12 (relative) of a plain NumPy softmax."""
+    n = 12  # (more than 8 rows per edited row: patched, not computed whole)
+    X = np.ones((n, 2))  # (column 1: every value row is [0, 1], so no output cancels)
+    X[:, 0] = 0.03
+    X[2, 0] = 30.0
+    eye = np.eye(2)[None]
+    s = Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=X,
+        W_Q=eye,
+        W_K=np.array([[[1.0, 0.0], [0.0, 0.0]]]) / 0.03,  # k_j = x_j / 0.03: q_i·k_j = x_j
+        W_V=np.array([[[0.0, 0.0], [0.0, 1.0]]]),
+        W_O=np.eye(2),
+        settings=Settings(scale=False),
+    )
+    edited = s.with_cells("X", None, 2, 0, [[new_value]])
+    got = update(compute(s), edited, [2])
+    Xn = edited.X
+    logits = Xn @ (Xn @ np.array([[1.0, 0.0], [0.0, 0.0]]) / 0.03).T
+    logits[np.triu_indices(n, 1)] = -np.inf
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got.weights[0], want, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(got.output[0], want @ (Xn * [0.0, 1.0]), rtol=0, atol=1e-15)

@@ -175,7 +175,8 @@ class Head:
     query head reads; m = n without cross-attention): the projections with their biases.
     ``Q_rot`` and ``K_rot`` are Q and K after QK-norm and RoPE, what the scores use (the
     same arrays as Q and K when neither is on). ``weights`` is n × m. ``m`` and ``Z`` are
-    each row's softmax maximum and denominator (Σ exp(s − m), with the sink's term).
+    each row's softmax offset and denominator (Σ exp(s − m), with the sink's term): m is
+    the row's maximum, or more after an update patched the row (_patch_rows).
 
     Derived from those on first use, and kept (a view of one head asks for one head):
     ``scores`` (Q_rot K_rotᵀ), ``scaled`` (times the scale, soft-capped, plus ALiBi) and
@@ -826,14 +827,15 @@ def _patch_rows(
     columns of the scores). P holds the new projections, keep the heads' dropout masks.
 
     Only the changed rows are recomputed. Every other row j has new logits c in the
-    changed columns; the softmax keeps its maximum m_j, and the denominator becomes
-    Z'_j = Z_j − Σ e_old + Σ e_new with e = exp(logit − m_j), so the row's other weights
-    are multiplied by Z_j / Z'_j and its output becomes
+    changed columns; the softmax keeps its offset m_j (its maximum, or more once that
+    fell: any offset at least the maximum gives the same softmax), and the denominator
+    becomes Z'_j = Z_j − Σ e_old + Σ e_new with e = exp(logit − m_j), so the row's other
+    weights are multiplied by Z_j / Z'_j and its output becomes
     (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
-    changed columns held half its mass or more (so that Z'_j would lose digits to the
-    subtraction, or m_j was there), whose new logits exceed m_j, or whose output would lose
-    digits the same way (w_old · V_old more than CANCELLING times the new output: a large
-    value taken back), is recomputed whole.
+    Z'_j is under half of Z_j (the subtraction lost digits: the changed columns held the
+    row's weight and lost it), whose new logits exceed m_j, or whose output would lose
+    digits the same way (w_old · V_old more than CANCELLING times the new output, in
+    norm: a large value taken back), is recomputed whole.
     Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
     cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
     was dropped does not tell it), and the new weights are reweighted alike.
@@ -867,11 +869,12 @@ def _patch_rows(
             else:
                 e_old = w_old * Z[..., None]
             e_new = np.exp(c - m[..., None])
-        moved = (c > m[..., None]).any(axis=-1) | (e_old.sum(axis=-1) >= 0.5)
+        Z_new = Z - e_old.sum(axis=-1) + e_new.sum(axis=-1)
+        moved = (c > m[..., None]).any(axis=-1) | ~(Z_new >= 0.5 * Z)  # (NaN: moved)
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
         patch = seen & ~moved & ~full
         full |= seen & moved
-        Z_new = np.where(patch, Z - e_old.sum(axis=-1) + e_new.sum(axis=-1), Z)
+        Z_new = np.where(patch, Z_new, Z)
         den = np.where(patch, Z_new, 1.0)  # (an empty row's Z is 0)
         f = np.where(patch, Z / den, 1.0)
         for k, head in enumerate(old):  # the copy and the rescaling in one pass
@@ -882,25 +885,33 @@ def _patch_rows(
         w_new = np.where(patch[..., None], w_new, w_old)
         W[:, :, cols] = w_new
         removed = w_old @ np.stack([h.V[cols] for h in old])
-        out = f[..., None] * (out - removed) + w_new @ V[:, cols]
+        out -= removed  # (in place: out is a fresh stack)
+        out *= f[..., None]
+        out += w_new @ V[:, cols]
         # (a row whose removed part dwarfs what is left, after a large value was taken
         # back, would keep a rounding error of its size: computed whole below)
-        full |= np.abs(removed).max(axis=-1) > CANCELLING * np.abs(out).max(axis=-1)
+        full |= _square_sums(removed) > CANCELLING**2 * _square_sums(out)
         share = share * f
         Z = Z_new
     else:
         for k, head in enumerate(old):
             W[k] = head.weights
-    for k, h in enumerate(heads):
-        r = np.flatnonzero(full[k])
-        if r.size:
-            a = (P.Q_rot[k, r] @ K_rot[k].T)[None]
-            mk, Zk, ek, sink = _softmax_of(rule, a, [h], r)
-            _reweight(rule, a, None if keep is None else keep[k, r], r)
-            W[k, r], m[k, r], Z[k, r], empty[k, r] = a[0], mk[0], Zk[0], ek[0]
-            share[k, r] = 0.0 if sink is None else (np.exp(sink - mk) / Zk)[0]
-            out[k, r] = a[0] @ V[k]
+    # The rows any head recomputes whole, in every head at once (a row recomputed is
+    # exact; they are few, and one batched product costs less than one per head).
+    r = np.flatnonzero(full.any(axis=0))
+    if r.size:
+        a = P.Q_rot[:, r] @ K_rot.transpose(0, 2, 1)
+        mk, Zk, ek, sink = _softmax_of(rule, a, heads, r)
+        _reweight(rule, a, None if keep is None else keep[:, r], r)
+        W[:, r], m[:, r], Z[:, r], empty[:, r] = a, mk, Zk, ek
+        share[:, r] = 0.0 if sink is None else np.exp(sink - mk) / Zk
+        out[:, r] = a @ V
     return _heads(P, heads, rule, keep, W, out, m, Z, empty, share)
+
+
+def _square_sums(a: np.ndarray) -> np.ndarray:
+    """Σ a² along the last axis (one pass, no temporary)."""
+    return np.einsum("...j,...j->...", a, a)  # type: ignore[no-any-return]
 
 
 def _heads(
@@ -1020,11 +1031,22 @@ def _with_rows(a: np.ndarray, rows: Sequence[int], values: np.ndarray) -> np.nda
     return a
 
 
-def _stack_of(arrays: Sequence[np.ndarray], ids: Sequence[int]) -> np.ndarray:
-    """The arrays at ids stacked on a new axis 0 (one of them: a view, no copy)."""
-    if len(ids) == 1:
+def _stack_of(
+    arrays: Sequence[np.ndarray],
+    ids: Sequence[int],
+    rows: Sequence[int] = (),
+    new_rows: dict[int, np.ndarray] | None = None,
+) -> np.ndarray:
+    """The arrays at ids stacked on a new axis 0 (one of them, as it is: a view, no copy),
+    with the given rows of those in new_rows (by id) replaced by its values."""
+    new_rows = new_rows or {}
+    if len(ids) == 1 and ids[0] not in new_rows:
         return arrays[ids[0]][None]
-    return np.stack([arrays[i] for i in ids])
+    stack = np.stack([arrays[i] for i in ids])
+    for k, i in enumerate(ids):
+        if i in new_rows:
+            stack[k, rows] = new_rows[i]
+    return stack
 
 
 def _plus(old: np.ndarray, change: np.ndarray) -> np.ndarray | None:
@@ -1358,9 +1380,11 @@ def update(
                 Q[k], Q_rot[k] = (a[0] for a in _queries(s, X, [h]))
             else:
                 Q[k], Q_rot[k] = Q_new, _turn(st, Q_new, s.q_norm[h], qpos)
+        # The edited rows of each head's projections, put in as the heads are stacked.
+        q_rows: list[dict[int, np.ndarray]] = [{}, {}]  # Q's, Q_rot's: by index of todo
         if rows:
             for k, (q, q_rot) in enumerate(zip(*_queries(s, X, todo, rows), strict=True)):
-                Q[k], Q_rot[k] = _with_rows(Q[k], rows, q), _with_rows(Q_rot[k], rows, q_rot)
+                q_rows[0][k], q_rows[1][k] = q, q_rot
         same_values = set()  # key/value heads whose V is old's very array
         stale = [k for k, g in enumerate(kvs) if g not in fresh]
         for k in stale:
@@ -1378,12 +1402,12 @@ def update(
             elif g in v_heads:
                 V_new = _reprojected(prev, s, X_kv, "W_V", g, old.V)
                 V[k] = _values(s, X_kv, [g])[0] if V_new is None else V_new
+        k_rows: list[dict[int, np.ndarray]] = [{}, {}, {}]  # K's, V's, K_rot's: by index of kvs
         if krows and stale:
             parts = _keys(s, X_kv, [kvs[k] for k in stale], krows)
             for i, k in enumerate(stale):
-                K[k], V[k], K_rot[k] = (
-                    _with_rows(a[k], krows, b[i]) for a, b in zip((K, V, K_rot), parts, strict=True)
-                )
+                for replaced, part in zip(k_rows, parts, strict=True):
+                    replaced[k] = part[i]
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
         kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
@@ -1402,12 +1426,18 @@ def update(
         for k, h in enumerate(todo):
             if h in revalued and h not in rescored:
                 new[h] = _revalued(prev.heads[h], V[kv_index[k]])
-        Ks, Vs, Ks_rot = (_stack_of(a, range(len(kvs))) for a in (K, V, K_rot))
+        Ks, Vs, Ks_rot = (
+            _stack_of(a, range(len(kvs)), krows, new_rows)
+            for a, new_rows in zip((K, V, K_rot), k_rows, strict=True)
+        )
         for ks in (whole, patched):
             if not ks:
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
-            P = _Projections(_stack_of(Q, ks), Ks, Vs, _stack_of(Q_rot, ks), Ks_rot)
+            Qs, Qs_rot = (
+                _stack_of(a, ks, rows, r) for a, r in zip((Q, Q_rot), q_rows, strict=True)
+            )
+            P = _Projections(Qs, Ks, Vs, Qs_rot, Ks_rot)
             kept = None if keep is None else keep[ks]
             if ks is whole:
                 shown = [h for h in hs if prev.heads[h].made("scores") is not None]

@@ -408,7 +408,10 @@ class Scenario:
         edited one for a few of its heads)."""
         edited = self._edited(name)
         if edited is None or name in self.__dict__ or len(heads) == len(edited):
-            return getattr(self, name)[list(heads)]  # type: ignore[no-any-return]
+            whole = getattr(self, name)
+            if list(heads) == list(range(len(whole))):
+                return whole  # type: ignore[no-any-return]
+            return whole[list(heads)]  # type: ignore[no-any-return]
         return np.stack([edited[h] for h in heads])
 
     def shares_head(self, other: Scenario, name: str, head: int) -> bool:
