@@ -156,7 +156,7 @@ def test_incremental_update_matches_full_compute(s, data):
     told = {"kv_heads": kv_heads, "v_heads": v_heads}
     preview = update(prev, edited, rows, heads, w_o, **told, preview_head=first)
     # (a preview falls back to a complete result where update cannot be incremental)
-    assert preview.complete or preview.fresh == first
+    assert preview.complete or preview.fresh == (first,)
     shown = first if not preview.complete else 0
     for name in ("Q", "weights", "output"):
         np.testing.assert_allclose(

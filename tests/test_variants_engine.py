@@ -905,11 +905,34 @@ def test_a_preview_then_the_rest_equals_compute():
     edited = s.with_cells("W_K", 1, 0, 0, np.ones((1, 4)))
     prev = engine.compute(s)
     preview = engine.update(prev, edited, kv_heads=[1], preview_head=2)
-    assert not preview.complete and preview.fresh == 2
+    assert not preview.complete and preview.fresh == (2,)
     final = engine.update(preview, edited, kv_heads=[1], current_heads=[2])
     want = engine.compute(edited)
     np.testing.assert_allclose(final.output, want.output, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(final.final, want.final, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("edit", ["X", "W_K"])
+def test_every_head_before_the_mix_then_the_mix_equals_compute(edit):
+    """update(mix=False) returns once the heads are current: they are compute's, the mix
+    still the previous one's; the mix from it then equals compute's."""
+    s = make(H=4, G=2, positional="rope", sinks=(0.0, 1.0, 2.0, 3.0))
+    prev = engine.compute(s)
+    if edit == "X":
+        edited, changes = s.with_cells("X", None, 2, 0, np.ones((1, 4))), {"x_rows": [2]}
+    else:
+        edited, changes = s.with_cells("W_K", 1, 0, 0, np.ones((1, 4))), {"kv_heads": [1]}
+    heads = engine.update(prev, edited, **changes, mix=False)
+    want = engine.compute(edited)
+    assert not heads.complete and heads.heads_current and heads.fresh == (0, 1, 2, 3)
+    np.testing.assert_allclose(heads.output, want.output, rtol=1e-13, atol=1e-14)
+    assert heads.final is prev.final and heads.concat is prev.concat
+    done = engine.update(heads, edited, **changes, current_heads=range(4))
+    assert done.complete
+    np.testing.assert_allclose(done.final, want.final, rtol=1e-13, atol=1e-14)
+    # a change of W_O alone touches no head: the whole result at once
+    w_o = edited.with_cells("W_O", None, 0, 0, np.ones((1, 4)))
+    assert engine.update(done, w_o, w_o=True, mix=False).complete
 
 
 def test_a_head_computed_anew_says_its_matrices_may_differ_anywhere():
@@ -1258,8 +1281,9 @@ def test_a_heatmap_of_scores_past_the_largest_float_is_not_taken_for_finite():
     masked = np.where(result.future, -np.inf, scaled)
     weights = np.array(head.weights)
     weights[2, 3] = np.nan  # a hidden key's weight: leaked
-    broken = head.with_fields(scores=scores, scaled=scaled, masked=masked, weights=weights)
-    for a in (scores, scaled, masked, weights):
+    m = masked.max(axis=1)  # the softmax's row maxima: ∞ and NaN there too
+    broken = head.with_fields(scores=scores, scaled=scaled, masked=masked, weights=weights, m=m)
+    for a in (scores, scaled, masked, weights, m):
         a.flags.writeable = False
     result = dataclasses.replace(result, heads=[broken])
     top = float(np.abs(scaled[np.isfinite(scaled)]).max())

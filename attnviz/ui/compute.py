@@ -2,7 +2,8 @@
 
 It follows the document's changes and the view state's engine. Small scenarios are
 computed at once, on the UI thread; large ones on a worker, the shown head first (a
-preview the views draw at once), then the rest. Up to 512 tokens that preview is made
+preview the views draw at once), then the other heads (published before the mix, which
+views of heads alone draw), then the mix. Up to 512 tokens that preview is made
 on the UI thread (a few milliseconds, and no hand-off to the worker and back). A
 result older than the latest edit is dropped (a generation counter). ``result_for`` gives
 any panel the result of a variant (another mask, say), computed once and cached, so
@@ -269,7 +270,8 @@ class ComputeService(QObject):
 
     def _compute(self, job: _Job) -> None:
         """On the worker thread: the shown head first (a preview) unless it was shown
-        already (job.done), then the rest."""
+        already (job.done), then the other heads (published before the mix, for the views
+        of heads alone), then the mix."""
         gen, s, base, dirty, engine = job.gen, job.scenario, job.base, job.dirty, job.engine
         if engine != "numpy":
             from attnviz.core.maths.torch_engine import compute_torch
@@ -289,7 +291,11 @@ class ComputeService(QObject):
             # The rest would compete with the UI for the two cores: let it draw first.
             self._preview_shown.wait(timeout=PREVIEW_WAIT_S)
             base, done = preview, [job.head]
-        self._computed.emit(gen, s, engine, update_with(base, s, dirty, current_heads=done))
+        result = update_with(base, s, dirty, current_heads=done, mix=False)
+        if not result.complete:  # every head current, the mix not yet
+            self._computed.emit(gen, s, engine, result)
+            result = update_with(result, s, dirty, current_heads=range(s.n_heads))
+        self._computed.emit(gen, s, engine, result)
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:

@@ -194,8 +194,9 @@ class HeatmapView(QWidget):
 
     def select(self, cell: tuple[int, int] | None) -> None:
         """Outline one cell (or none)."""
-        self.selected = cell
-        self.update()
+        if cell != self.selected:
+            self.selected = cell
+            self.update()
 
     def describe(self, row: int, col: int) -> str:
         """The tooltip text: which cell and its exact value."""

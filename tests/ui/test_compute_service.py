@@ -39,7 +39,8 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     qtbot, monkeypatch, at_once
 ):
     """Up to 512 tokens the preview is made on the UI thread, published before the edit
-    returns; beyond, on the worker. Either way the rest waits until it is drawn."""
+    returns; beyond, on the worker. Either way the rest waits until it is drawn: every
+    head, published before the mix, then the mix."""
     if not at_once:
         monkeypatch.setattr(compute_module, "SYNC_PREVIEW_CELLS", 0)
     ws = large_workspace(qtbot)
@@ -70,8 +71,10 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     assert len(submitted) == (0 if at_once else 1)
     ws.compute.preview_drawn()
     qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
-    final = published[-1]
-    assert final.complete and len(published) == 2
+    # Then every head, before the mix (for the views of heads alone), then the mix.
+    heads, final = published[1:]
+    assert heads.heads_current and not heads.complete and heads.final is preview.final
+    assert final.complete and final.heads == heads.heads
     for h in range(12):
         np.testing.assert_allclose(final.heads[h].weights, full.heads[h].weights, atol=1e-12)
     np.testing.assert_allclose(final.final, full.final, atol=1e-12)
@@ -102,13 +105,14 @@ def test_a_preview_never_reported_drawn_holds_the_rest_back_a_moment_only(qtbot,
     qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
     # (Qt's coarse timers may fire up to 5 % early; 1 s is what it waited before)
     assert 0.19 <= time.monotonic() - start < 0.8
-    assert [r.complete for r in published] == [False, True] and len(submitted) == 1
+    # (the preview, every head before the mix, the whole)
+    assert [r.complete for r in published] == [False, False, True] and len(submitted) == 1
     np.testing.assert_allclose(published[-1].final, compute(ws.doc.scenario).final, atol=1e-12)
     ws.doc.push(SetCells(ws.doc.session, "X", None, 6, 7, np.array([[0.5]])))
-    assert [r.complete for r in published] == [False, True, False]
+    assert [r.complete for r in published] == [False, False, True, False]
     ws.close()
     pump(0.4)
-    assert len(submitted) == 1 and len(published) == 3
+    assert len(submitted) == 1 and len(published) == 4
 
 
 def test_a_result_older_than_the_latest_edit_is_never_published_last(qtbot):

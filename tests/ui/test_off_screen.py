@@ -35,8 +35,9 @@ def test_with_the_pipeline_behind_a_tab_an_edit_is_neither_previewed_nor_held(sh
     window.compute.resultChanged.connect(published.append)
     edit(window, "W_V", 0, 3, 5, 0.75)
     settle(qtbot, window)
-    # No preview (nobody would draw it), so nothing waited for one to be painted
-    assert published and all(r.complete for r in published)
+    # No preview (nobody would draw it), so nothing waited for one to be painted: every
+    # head (published before the mix), then the whole
+    assert [r.heads_current for r in published] == [True, True] and published[-1].complete
     assert window.compute._held is None
     output = window.compute.result.heads[0].output
     assert window.pipeline.views["output"].spec.values is not output  # not drawn off screen
@@ -133,3 +134,38 @@ def test_a_dock_closed_and_reopened_behind_a_tab_draws_when_its_tab_is_clicked(s
     click_tab(window, "Pipeline")
     output = window.compute.result.heads[5].output
     qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)
+
+
+def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot):
+    """An X edit with the Heads dock raised: the worker publishes every head before the
+    mix; the Heads dock draws that (each view the new head's weights, checked against an
+    independent softmax) and does not draw again when the mix follows."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Heads",))
+    settle(qtbot, window)
+    heads = window.panel("Heads")
+    seen = []  # (complete, what each Heads view showed then)
+
+    def on_result(result):
+        QApplication.processEvents()  # (the panels got it first: they are connected first)
+        seen.append((result.complete, [view.spec.values for view in heads.views]))
+
+    window.compute.resultChanged.connect(on_result)
+    painted = []
+    for view in heads.views:
+        view.painted.connect(lambda _, v=view: painted.append(v))
+    model = window.inputs.model
+    model.setData(model.index(3, 5), "2.5")
+    qtbot.waitUntil(lambda: bool(seen) and seen[-1][0], timeout=10_000)
+    assert [complete for complete, _ in seen] == [False, True]
+    s = window.doc.scenario
+    for h, drawn in enumerate(seen[0][1]):  # drawn from the heads, before the mix
+        q, k = s.X @ s.W_Q[h] + s.b_Q[h], s.X @ s.W_K[h] + s.b_K[h]
+        logits = q @ k.T / np.sqrt(q.shape[1])
+        logits[np.triu_indices(s.n, 1)] = -np.inf
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(drawn, e / e.sum(axis=1, keepdims=True), rtol=0, atol=1e-12)
+    assert [v is w for v, w in zip(seen[0][1], seen[1][1], strict=True)] == [True] * 12
+    count = len(painted)
+    settle(qtbot, window)
+    assert count >= 12 and len(painted) == count  # the mix painted nothing more there

@@ -251,11 +251,15 @@ def _finite(
     result: Result, view: str, head: int | None, extent: tuple[float, float] | None
 ) -> bool:
     """Whether every value of the view but the masked ones is known finite without
-    looking: from its extent (the masked scores: the scaled scores'); the weights from
-    the scaled scores' when a view has just found it (masking and a softmax keep finite
-    numbers finite)."""
+    looking at each: from its extent (the masked scores: the scaled scores'); the
+    weights of this engine's heads from the softmax's row offsets (m, the row maximum or
+    more: finite only when no score the row's softmax saw was +∞ or NaN, and then every
+    weight is finite); of others from the scaled scores' extent, when a view found it."""
     if view == "weights" and head is not None:
-        scaled = result.heads[head].made("scaled")
+        h = result.heads[head]
+        if h.rule is not None:
+            return bool(np.isfinite(h.m).all())
+        scaled = h.made("scaled")
         extent = None if scaled is None else _known_extent(scaled)
     return extent is not None and math.isfinite(extent[0]) and math.isfinite(extent[1])
 

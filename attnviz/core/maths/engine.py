@@ -406,9 +406,10 @@ class Result:
     off there is one head with Q = K = V = X (K = V = X_kv under cross-attention),
     ``concat`` is its output and ``final`` equals ``concat`` (no W_O).
 
-    A result with ``complete`` False is a preview published while a large update is
-    still running: only head ``fresh`` (and ``X``) are current; the other heads,
-    ``concat`` and ``final`` are those of the previous result.
+    A result with ``complete`` False is published while a large update is still running:
+    only the heads in ``fresh`` (and ``X``) are current, the other heads, ``concat`` and
+    ``final`` those of the previous result. That is a preview of the shown head, or every
+    head before the mix (``heads_current``).
     """
 
     tokens: tuple[str, ...]
@@ -419,7 +420,7 @@ class Result:
     final: np.ndarray
     future: np.ndarray  # (n, m) bool: the mask hides key j from query i (hidden_keys)
     complete: bool = True
-    fresh: int | None = None
+    fresh: tuple[int, ...] = ()
     key_tokens: tuple[str, ...] | None = None  # the keys' labels under cross-attention
     X_kv: np.ndarray | None = None  # the keys' input under cross-attention
     biases: tuple[str, ...] = ()  # the biases in use (not all zero): of b_Q, b_K, b_V, b_O
@@ -447,6 +448,11 @@ class Result:
     @property
     def n_heads(self) -> int:
         return len(self.heads)
+
+    @property
+    def heads_current(self) -> bool:
+        """Whether every head is current (the mix may not be yet)."""
+        return self.complete or len(self.fresh) == len(self.heads)
 
     @property
     def d_k(self) -> int:
@@ -884,10 +890,10 @@ def _patch_rows(
             _reweight(rule, w_new, None if keep is None else keep[:, :, cols], cols=cols)
         w_new = np.where(patch[..., None], w_new, w_old)
         W[:, :, cols] = w_new
-        removed = w_old @ np.stack([h.V[cols] for h in old])
+        removed = _product(w_old, np.stack([h.V[cols] for h in old]))
         out -= removed  # (in place: out is a fresh stack)
         out *= f[..., None]
-        out += w_new @ V[:, cols]
+        out += _product(w_new, V[:, cols])
         # (a row whose removed part dwarfs what is left, after a large value was taken
         # back, would keep a rounding error of its size: computed whole below)
         full |= _square_sums(removed) > CANCELLING**2 * _square_sums(out)
@@ -907,6 +913,12 @@ def _patch_rows(
         share[:, r] = 0.0 if sink is None else np.exp(sink - mk) / Zk
         out[:, r] = a @ V
     return _heads(P, heads, rule, keep, W, out, m, Z, empty, share)
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b; over an inner dimension of 1 (an outer product, after an edit of one row)
+    as a broadcast product, the same numbers: matmul takes a slow path there (3× slower)."""
+    return a * b if a.shape[-1] == 1 else a @ b  # type: ignore[no-any-return]
 
 
 def _square_sums(a: np.ndarray) -> np.ndarray:
@@ -1302,6 +1314,7 @@ def update(
     v_heads: Iterable[int] = (),
     preview_head: int | None = None,
     current_heads: Iterable[int] = (),
+    mix: bool = True,
 ) -> Result:
     """compute(s), reusing prev where only the named parts of the scenario changed.
 
@@ -1323,6 +1336,8 @@ def update(
 
     ``preview_head``: recompute just that head and return a preview (``complete`` False).
     ``current_heads``: heads of prev that are already current (from such a preview).
+    ``mix`` False: return once every head is current, before the mix (``complete``
+    False), when a head changed.
     """
     st = s.settings
     rows, krows = sorted(set(x_rows)), sorted(set(kv_rows))
@@ -1349,21 +1364,22 @@ def update(
         X = s.X
     X_kv = X if s.X_kv is None else s.X_kv
     affected = set(range(s.n_heads)) if rows or krows else set(heads)
-    affected |= {h for h in range(s.n_heads) if s.kv_head_of(h) in kv_heads | v_heads}
+    group = [s.kv_head_of(h) for h in range(s.n_heads)]  # each query head's key/value head
+    kv_changed = kv_heads | v_heads
+    affected |= {h for h in range(s.n_heads) if group[h] in kv_changed}
     affected -= current
     if preview_head is not None:
         affected &= {preview_head}
     todo = sorted(affected)
     new = list(prev.heads)
     if todo:
-        kvs = sorted({s.kv_head_of(h) for h in todo})
+        kvs = sorted({group[h] for h in todo})
         # Every query head of a group holds the same K, V and K_rot, to the last bit. A
         # group whose keys and values a preview already made (a head of it is current)
         # takes them from that head, not projected again (which may round otherwise).
-        fresh = {s.kv_head_of(h): h for h in current}
-        reader = {
-            g: fresh.get(g, min(h for h in range(s.n_heads) if s.kv_head_of(h) == g)) for g in kvs
-        }
+        fresh = {group[h]: h for h in current}
+        first = {g: group.index(g) for g in kvs}
+        reader = {g: fresh.get(g, first[g]) for g in kvs}
 
         def arrays(names: Iterable[str], ids: Sequence[int], of: Any) -> list[list[np.ndarray]]:
             """Per name, the given heads' arrays (replaced below where they change, then
@@ -1410,14 +1426,14 @@ def update(
                     replaced[k] = part[i]
         keeps = [prev.heads[h].keep for h in todo]
         keep = None if keeps[0] is None else np.stack(keeps)  # type: ignore[arg-type]
-        kv_index = [kvs.index(s.kv_head_of(h)) for h in todo]
+        kv_index = [kvs.index(group[h]) for h in todo]
         # The same settings, sizes and mask (checked above): prev's rule, its ends known.
         rule = prev.heads[0].rule or Rule.of(s, prev.future)
         # Heads whose weights changed are recomputed whole; those whose values alone did
         # keep their weights; the others (only rows of the input changed) are patched row
         # by row, when few rows did.
-        revalued = {h for h in todo if s.kv_head_of(h) in v_heads}
-        rescored = heads | {h for h in todo if s.kv_head_of(h) in kv_heads}
+        revalued = {h for h in todo if group[h] in v_heads}
+        rescored = heads | {h for h in todo if group[h] in kv_heads}
         if rows or krows:
             rescored |= revalued
         many = 8 * len(set(rows) | set(krows)) > max(s.n, s.m)  # too many rows to patch
@@ -1448,15 +1464,15 @@ def update(
             for h, head in zip(hs, got, strict=True):
                 old = prev.heads[h]
                 queries = h not in heads and not rows
-                keys = s.kv_head_of(h) not in kv_heads | v_heads and not krows
-                values = s.kv_head_of(h) in same_values
+                keys = group[h] not in kv_changed and not krows
+                values = group[h] in same_values
                 new[h] = head.reusing(old, queries=queries, keys=keys, values=values)
                 if ks is patched:  # rows of X alone: a drawn head's scores patched too
                     new[h] = new[h].carrying(old, rows, krows)
                 else:
                     new[h] = new[h].replacing(old)
     _frozen(X)
-    if preview_head is not None:
+    if preview_head is not None or (not mix and todo):
         return _result(
             s,
             X,
@@ -1465,7 +1481,7 @@ def update(
             concat=prev.concat,
             final=prev.final,
             complete=False,
-            fresh=preview_head,
+            fresh=(preview_head,) if preview_head is not None else tuple(range(s.n_heads)),
             mixed_with=prev.mixed_with,
             mix_updates=prev.mix_updates,
         )

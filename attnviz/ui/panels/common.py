@@ -73,12 +73,16 @@ class ScreenPanel(QWidget):
 
 
 class ResultPanel(ScreenPanel):
-    """A ScreenPanel drawn from complete results only; subclasses implement
-    ``show_result``."""
+    """A ScreenPanel drawn from complete results; subclasses implement ``show_result``,
+    and set ``heads_alone`` when they show heads and nothing of the mix (concat, final):
+    then they draw a result as soon as every head is current, before the mix."""
+
+    heads_alone = False
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
+        self._heads_drawn: tuple[object, ...] = ()
         ws.compute.resultChanged.connect(self._on_result)
 
     def show_result(self, result: Result) -> None:
@@ -86,10 +90,23 @@ class ResultPanel(ScreenPanel):
 
     def redraw(self) -> None:
         self._stale = True
-        if on_screen(self) and self.compute.result.complete:
+        result = self.compute.result
+        if on_screen(self) and self._draws(result):
             self._stale = False
-            self.show_result(self.compute.result)
+            self._heads_drawn = result.heads
+            self.show_result(result)
+
+    def _draws(self, result: Result) -> bool:
+        return result.complete or (self.heads_alone and result.heads_current)
 
     def _on_result(self, result: Result) -> None:
-        if result.complete:
-            self.redraw()
+        if not self._draws(result):
+            return
+        if self.heads_alone and not self._stale and _same(self._heads_drawn, result.heads):
+            return  # the complete result of heads drawn before the mix: nothing new
+        self.redraw()
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether two tuples hold the very same objects."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

@@ -18,6 +18,8 @@ from attnviz.ui.workspace import Workspace
 class HeadsPanel(ResultPanel):
     """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
 
+    heads_alone = True
+
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.views: list[HeatmapView] = []

@@ -447,6 +447,8 @@ def swatch(color: str) -> QIcon:
 class LinesPanel(ResultPanel):
     """The lines view of the shown head, or of the heads ticked; export as SVG or PNG."""
 
+    heads_alone = True
+
     message = Signal(str)
     exported = Signal(str, str)  # path, '' or why it failed (from the export thread)
 

@@ -204,7 +204,7 @@ class PipelinePanel(ScreenPanel):
 
     def show_result(self, result: Result) -> None:
         head = min(self.view_state.head, result.n_heads - 1)
-        if not result.complete and result.fresh != head:
+        if not result.complete and head not in result.fresh:
             return  # a preview of another head: wait for the complete result
         key = (result.heads[head], result.tokens)
         if key == self._shown:
