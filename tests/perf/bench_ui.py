@@ -17,7 +17,8 @@ work). Prints p50 and p95 per case. With --variants, also each variant of VARIAN
 the first n (the same sizes, 12 key/value heads). With --dock, the named dock is raised
 over the Pipeline (as a user looking at the mix, or at every head, does) and the time is
 until the complete result is published (for the Masks dock, also its comparison under the
-other mask) and every heatmap on screen whose picture changed has painted it.
+other mask) and every heatmap on screen whose picture changed has painted it (the Heads
+dock draws every head before the mix is made: then the time is when it painted those).
 Targets: p95 ≤ 16 ms at the worked example and at n = 512. With --large, a
 Llama-3-8B-shaped layer instead: the time to open it from .attn.npz until drawn (target
 under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest after).
