@@ -875,7 +875,7 @@ def _patch_rows(
             else:
                 e_old = w_old * Z[..., None]
             e_new = np.exp(c - m[..., None])
-        Z_new = Z - e_old.sum(axis=-1) + e_new.sum(axis=-1)
+            Z_new = Z - e_old.sum(axis=-1) + e_new.sum(axis=-1)
         moved = (c > m[..., None]).any(axis=-1) | ~(Z_new >= 0.5 * Z)  # (NaN: moved)
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
         patch = seen & ~moved & ~full
