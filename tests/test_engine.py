@@ -275,6 +275,30 @@ def test_a_large_value_set_and_taken_back_leaves_no_rounding_error(name, head, m
             )
 
 
+def _dominant_key(n: int = 12) -> Scenario:
+    """Row i's logit for key j is x_i x_j / 0.03 (column 0 of X): x_j in every row but
+    row 2, for x is 0.03 but at key 2, whose value the test sets; every value row is
+    [0, 1], so no output cancels."""
+    X = np.ones((n, 2))
+    X[:, 0] = 0.03
+    return Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=X,
+        W_Q=np.eye(2)[None],
+        W_K=np.array([[[1.0, 0.0], [0.0, 0.0]]]) / 0.03,  # k_j = x_j / 0.03: q_i·k_j = x_j
+        W_V=np.array([[[0.0, 0.0], [0.0, 1.0]]]),
+        W_O=np.eye(2),
+        settings=Settings(scale=False),
+    )
+
+
+def _softmax_by_hand(s: Scenario) -> np.ndarray:
+    logits = np.outer(s.X[:, 0], s.X[:, 0]) / 0.03  # q_i · k_j
+    logits[np.triu_indices(s.n, 1)] = -np.inf
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("new_value", [-30.0, 29.9])
 def test_a_key_that_held_a_rows_weight_patched_only_while_its_denominator_keeps_its_digits(
     new_value,
@@ -283,27 +307,29 @@ def test_a_key_that_held_a_rows_weight_patched_only_while_its_denominator_keeps_
     but 1e-12 of each later row's weight (logit 30 against 0.03); dropped to −30, Z − e_old
     keeps only the 1e-12 that was left (and its rounding error of 1e-16, relative 1e-4):
     the rows are computed whole. Nudged to 29.9, Z' loses no digits and the rows may be
-    patched. Both within 1e-12 (relative) of a plain NumPy softmax."""
-    n = 12  # (more than 8 rows per edited row: patched, not computed whole)
-    X = np.ones((n, 2))  # (column 1: every value row is [0, 1], so no output cancels)
-    X[:, 0] = 0.03
-    X[2, 0] = 30.0
-    eye = np.eye(2)[None]
-    s = Scenario(
-        tokens=tuple(f"t{i}" for i in range(n)),
-        X=X,
-        W_Q=eye,
-        W_K=np.array([[[1.0, 0.0], [0.0, 0.0]]]) / 0.03,  # k_j = x_j / 0.03: q_i·k_j = x_j
-        W_V=np.array([[[0.0, 0.0], [0.0, 1.0]]]),
-        W_O=np.eye(2),
-        settings=Settings(scale=False),
-    )
+    patched. Both within 1e-12 (relative) of a plain NumPy softmax. (12 rows: more than 8
+    per edited row, so patched rather than all computed whole.)"""
+    s = _dominant_key().with_cells("X", None, 2, 0, [[30.0]])
     edited = s.with_cells("X", None, 2, 0, [[new_value]])
     got = update(compute(s), edited, [2])
-    Xn = edited.X
-    logits = Xn @ (Xn @ np.array([[1.0, 0.0], [0.0, 0.0]]) / 0.03).T
-    logits[np.triu_indices(n, 1)] = -np.inf
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    want = e / e.sum(axis=1, keepdims=True)
+    want = _softmax_by_hand(edited)
     np.testing.assert_allclose(got.weights[0], want, rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(got.output[0], want @ (Xn * [0.0, 1.0]), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(got.output[0], want @ (edited.X * [0.0, 1.0]), rtol=0, atol=1e-15)
+
+
+def test_a_dominant_key_lowered_step_by_step_keeps_every_row_exact():
+    """Each step lowers key 2's logit by 0.6, from 40 to −5: no single step halves a row's
+    denominator, but together they take it from 1 to 1e-17 if the row keeps its offset
+    (40) all the way, and the error Z carried grows as much (weights wrong by 150 at the
+    end). A row is patched only while Z' ≥ 1 (its offset within ln 2n of the maximum):
+    every step within 1e-12 (relative) of a plain NumPy softmax, the entropy too."""
+    s = _dominant_key().with_cells("X", None, 2, 0, [[40.0]])
+    r = compute(s)
+    for value in np.arange(39.4, -5.0, -0.6):
+        edited = s.with_cells("X", None, 2, 0, [[value]])
+        r, s = update(r, edited, [2]), edited
+        want = _softmax_by_hand(s)
+        np.testing.assert_allclose(r.weights[0], want, rtol=1e-12, atol=1e-300)
+    p = want[3:]  # rows past key 2: −Σ p log p by hand
+    entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
+    np.testing.assert_allclose(r.heads[0].entropy[3:], entropy, rtol=1e-12, atol=1e-14)

@@ -176,7 +176,8 @@ class Head:
     ``Q_rot`` and ``K_rot`` are Q and K after QK-norm and RoPE, what the scores use (the
     same arrays as Q and K when neither is on). ``weights`` is n × m. ``m`` and ``Z`` are
     each row's softmax offset and denominator (Σ exp(s − m), with the sink's term): m is
-    the row's maximum, or more after an update patched the row (_patch_rows).
+    the row's maximum, or more after an update patched the row (_patch_rows keeps Z ≥ 1,
+    so m within ln n of the maximum).
 
     Derived from those on first use, and kept (a view of one head asks for one head):
     ``scores`` (Q_rot K_rotᵀ), ``scaled`` (times the scale, soft-capped, plus ALiBi) and
@@ -839,9 +840,11 @@ def _patch_rows(
     weights are multiplied by Z_j / Z'_j and its output becomes
     (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
     Z'_j is under half of Z_j (the subtraction lost digits: the changed columns held the
-    row's weight and lost it), whose new logits exceed m_j, or whose output would lose
-    digits the same way (w_old · V_old more than CANCELLING times the new output, in
-    norm: a large value taken back), is recomputed whole.
+    row's weight and lost it) or under 1 (its offset would drift from the maximum, the
+    rounding error Z carries growing as Z shrinks, edit after edit: Z ≥ 1 keeps m_j
+    within ln n of it, as when m_j is the maximum), whose new logits exceed m_j, or whose
+    output would lose digits the same way (w_old · V_old more than CANCELLING times the
+    new output, in norm: a large value taken back), is recomputed whole.
     Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
     cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
     was dropped does not tell it), and the new weights are reweighted alike.
@@ -876,7 +879,7 @@ def _patch_rows(
                 e_old = w_old * Z[..., None]
             e_new = np.exp(c - m[..., None])
             Z_new = Z - e_old.sum(axis=-1) + e_new.sum(axis=-1)
-        moved = (c > m[..., None]).any(axis=-1) | ~(Z_new >= 0.5 * Z)  # (NaN: moved)
+        moved = (c > m[..., None]).any(axis=-1) | ~(Z_new >= np.maximum(0.5 * Z, 1.0))
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
         patch = seen & ~moved & ~full
         full |= seen & moved

@@ -95,6 +95,8 @@ class ResultPanel(ScreenPanel):
             self._stale = False
             self._heads_drawn = result.heads
             self.show_result(result)
+        else:
+            self._heads_drawn = ()  # (not kept alive, tens of megabytes, while unseen)
 
     def _draws(self, result: Result) -> bool:
         return result.complete or (self.heads_alone and result.heads_current)
