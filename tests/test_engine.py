@@ -317,6 +317,43 @@ def test_a_key_that_held_a_rows_weight_patched_only_while_its_denominator_keeps_
     np.testing.assert_allclose(got.output[0], want @ (edited.X * [0.0, 1.0]), rtol=0, atol=1e-15)
 
 
+def test_a_key_raised_above_a_rows_maximum_is_patched_with_a_new_offset(monkeypatch):
+    """Key 2's logit raised from 1 to 2, above every other logit of the rows after it
+    (0.03): those rows are patched (their offset becomes the new maximum, their other
+    weights shrink by e^(m − m') Z / Z'), and only the edited row is computed whole;
+    within 1e-12 (relative) of a plain NumPy softmax."""
+    s = _dominant_key().with_cells("X", None, 2, 0, [[1.0]])
+    edited = s.with_cells("X", None, 2, 0, [[2.0]])
+    prev = compute(s)
+    whole = []
+    softmax_of = engine._softmax_of
+    monkeypatch.setattr(
+        engine, "_softmax_of", lambda *a, **k: whole.append(list(a[3])) or softmax_of(*a, **k)
+    )
+    got = update(prev, edited, [2])
+    assert whole == [[2]]
+    want = _softmax_by_hand(edited)
+    np.testing.assert_allclose(got.weights[0], want, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(got.output[0], want @ (edited.X * [0.0, 1.0]), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(got.heads[0].m[3:], 2.0)
+
+
+def test_a_key_raised_then_lowered_step_by_step_keeps_every_row_exact():
+    """Key 2's logit raised by 0.6 a step from 0.03 to 40 (each step a new maximum of the
+    later rows: their offset moves up with it), then lowered to −5: every step within
+    1e-12 (relative) of a plain NumPy softmax, the entropy too."""
+    s = _dominant_key()
+    r = compute(s)
+    for value in [*np.arange(0.6, 40.0, 0.6), *np.arange(39.4, -5.0, -0.6)]:
+        edited = s.with_cells("X", None, 2, 0, [[value]])
+        r, s = update(r, edited, [2]), edited
+        want = _softmax_by_hand(s)
+        np.testing.assert_allclose(r.weights[0], want, rtol=1e-12, atol=1e-300)
+        p = want[3:]  # rows past key 2: −Σ p log p by hand
+        entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
+        np.testing.assert_allclose(r.heads[0].entropy[3:], entropy, rtol=1e-12, atol=1e-14)
+
+
 def test_a_dominant_key_lowered_step_by_step_keeps_every_row_exact():
     """Each step lowers key 2's logit by 0.6, from 40 to −5: no single step halves a row's
     denominator, but together they take it from 1 to 1e-17 if the row keeps its offset

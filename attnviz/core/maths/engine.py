@@ -834,17 +834,18 @@ def _patch_rows(
     columns of the scores). P holds the new projections, keep the heads' dropout masks.
 
     Only the changed rows are recomputed. Every other row j has new logits c in the
-    changed columns; the softmax keeps its offset m_j (its maximum, or more once that
-    fell: any offset at least the maximum gives the same softmax), and the denominator
-    becomes Z'_j = Z_j − Σ e_old + Σ e_new with e = exp(logit − m_j), so the row's other
-    weights are multiplied by Z_j / Z'_j and its output becomes
-    (Z_j / Z'_j)(out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose
-    Z'_j is under half of Z_j (the subtraction lost digits: the changed columns held the
-    row's weight and lost it) or under 1 (its offset would drift from the maximum, the
-    rounding error Z carries growing as Z shrinks, edit after edit: Z ≥ 1 keeps m_j
-    within ln n of it, as when m_j is the maximum), whose new logits exceed m_j, or whose
-    output would lose digits the same way (w_old · V_old more than CANCELLING times the
-    new output, in norm: a large value taken back), is recomputed whole.
+    changed columns; the softmax's offset m_j (its maximum, or more once that fell: any
+    offset at least the maximum gives the same softmax) becomes m'_j = max(m_j, c), and
+    with s = exp(m_j − m'_j) the denominator Z'_j = s (Z_j − Σ e_old) + Σ e_new, where
+    e_old = exp(old logit − m_j) and e_new = exp(c − m'_j); so the row's other weights are
+    multiplied by f = s Z_j / Z'_j and its output becomes
+    f (out_j − w_old · V_old) + w_new · V_new in the changed columns. A row whose Z'_j is
+    under half of s Z_j (the subtraction lost digits: the changed columns held the row's
+    weight and lost it) or under 1 (its offset would drift from the maximum, the rounding
+    error Z carries growing as Z shrinks, edit after edit: Z ≥ 1 keeps m_j within ln n of
+    it, as when m_j is the maximum), or whose output would lose digits the same way
+    (w_old · V_old more than CANCELLING times the new output, in norm: a large value taken
+    back), is recomputed whole.
     Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
     cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
     was dropped does not tell it), and the new weights are reweighted alike.
@@ -877,15 +878,18 @@ def _patch_rows(
                 e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
             else:
                 e_old = w_old * Z[..., None]
-            e_new = np.exp(c - m[..., None])
-            Z_new = Z - e_old.sum(axis=-1) + e_new.sum(axis=-1)
-        moved = (c > m[..., None]).any(axis=-1) | ~(Z_new >= np.maximum(0.5 * Z, 1.0))
+            m_new = np.maximum(m, c.max(axis=-1))  # (a new logit above m: the new max)
+            shrink = np.exp(m - m_new)
+            e_new = np.exp(c - m_new[..., None])
+            Z_new = shrink * (Z - e_old.sum(axis=-1)) + e_new.sum(axis=-1)
+        moved = ~(Z_new >= np.maximum(0.5 * shrink * Z, 1.0))  # (NaN: moved)
         seen = ~rule.future[:, cols].all(axis=-1) if rule.masks else np.ones(n, dtype=bool)
         patch = seen & ~moved & ~full
         full |= seen & moved
         Z_new = np.where(patch, Z_new, Z)
+        m = np.where(patch, m_new, m)
         den = np.where(patch, Z_new, 1.0)  # (an empty row's Z is 0)
-        f = np.where(patch, Z / den, 1.0)
+        f = np.where(patch, shrink * Z / den, 1.0)
         for k, head in enumerate(old):  # the copy and the rescaling in one pass
             np.multiply(head.weights, f[k, :, None], out=W[k])
         with np.errstate(over="ignore", invalid="ignore"):
