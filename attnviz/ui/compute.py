@@ -293,7 +293,9 @@ class ComputeService(QObject):
             base, done = preview, [job.head]
         result = update_with(base, s, dirty, current_heads=done, mix=False)
         if not result.complete:  # every head current, the mix not yet
+            self._preview_shown.clear()
             self._computed.emit(gen, s, engine, result)
+            self._preview_shown.wait(timeout=PREVIEW_WAIT_S)  # (as for the preview)
             result = update_with(result, s, dirty, current_heads=range(s.n_heads))
         self._computed.emit(gen, s, engine, result)
 

@@ -7,6 +7,7 @@ import numpy as np
 from PySide6.QtWidgets import QApplication, QTabBar
 from waiting import settle
 
+import attnviz.ui.compute as compute_module
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.presets import make_preset
 
@@ -136,10 +137,11 @@ def test_a_dock_closed_and_reopened_behind_a_tab_draws_when_its_tab_is_clicked(s
     qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)
 
 
-def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot):
+def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot, monkeypatch):
     """An X edit with the Heads dock raised: the worker publishes every head before the
     mix; the Heads dock draws that (each view the new head's weights, checked against an
-    independent softmax) and does not draw again when the mix follows."""
+    independent softmax), and the mix waits until they are on screen (else it takes the
+    cores while they are drawn); the dock does not draw again when the mix follows."""
     window = shown_window(scenario=small_gpt2())
     window.bring_forward(("Heads",))
     settle(qtbot, window)
@@ -154,10 +156,20 @@ def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot):
     painted = []
     for view in heads.views:
         view.painted.connect(lambda _, v=view: painted.append(v))
+    mixed_after = []  # how many Heads views had painted when the mix began
+    update_with = compute_module.update_with
+
+    def spy(prev, s, changes, **more):
+        if more.get("mix", True) and not prev.complete:
+            mixed_after.append(len(painted))
+        return update_with(prev, s, changes, **more)
+
+    monkeypatch.setattr(compute_module, "update_with", spy)
     model = window.inputs.model
     model.setData(model.index(3, 5), "2.5")
     qtbot.waitUntil(lambda: bool(seen) and seen[-1][0], timeout=10_000)
     assert [complete for complete, _ in seen] == [False, True]
+    assert len(mixed_after) == 1 and mixed_after[0] >= 12  # every head on screen first
     s = window.doc.scenario
     for h, drawn in enumerate(seen[0][1]):  # drawn from the heads, before the mix
         q, k = s.X @ s.W_Q[h] + s.b_Q[h], s.X @ s.W_K[h] + s.b_K[h]

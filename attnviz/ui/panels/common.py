@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
+from attnviz.ui.compute import ComputeService
+from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.workspace import Workspace
 
 
@@ -43,6 +47,33 @@ def on_screen(widget: QWidget) -> bool:
     another (Qt keeps such a dock visible, moved outside the window) nor squeezed or
     scrolled out of sight. (A widget off screen is never painted.)"""
     return widget.isVisible() and not widget.visibleRegion().isEmpty()
+
+
+class PaintWatch:
+    """Tells the compute service once the views that redrew a result before it was
+    complete (a preview of one head, or every head before the mix) have painted it:
+    the worker holds the rest of its work back until then (``hold_preview``), so that the
+    UI has the cores while it draws."""
+
+    def __init__(self, compute: ComputeService) -> None:
+        self.compute = compute
+        self._awaiting: set[HeatmapView] = set()
+
+    def watch(self, view: HeatmapView) -> None:
+        view.painted.connect(lambda _: self._painted(view))
+
+    def hold(self, result: Result, redrawn: Iterable[HeatmapView]) -> None:
+        """After drawing result: wait for those of the redrawn views that are on screen
+        when the result is not complete; else nothing."""
+        self._awaiting = set() if result.complete else {v for v in redrawn if on_screen(v)}
+        if self._awaiting:
+            self.compute.hold_preview()
+
+    def _painted(self, view: HeatmapView) -> None:
+        if view in self._awaiting:
+            self._awaiting.discard(view)
+            if not self._awaiting:  # once this paint is on screen, not from inside it
+                QTimer.singleShot(0, self.compute.preview_drawn)
 
 
 class ScreenPanel(QWidget):

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidg
 from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths.engine import Result
 from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.panels.common import PaintWatch, ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -25,6 +25,7 @@ class HeadsPanel(ResultPanel):
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
         self._shape = (0, 1)  # heads, and query heads per key/value head
+        self.paints = PaintWatch(ws.compute)
         self.grid = QGridLayout()  # the dock scrolls when there are many heads
         hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
@@ -57,6 +58,7 @@ class HeadsPanel(ResultPanel):
             view.square_cells = True  # queries and keys alike
             view.setMaximumHeight(420)  # square cells leave a taller view empty
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
+            self.paints.watch(view)
             switch = QCheckBox(f"head {h + 1} on")
             switch.setToolTip("Untick to switch this head off in the W_O mix")
             switch.toggled.connect(lambda on, h=h: self._toggle(h, on))
@@ -71,12 +73,16 @@ class HeadsPanel(ResultPanel):
         group = result.n_heads // s.kv_heads if shared else 1
         if (result.n_heads, group) != self._shape:
             self._build(result.n_heads, group)
+        redrawn = []
         for h, view in enumerate(self.views):
             spec = spec_for(result, "weights", h)
             off = h in result.settings.ablated and result.settings.projections
             note = " (switched off)" if off else ""
             kv = f" · KV {s.kv_head_of(h) + 1}" if shared else ""
-            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}"))
+            if view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}")):
+                redrawn.append(view)
+        # (every head before the mix: the mix waits for them to be on screen)
+        self.paints.hold(result, redrawn)
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
@@ -12,7 +12,7 @@ from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, varian
 from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.panels.common import ScreenPanel, on_screen
+from attnviz.ui.panels.common import PaintWatch, ScreenPanel, on_screen
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -148,14 +148,14 @@ class PipelinePanel(ScreenPanel):
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
-        self._awaiting: set[str] = set()
+        self.paints = PaintWatch(ws.compute)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
         for name in ORDER:
             view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
-            view.painted.connect(self._painted)
+            self.paints.watch(view)
             self.views[name] = view
         # One line, no word wrap: a wrapping label would make the dock's scroll area size
         # the panel by height-for-width from size hints, and the heatmaps would scroll.
@@ -178,7 +178,7 @@ class PipelinePanel(ScreenPanel):
 
     def redraw(self) -> None:
         if self.compute.result.complete:  # no preview waits to be drawn now
-            self._awaiting = set()
+            self.paints.hold(self.compute.result, ())
         self._stale = not on_screen(self)
         if not self._stale:
             self.show_result(self.compute.result)
@@ -223,17 +223,8 @@ class PipelinePanel(ScreenPanel):
             spec = made(result, head) if made else spec_for(result, name, head)
             if self.views[name].set_spec(spec):
                 redrawn.add(name)
-        if not result.complete:
-            # Tell the document once this preview is on screen (it waits to go on).
-            self._awaiting = {n for n in redrawn if on_screen(self.views[n])}
-            if self._awaiting:
-                self.compute.hold_preview()
-
-    def _painted(self, name: str) -> None:
-        if name in self._awaiting:
-            self._awaiting.discard(name)
-            if not self._awaiting:  # once this paint is on screen, not from inside it
-                QTimer.singleShot(0, self.compute.preview_drawn)
+        # (a preview: the document waits for it to be on screen before it goes on)
+        self.paints.hold(result, [self.views[n] for n in redrawn])
 
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
