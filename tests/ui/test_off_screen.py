@@ -181,3 +181,29 @@ def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot, mon
     count = len(painted)
     settle(qtbot, window)
     assert count >= 12 and len(painted) == count  # the mix painted nothing more there
+
+
+def test_the_lines_dock_draws_every_head_before_the_mix_and_the_mix_waits(
+    shown_window, qtbot, monkeypatch
+):
+    """An X edit with the Lines dock raised: the lines are drawn from every head before
+    the mix, which begins once they are on screen (not while they are being painted)."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Lines",))
+    settle(qtbot, window)
+    canvas = window.panel("Lines").canvas
+    events = []
+    canvas.painted.connect(lambda: events.append("painted"))
+    update_with = compute_module.update_with
+
+    def spy(prev, s, changes, **more):
+        if more.get("mix", True) and not prev.complete:
+            events.append("mix")
+        return update_with(prev, s, changes, **more)
+
+    monkeypatch.setattr(compute_module, "update_with", spy)
+    model = window.inputs.model
+    model.setData(model.index(3, 5), "2.5")
+    qtbot.waitUntil(lambda: "mix" in events and not window.compute.busy, timeout=10_000)
+    assert events.index("painted") < events.index("mix")
+    assert canvas.weights[0] is window.compute.result.heads[0].weights

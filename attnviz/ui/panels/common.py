@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QTimer, SignalInstance
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
 from attnviz.ui.compute import ComputeService
-from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.workspace import Workspace
 
 
@@ -57,19 +56,20 @@ class PaintWatch:
 
     def __init__(self, compute: ComputeService) -> None:
         self.compute = compute
-        self._awaiting: set[HeatmapView] = set()
+        self._awaiting: set[QWidget] = set()
 
-    def watch(self, view: HeatmapView) -> None:
-        view.painted.connect(lambda _: self._painted(view))
+    def watch(self, view: QWidget, painted: SignalInstance) -> None:
+        """Follow a view, whose signal ``painted`` it emits after each paint."""
+        painted.connect(lambda *_: self._painted(view))
 
-    def hold(self, result: Result, redrawn: Iterable[HeatmapView]) -> None:
+    def hold(self, result: Result, redrawn: Iterable[QWidget]) -> None:
         """After drawing result: wait for those of the redrawn views that are on screen
         when the result is not complete; else nothing."""
         self._awaiting = set() if result.complete else {v for v in redrawn if on_screen(v)}
         if self._awaiting:
             self.compute.hold_preview()
 
-    def _painted(self, view: HeatmapView) -> None:
+    def _painted(self, view: QWidget) -> None:
         if view in self._awaiting:
             self._awaiting.discard(view)
             if not self._awaiting:  # once this paint is on screen, not from inside it

@@ -58,7 +58,7 @@ class HeadsPanel(ResultPanel):
             view.square_cells = True  # queries and keys alike
             view.setMaximumHeight(420)  # square cells leave a taller view empty
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
-            self.paints.watch(view)
+            self.paints.watch(view, view.painted)
             switch = QCheckBox(f"head {h + 1} on")
             switch.setToolTip("Untick to switch this head off in the W_O mix")
             switch.toggled.connect(lambda on, h=h: self._toggle(h, on))

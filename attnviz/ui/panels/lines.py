@@ -57,7 +57,7 @@ from attnviz.core.figures.lines import (
 from attnviz.core.io.files import printable
 from attnviz.core.maths.engine import Result
 from attnviz.ui.export import ask_image_path, export_error, save_svg
-from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.panels.common import PaintWatch, ResultPanel
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
 
@@ -95,6 +95,7 @@ class LinesCanvas(QWidget):
 
     isolatedChanged = Signal(object)  # Isolated or None
     reveal = Signal(int, int, int)  # x, y, margin: a token picked with the keys, to scroll to
+    painted = Signal()  # after each paint
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -125,12 +126,13 @@ class LinesCanvas(QWidget):
         keys: tuple[str, ...],
         weights: HeadWeights,
         heads: tuple[int, ...],
-    ) -> None:
-        """What to draw: weights holds each head's queries × keys; heads are those shown."""
+    ) -> bool:
+        """What to draw: weights holds each head's queries × keys; heads are those shown.
+        Returns whether it will repaint."""
         if (tokens, keys, heads) == (self.tokens, self.keys, self.heads) and all(
             weights[h] is self.weights[h] for h in heads
         ):
-            return
+            return False
         self.tokens, self.keys, self.weights, self.heads = tokens, keys, weights, heads
         self._version += 1
         iso = self.isolated
@@ -140,6 +142,7 @@ class LinesCanvas(QWidget):
         self.updateGeometry()
         self.setMinimumSize(self.sizeHint())
         self.update()
+        return True
 
     def set_isolated(self, isolated: Isolated | None, by_mouse: bool = False) -> None:
         self._by_mouse = by_mouse and isolated is not None
@@ -250,6 +253,7 @@ class LinesCanvas(QWidget):
             self._draw_headings(p, g)
         self._draw_labels(p, g, event.rect())
         p.end()
+        self.painted.emit()
 
     def _lines_image(self, seen: QRect, g: Geometry) -> tuple[QRect, QImage]:
         """The cached image of all lines, redrawn when it does not cover what is seen: of
@@ -477,6 +481,8 @@ class LinesPanel(ResultPanel):
         self.note = QLabel()
         self.note.setStyleSheet("color: #555555")
         self.canvas = LinesCanvas()
+        self.paints = PaintWatch(ws.compute)
+        self.paints.watch(self.canvas, self.canvas.painted)
         self.canvas.isolatedChanged.connect(self._isolated)
         self.canvas.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.canvas.customContextMenuRequested.connect(self._context_menu)
@@ -559,7 +565,9 @@ class LinesPanel(ResultPanel):
             switch.blockSignals(False)
         self.shown_button.setEnabled(not self.follow)
         weights = tuple(head.weights for head in result.heads)  # (no stack: 25 MB at n = 512)
-        self.canvas.set_data(tuple(result.tokens), tuple(result.keys), weights, heads)
+        redrawn = self.canvas.set_data(tuple(result.tokens), tuple(result.keys), weights, heads)
+        # (every head before the mix: the mix waits for the lines to be on screen)
+        self.paints.hold(result, [self.canvas] if redrawn else [])
         self.note.setText(self.canvas.note or "Tick a head to see its lines.")
 
     def title(self) -> str:

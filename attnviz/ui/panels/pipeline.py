@@ -155,7 +155,7 @@ class PipelinePanel(ScreenPanel):
         for name in ORDER:
             view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
-            self.paints.watch(view)
+            self.paints.watch(view, view.painted)
             self.views[name] = view
         # One line, no word wrap: a wrapping label would make the dock's scroll area size
         # the panel by height-for-width from size hints, and the heatmaps would scroll.
