@@ -872,7 +872,8 @@ def _patch_rows(
         cols = list(krows)
         c = logits(K_rot[:, cols])  # the new ones
         w_old = np.stack([h.weights[:, cols] for h in old])
-        # (the edited query rows may overflow here: they are recomputed whole below)
+        # (the edited query rows, recomputed whole below, may overflow in e_old: their new
+        # queries against the old keys)
         with np.errstate(over="ignore", invalid="ignore"):
             if rule.reweighted:  # (other rows of Q are the same as before)
                 e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
