@@ -244,9 +244,14 @@ def test_a_preview_waits_only_for_the_views_it_redraws(shared_window, qtbot):
     window.compute.wait()
     qtbot.waitUntil(lambda: all(window.pipeline.views[n].isVisible() for n in ("K", "V")))
     awaited: list[set[str]] = []
-    window.compute.resultChanged.connect(
-        lambda r: None if r.complete else awaited.append(set(window.pipeline._awaiting))
-    )
+    views = window.pipeline.views
+
+    def on_result(result):
+        if not result.complete:  # the views it waits for, by name
+            awaiting = window.pipeline.paints._awaiting
+            awaited.append({name for name, view in views.items() if view in awaiting})
+
+    window.compute.resultChanged.connect(on_result)
     model = window.weights.grids[("W_Q", 0)].matrix_model()
     assert model.setData(model.index(3, 1), "0.8")
     window.compute.wait()
