@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from unittest import mock
 
 import numpy as np
@@ -338,35 +339,33 @@ def test_a_key_raised_above_a_rows_maximum_is_patched_with_a_new_offset(monkeypa
     np.testing.assert_array_equal(got.heads[0].m[3:], 2.0)
 
 
-def test_a_key_raised_then_lowered_step_by_step_keeps_every_row_exact():
-    """Key 2's logit raised by 0.6 a step from 0.03 to 40 (each step a new maximum of the
-    later rows: their offset moves up with it), then lowered to −5: every step within
-    1e-12 (relative) of a plain NumPy softmax, the entropy too."""
-    s = _dominant_key()
+def _set_key_2_step_by_step(s: Scenario, values: Iterable[float]) -> None:
+    """Key 2 of _dominant_key set to each value in turn, each by an update of the last
+    result: every step within 1e-12 (relative) of a plain NumPy softmax, the entropy of
+    the rows past key 2 too."""
     r = compute(s)
-    for value in [*np.arange(0.6, 40.0, 0.6), *np.arange(39.4, -5.0, -0.6)]:
+    for value in values:
         edited = s.with_cells("X", None, 2, 0, [[value]])
         r, s = update(r, edited, [2]), edited
         want = _softmax_by_hand(s)
         np.testing.assert_allclose(r.weights[0], want, rtol=1e-12, atol=1e-300)
-        p = want[3:]  # rows past key 2: −Σ p log p by hand
+        p = want[3:]  # −Σ p log p by hand
         entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
         np.testing.assert_allclose(r.heads[0].entropy[3:], entropy, rtol=1e-12, atol=1e-14)
+
+
+def test_a_key_raised_then_lowered_step_by_step_keeps_every_row_exact():
+    """Key 2's logit raised by 0.6 a step from 0.03 to 40 (each step a new maximum of the
+    later rows: their offset moves up with it), then lowered to −5."""
+    _set_key_2_step_by_step(
+        _dominant_key(), [*np.arange(0.6, 40.0, 0.6), *np.arange(39.4, -5.0, -0.6)]
+    )
 
 
 def test_a_dominant_key_lowered_step_by_step_keeps_every_row_exact():
     """Each step lowers key 2's logit by 0.6, from 40 to −5: no single step halves a row's
     denominator, but together they take it from 1 to 1e-17 if the row keeps its offset
     (40) all the way, and the error Z carried grows as much (weights wrong by 150 at the
-    end). A row is patched only while Z' ≥ 1 (its offset within ln 2n of the maximum):
-    every step within 1e-12 (relative) of a plain NumPy softmax, the entropy too."""
+    end). A row is patched only while Z' ≥ 1 (its offset within ln 2n of the maximum)."""
     s = _dominant_key().with_cells("X", None, 2, 0, [[40.0]])
-    r = compute(s)
-    for value in np.arange(39.4, -5.0, -0.6):
-        edited = s.with_cells("X", None, 2, 0, [[value]])
-        r, s = update(r, edited, [2]), edited
-        want = _softmax_by_hand(s)
-        np.testing.assert_allclose(r.weights[0], want, rtol=1e-12, atol=1e-300)
-    p = want[3:]  # rows past key 2: −Σ p log p by hand
-    entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
-    np.testing.assert_allclose(r.heads[0].entropy[3:], entropy, rtol=1e-12, atol=1e-14)
+    _set_key_2_step_by_step(s, np.arange(39.4, -5.0, -0.6))
