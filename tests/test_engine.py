@@ -369,3 +369,19 @@ def test_a_dominant_key_lowered_step_by_step_keeps_every_row_exact():
     end). A row is patched only while Z' ≥ 1 (its offset within ln 2n of the maximum)."""
     s = _dominant_key().with_cells("X", None, 2, 0, [[40.0]])
     _set_key_2_step_by_step(s, np.arange(39.4, -5.0, -0.6))
+
+
+@pytest.mark.parametrize("settings", [{}, {"positional": "rope"}, {"qk_norm": "rms"}])
+def test_after_an_x_edit_q_and_k_as_the_scores_see_them_are_shared_unless_turned(settings):
+    """Without RoPE or QK-norm, Q_rot and K_rot are Q and K: an update stacks them once
+    (they were copied twice, 6 MB more at GPT-2 size); with either they are their own,
+    and every one is compute()'s."""
+    s = random_scenario(np.random.default_rng(3), 20, 20, 8, 4, 2, 2, mask="causal", **settings)
+    edited = s.with_cells("X", None, 4, 1, [[2.5]])
+    got, want = update(compute(s), edited, [4]), compute(edited)
+    turned = bool(settings)
+    for head, expected in zip(got.heads, want.heads, strict=True):
+        assert np.shares_memory(head.Q_rot, head.Q) != turned
+        assert np.shares_memory(head.K_rot, head.K) != turned
+        for name in ("Q", "K", "Q_rot", "K_rot"):
+            np.testing.assert_allclose(getattr(head, name), getattr(expected, name), atol=1e-14)

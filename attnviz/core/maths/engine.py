@@ -650,6 +650,11 @@ def _project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flat.reshape(X.shape[0], h, d_k).transpose(1, 0, 2))
 
 
+def _turns(st: Settings) -> bool:
+    """Whether Q and K as the scores see them may differ from Q and K (QK-norm or RoPE)."""
+    return st.qk_norm == "rms" or st.positional == "rope"
+
+
 def _turn(st: Settings, A: np.ndarray, norm: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
     """Q or K as the scores see them: RMS-normalised (times the norm weights) with
     QK-norm, then rotated by position with RoPE; A itself when neither is on."""
@@ -678,9 +683,9 @@ class _Projections:
         key/value head kv_index[k]."""
         if list(kv_index) == list(range(len(self.K))):  # each its own: no copies
             return self
-        return _Projections(
-            self.Q, self.K[kv_index], self.V[kv_index], self.Q_rot, self.K_rot[kv_index]
-        )
+        K = self.K[kv_index]
+        K_rot = K if self.K_rot is self.K else self.K_rot[kv_index]
+        return _Projections(self.Q, K, self.V[kv_index], self.Q_rot, K_rot)
 
 
 def _queries(
@@ -1450,17 +1455,16 @@ def update(
         for k, h in enumerate(todo):
             if h in revalued and h not in rescored:
                 new[h] = _revalued(prev.heads[h], V[kv_index[k]])
-        Ks, Vs, Ks_rot = (
-            _stack_of(a, range(len(kvs)), krows, new_rows)
-            for a, new_rows in zip((K, V, K_rot), k_rows, strict=True)
-        )
+        turned = _turns(st)  # (else Q_rot and K_rot are Q and K: stacked once)
+        every = range(len(kvs))
+        Ks, Vs = _stack_of(K, every, krows, k_rows[0]), _stack_of(V, every, krows, k_rows[1])
+        Ks_rot = _stack_of(K_rot, every, krows, k_rows[2]) if turned else Ks
         for ks in (whole, patched):
             if not ks:
                 continue
             hs, kvi = [todo[k] for k in ks], [kv_index[k] for k in ks]
-            Qs, Qs_rot = (
-                _stack_of(a, ks, rows, r) for a, r in zip((Q, Q_rot), q_rows, strict=True)
-            )
+            Qs = _stack_of(Q, ks, rows, q_rows[0])
+            Qs_rot = _stack_of(Q_rot, ks, rows, q_rows[1]) if turned else Qs
             P = _Projections(Qs, Ks, Vs, Qs_rot, Ks_rot)
             kept = None if keep is None else keep[ks]
             if ks is whole:
