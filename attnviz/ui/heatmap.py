@@ -50,7 +50,7 @@ __all__ = ["HeatmapView", "Overlay", "RowBars"]
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
-WHOLE_UP_TO = 1 << 15  # pixels: an image this small is recoloured whole, quicker than in part
+WHOLE_UP_TO = 1 << 15  # cells: a matrix this small is recoloured whole, quicker than in part
 MARGIN = 4.0
 INK = QColor("#222222")
 SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
@@ -127,8 +127,10 @@ class HeatmapView(QWidget):
             elif spec.since is not None and spec.since[0]() is before.values:
                 known = spec.since[1]  # (None: recoloured whole, nothing compared)
                 same = known is not None and not (len(known[0]) or len(known[1]))
-            elif math.prod(self._image_shape()) <= WHOLE_UP_TO:
-                # A small image is recoloured whole: quicker than finding what changed.
+            elif spec.values.size <= WHOLE_UP_TO:
+                # A small matrix is recoloured whole: quicker than finding what changed.
+                # (Not a large one in a small picture: changed_cells samples its rows
+                # first, where one comparison would pass over it all, 3 MB at GPT-2 size.)
                 same = np.array_equal(before.values, spec.values)
             else:
                 changed = changed_cells(before.values, spec.values)

@@ -436,3 +436,31 @@ def test_the_named_lines_are_found_among_the_sampled_ones():
     assert _at(np.empty(0, dtype=np.intp), np.array([1])).tolist() == []  # no pixel
     assert _at(np.array([0, 0, 1]), np.empty(0, dtype=np.intp)).tolist() == []
     assert _at(None, np.array([3, 9])).tolist() == [3, 9]
+
+
+def test_a_large_matrix_in_a_small_picture_is_compared_by_samples_first(qtbot, monkeypatch):
+    """A 512 × 768 matrix (a head's contribution in the Mix dock) shown in a picture of
+    fewer than WHOLE_UP_TO pixels: a new matrix that changed almost everywhere is found
+    so from every 16th row (changed_cells) and recoloured whole, not compared in full
+    first; the picture is then what a fresh view draws, and an equal matrix is not
+    redrawn."""
+    from dataclasses import replace
+
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui import heatmap
+
+    found = []
+    real = heatmap.changed_cells
+    monkeypatch.setattr(
+        heatmap, "changed_cells", lambda a, b: found.append(real(a, b)) or found[-1]
+    )
+    rows, cols = tuple(str(i) for i in range(512)), tuple(str(j) for j in range(768))
+    values = np.random.default_rng(5).standard_normal((512, 768))
+    spec = HeatmapSpec("t", values, rows, cols, "q", "f", "diverging", (-6.0, 6.0))
+    view = drawn(qtbot, spec, (220, 180))
+    assert math.prod(view.image.pixels.shape) <= heatmap.WHOLE_UP_TO < values.size
+    spec = replace(spec, values=values + 0.25)  # every cell changed
+    assert view.set_spec(spec)
+    assert len(found) == 1 and found[0] is None  # (told from the sampled rows alone)
+    np.testing.assert_array_equal(view.image.pixels, drawn(qtbot, spec, (220, 180)).image.pixels)
+    assert not view.set_spec(replace(spec, values=spec.values.copy()))

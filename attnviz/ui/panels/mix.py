@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,6 +175,6 @@ class MixPanel(ResultPanel):
         tokens = self.compute.result.tokens
         for h, (view, part) in enumerate(zip(self.parts, parts, strict=True)):
             title = f"head {h + 1} contribution" + (" (switched off)" if part.off else "")
-            view.set_spec(
-                make_spec(title, part.values, tokens, col_title="output feature", levels=shared)
-            )
+            spec = make_spec(title, part.values, tokens, col_title="output feature", levels=shared)
+            # (min and max carry any NaN or ∞ into top: finite, so is every value)
+            view.set_spec(dataclasses.replace(spec, finite=math.isfinite(part.top)))
