@@ -385,3 +385,28 @@ def test_after_an_x_edit_q_and_k_as_the_scores_see_them_are_shared_unless_turned
         assert np.shares_memory(head.K_rot, head.K) != turned
         for name in ("Q", "K", "Q_rot", "K_rot"):
             np.testing.assert_allclose(getattr(head, name), getattr(expected, name), atol=1e-14)
+
+
+@pytest.mark.parametrize("mask", ["drop-after-softmax", "causal"])
+def test_a_dominant_key_raised_under_reweighting_keeps_its_rows_exact(mask):
+    """Key 3 holds the later rows' weight (logits ~1e3) and is raised further: the rows
+    are patched with the new logit as their offset, and Z − e_old is the small rest of the
+    row. Under drop-after-softmax e_old was recomputed from the old logits, a few ulps
+    away at 1e3 from the ones the weights came from (weights off by 5e-14); it comes
+    from the kept weight times Z, as without reweighting: within 2e-14 of compute()."""
+    rng = np.random.default_rng(32)
+    n, d, dk = 16, 6, 4
+    s = Scenario(
+        tokens=tuple(f"t{i}" for i in range(n)),
+        X=rng.normal(size=(n, d)),
+        W_Q=rng.normal(size=(1, d, dk)),
+        W_K=rng.normal(size=(1, d, dk)),
+        W_V=rng.normal(size=(1, d, dk)),
+        W_O=rng.normal(size=(dk, d)),
+        settings=Settings(mask=mask),
+    )
+    col = int(rng.integers(d))
+    before = s.with_cells("X", None, 3, col, [[200.0]])
+    after = before.with_cells("X", None, 3, col, [[201.0]])
+    got, want = update(compute(before), after, [3]), compute(after)
+    np.testing.assert_allclose(got.weights, want.weights, rtol=0, atol=2e-14)

@@ -880,10 +880,13 @@ def _patch_rows(
         # (the edited query rows, recomputed whole below, may overflow in e_old: their new
         # queries against the old keys)
         with np.errstate(over="ignore", invalid="ignore"):
-            if rule.reweighted:  # (other rows of Q are the same as before)
-                e_old = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
-            else:
-                e_old = w_old * Z[..., None]
+            e_old = w_old * Z[..., None]  # (as exact as Z: the weight is e_old / Z)
+            if rule.reweighted:  # a weight dropped (0) from its old logit; one kept as above,
+                # its keep rate taken back (other rows of Q are the same as before)
+                if keep is not None:
+                    e_old *= 1.0 - rule.settings.dropout
+                dropped = np.exp(logits(np.stack([h.K_rot[cols] for h in old])) - m[..., None])
+                np.copyto(e_old, dropped, where=w_old == 0)
             m_new = np.maximum(m, c.max(axis=-1))  # (a new logit above m: the new max)
             shrink = np.exp(m - m_new)
             e_new = np.exp(c - m_new[..., None])
