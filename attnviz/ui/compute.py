@@ -36,7 +36,7 @@ SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
 SYNC_PREVIEW_CELLS = 1 << 18
 SYNC_PREVIEW_WEIGHTS = 1 << 23
-PREVIEW_WAIT_S = 1.0  # the longest the other heads wait for a preview to be drawn
+PREVIEW_WAIT_S = 1.0  # the longest the rest waits for a partial result (a preview) to be drawn
 
 
 def previews_at_once(s: Scenario) -> bool:
@@ -107,8 +107,8 @@ class ComputeService(QObject):
         self._dirty = Changes()
         self._generation = 0
         self._busy = False
-        self._preview_shown = threading.Event()
-        self._preview_held = False
+        self._partial_shown = threading.Event()
+        self._partial_held = False
         self._pending = False  # changes not yet handed to the worker
         self._held: _Job | None = None  # the rest of a preview's job, queued once it is drawn
         self._release = QTimer(self, singleShot=True, interval=int(PREVIEW_WAIT_S * 1000))
@@ -249,7 +249,7 @@ class ComputeService(QObject):
                     self._set_busy(False)
                     return
                 job.base, job.done = preview, [head]
-                if self._preview_held:  # queued once it is on screen (or after a while)
+                if self._partial_held:  # queued once it is on screen (or after a while)
                     self._held = job
                     self._release.start()
                     return
@@ -283,26 +283,26 @@ class ComputeService(QObject):
             return
         done = job.done  # (a preview made on the UI thread: queued once it was drawn)
         if not done and _shows(job):
-            self._preview_shown.clear()
+            self._partial_shown.clear()
             preview = update_with(base, s, dirty, preview_head=job.head)
             self._computed.emit(gen, s, engine, preview)
             if preview.complete:
                 return
             # The rest would compete with the UI for the two cores: let it draw first.
-            self._preview_shown.wait(timeout=PREVIEW_WAIT_S)
+            self._partial_shown.wait(timeout=PREVIEW_WAIT_S)
             base, done = preview, [job.head]
         result = update_with(base, s, dirty, current_heads=done, mix=False)
         if not result.complete:  # every head current, the mix not yet
-            self._preview_shown.clear()
+            self._partial_shown.clear()
             self._computed.emit(gen, s, engine, result)
-            self._preview_shown.wait(timeout=PREVIEW_WAIT_S)  # (as for the preview)
+            self._partial_shown.wait(timeout=PREVIEW_WAIT_S)  # (as for the preview)
             result = update_with(result, s, dirty, current_heads=range(s.n_heads))
         self._computed.emit(gen, s, engine, result)
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:
             return
-        self._preview_held = False  # a view still drawing the last preview will not be waited for
+        self._partial_held = False  # a view still drawing the last partial result: not waited for
         if result.complete and engine == "numpy":
             self._base = result  # incremental updates build on reference results only
         if gen != self._generation:  # superseded
@@ -311,13 +311,13 @@ class ComputeService(QObject):
                 if self._pending:
                     self._start()
             else:
-                self._preview_shown.set()
+                self._partial_shown.set()
             return
         if result.complete:
             self._set_busy(False)
         self._publish(result, s)
-        if not result.complete and not self._preview_held:
-            self._preview_shown.set()  # nobody is drawing it
+        if not result.complete and not self._partial_held:
+            self._partial_shown.set()  # nobody is drawing it
 
     def _on_failed(self, gen: int, message: str) -> None:
         if self._closed:
@@ -332,25 +332,26 @@ class ComputeService(QObject):
             self._start()
         self.computeFailed.emit(message)
 
-    # The preview handshake ------------------------------------------------------------
+    # The handshake of partial results -------------------------------------------------
 
-    def hold_preview(self) -> None:
-        """The preview just published will be drawn; call preview_drawn() once it is.
+    def hold_partial(self) -> None:
+        """The result just published before it was complete (a preview of the shown head,
+        or every head before the mix) will be drawn; call partial_drawn() once it is.
 
-        The other heads are computed after that (or after PREVIEW_WAIT_S without it), so
-        that the preview is on screen before the cores are busy again; a preview made on
-        the UI thread does not even wake the worker before then."""
-        self._preview_held = True
+        The rest (the other heads, or the mix) is computed after that (or after
+        PREVIEW_WAIT_S without it), so that it is on screen before the cores are busy
+        again; a preview made on the UI thread does not even wake the worker before then."""
+        self._partial_held = True
 
-    def preview_drawn(self) -> None:
-        self._preview_held = False
-        self._preview_shown.set()
+    def partial_drawn(self) -> None:
+        self._partial_held = False
+        self._partial_shown.set()
         self._submit_held()
 
     def _show_preview(self, preview: Result, scenario: Scenario) -> None:
         """Publish a preview made on the UI thread (a view that will draw it says so:
-        hold_preview, and _start holds the rest back until it is drawn)."""
-        self._preview_held = False
+        hold_partial, and _start holds the rest back until it is drawn)."""
+        self._partial_held = False
         self._publish(preview, scenario)
 
     def _publish(self, result: Result, scenario: Scenario) -> None:
@@ -376,5 +377,5 @@ class ComputeService(QObject):
         self._closed = True
         self._release.stop()
         self._held = None  # (never to run)
-        self._preview_shown.set()
+        self._partial_shown.set()
         self._queue.close()

@@ -50,7 +50,7 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     def on_result(result):
         published.append(result)
         if not result.complete:
-            ws.compute.hold_preview()  # a view will draw it: the rest waits for that
+            ws.compute.hold_partial()  # a view will draw it: the rest waits for that
 
     ws.compute.resultChanged.connect(on_result)
     submitted = []  # jobs handed to the worker
@@ -69,13 +69,13 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
     assert len(published) == 1 and ws.compute.busy
     # A preview made on the UI thread does not even wake the worker before it is drawn.
     assert len(submitted) == (0 if at_once else 1)
-    ws.compute.preview_drawn()
+    ws.compute.partial_drawn()
     # Then every head, before the mix (for the views of heads alone); the mix waits in
     # turn until they are drawn.
     qtbot.waitUntil(lambda: len(published) == 2, timeout=10_000)
     pump(0.3)
     assert len(published) == 2 and ws.compute.busy
-    ws.compute.preview_drawn()
+    ws.compute.partial_drawn()
     qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
     heads, final = published[1:]
     assert heads.heads_current and not heads.complete and heads.final is preview.final
@@ -97,7 +97,7 @@ def test_a_preview_never_reported_drawn_holds_the_rest_back_a_moment_only(qtbot,
     def on_result(result):
         published.append(result)
         if not result.complete:
-            ws.compute.hold_preview()
+            ws.compute.hold_partial()
 
     ws.compute.resultChanged.connect(on_result)
     submitted = []
@@ -309,7 +309,7 @@ def test_weight_edits_never_copy_the_whole_stack(qtbot, name):
         published.clear()
         ws.doc.push(SetCells(ws.doc.session, name, 1, 10 + k, 5, np.array([[0.5 + k]])))
         qtbot.waitUntil(lambda: any(r.complete for r in published), timeout=10_000)
-        ws.compute.preview_drawn()
+        ws.compute.partial_drawn()
         qtbot.waitUntil(lambda: not ws.compute.busy, timeout=10_000)
     s = ws.doc.scenario
     assert name not in vars(s)  # the edited stack was never stacked

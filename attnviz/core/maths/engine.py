@@ -852,8 +852,9 @@ def _patch_rows(
     (w_old · V_old more than CANCELLING times the new output, in norm: a large value taken
     back), is recomputed whole.
     Under drop-after-softmax or dropout the weights are the softmax reweighted cell by
-    cell, which the rescaling keeps; e_old then comes from the old logits (a weight that
-    was dropped does not tell it), and the new weights are reweighted alike.
+    cell, which the rescaling keeps; e_old of a kept weight is then the weight times Z,
+    its keep rate taken back, and of a dropped one (0) comes from its old logit; the new
+    weights are reweighted alike.
     """
     n = P.Q_rot.shape[1]
     P = P.read_by(kv_index)

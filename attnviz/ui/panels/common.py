@@ -51,7 +51,7 @@ def on_screen(widget: QWidget) -> bool:
 class PaintWatch:
     """Tells the compute service once the views that redrew a result before it was
     complete (a preview of one head, or every head before the mix) have painted it:
-    the worker holds the rest of its work back until then (``hold_preview``), so that the
+    the worker holds the rest of its work back until then (``hold_partial``), so that the
     UI has the cores while it draws."""
 
     def __init__(self, compute: ComputeService) -> None:
@@ -67,13 +67,13 @@ class PaintWatch:
         when the result is not complete; else nothing."""
         self._awaiting = set() if result.complete else {v for v in redrawn if on_screen(v)}
         if self._awaiting:
-            self.compute.hold_preview()
+            self.compute.hold_partial()
 
     def _painted(self, view: QWidget) -> None:
         if view in self._awaiting:
             self._awaiting.discard(view)
             if not self._awaiting:  # once this paint is on screen, not from inside it
-                QTimer.singleShot(0, self.compute.preview_drawn)
+                QTimer.singleShot(0, self.compute.partial_drawn)
 
 
 class ScreenPanel(QWidget):
