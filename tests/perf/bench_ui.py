@@ -17,8 +17,9 @@ work). Prints p50 and p95 per case. With --variants, also each variant of VARIAN
 the first n (the same sizes, 12 key/value heads). With --dock, the named dock is raised
 over the Pipeline (as a user looking at the mix, or at every head, does) and the time is
 until the complete result is published (for the Masks dock, also its comparison under the
-other mask) and every heatmap on screen whose picture changed has painted it (the Heads
-dock draws every head before the mix is made: then the time is when it painted those).
+other mask) and every heatmap on screen whose picture changed has painted it, and the
+Lines dock's lines (the Heads and Lines docks draw every head before the mix is made:
+then the time is when they painted those).
 Targets: p95 ≤ 16 ms at the worked example and at n = 512. With --large, a
 Llama-3-8B-shaped layer instead: the time to open it from .attn.npz until drawn (target
 under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest after).
@@ -42,7 +43,7 @@ os.environ.setdefault(
 )
 
 from PySide6.QtCore import QEventLoop, QSettings
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from attnviz.core.io.files import save_scenario
 from attnviz.core.maths.scenario import Scenario, with_kv_heads
@@ -51,6 +52,7 @@ from attnviz.ui.app import freeze_startup_objects, make_app
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.main_window import MainWindow
 from attnviz.ui.panels.common import on_screen
+from attnviz.ui.panels.lines import LinesCanvas
 
 KINDS = ("X", "W_Q", "W_K", "W_V", "W_O")
 
@@ -82,18 +84,22 @@ def run_case(
     window.compute.resultChanged.connect(published.append)
     changed: set[int] = set()  # views on screen whose picture an edit changed
     painted: dict[int, float] = {}  # when each view last finished painting
-    for view in window.findChildren(HeatmapView):
-        original = view.set_spec
+    # Every heatmap, and the Lines dock's lines: their own verdict on whether new data
+    # repaints them (compared once), and when each last finished painting.
+    views = [(v, "set_spec") for v in window.findChildren(HeatmapView)]
+    views += [(c, "set_data") for c in window.findChildren(LinesCanvas)]
+    for view, setter in views:
+        original = getattr(view, setter)
 
-        def set_spec(spec: object, _view: HeatmapView = view, _set: object = original) -> bool:
-            repaints = _set(spec)  # type: ignore[operator]
-            if repaints and on_screen(_view):  # the view's own verdict: compared once
+        def set_data(*data: object, _view: QWidget = view, _set: object = original) -> bool:
+            repaints = _set(*data)  # type: ignore[operator]
+            if repaints and on_screen(_view):
                 changed.add(id(_view))
             return repaints  # type: ignore[no-any-return]
 
-        view.set_spec = set_spec  # type: ignore[method-assign]
+        setattr(view, setter, set_data)
         key = id(view)
-        view.painted.connect(lambda _, key=key: painted.__setitem__(key, time.perf_counter()))
+        view.painted.connect(lambda *_, key=key: painted.__setitem__(key, time.perf_counter()))
     times = []
     for k in range(edits):
         row, col = k % model.rowCount(), (3 * k) % model.columnCount()
