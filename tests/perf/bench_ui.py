@@ -60,10 +60,27 @@ KINDS = ("X", "W_Q", "W_K", "W_V", "W_O")
 def run_case(
     app: QApplication, scenario: Scenario, target: str, edits: int, dock: str | None = None
 ) -> list[float]:
+    """The times of edits of the target's cells in a window of its own, then closed (its
+    folder removed, also when something went wrong)."""
     folder = Path(tempfile.mkdtemp())
     window = MainWindow(
         QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat), folder, scenario
     )
+    try:
+        return timed_edits(app, window, scenario, target, edits, dock)
+    finally:
+        window.doc.undo_stack.setClean()
+        close(window, folder)
+
+
+def timed_edits(
+    app: QApplication,
+    window: MainWindow,
+    scenario: Scenario,
+    target: str,
+    edits: int,
+    dock: str | None,
+) -> list[float]:
     window.resize(1400, 860)
     window.show()
     for _ in range(10):
@@ -121,8 +138,6 @@ def run_case(
         times.append(max((painted[name] for name in changed), default=time.perf_counter()) - t0)
         while window.compute.busy:  # a typist's next keystroke comes later; do not queue behind it
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
-    window.doc.undo_stack.setClean()
-    close(window, folder)
     return times[3:]  # the first edits warm caches
 
 
