@@ -395,17 +395,8 @@ def test_a_dominant_key_raised_under_reweighting_keeps_its_rows_exact(mask):
     away at 1e3 from the ones the weights came from (weights off by 5e-14); it comes
     from the kept weight times Z, as without reweighting: within 2e-14 of compute()."""
     rng = np.random.default_rng(32)
-    n, d, dk = 16, 6, 4
-    s = Scenario(
-        tokens=tuple(f"t{i}" for i in range(n)),
-        X=rng.normal(size=(n, d)),
-        W_Q=rng.normal(size=(1, d, dk)),
-        W_K=rng.normal(size=(1, d, dk)),
-        W_V=rng.normal(size=(1, d, dk)),
-        W_O=rng.normal(size=(dk, d)),
-        settings=Settings(mask=mask),
-    )
-    col = int(rng.integers(d))
+    s = random_scenario(rng, 16, 16, 6, 1, 1, 4, mask=mask)
+    col = int(rng.integers(6))
     before = s.with_cells("X", None, 3, col, [[200.0]])
     after = before.with_cells("X", None, 3, col, [[201.0]])
     got, want = update(compute(before), after, [3]), compute(after)

@@ -36,7 +36,7 @@ SYNC_PROJECTION_WORK = 1 << 26
 CACHED_RESULTS = 8
 SYNC_PREVIEW_CELLS = 1 << 18
 SYNC_PREVIEW_WEIGHTS = 1 << 23
-PREVIEW_WAIT_S = 1.0  # the longest the rest waits for a partial result (a preview) to be drawn
+PARTIAL_WAIT_S = 1.0  # the longest the rest waits for a partial result to be drawn
 
 
 def previews_at_once(s: Scenario) -> bool:
@@ -111,7 +111,7 @@ class ComputeService(QObject):
         self._partial_held = False
         self._pending = False  # changes not yet handed to the worker
         self._held: _Job | None = None  # the rest of a preview's job, queued once it is drawn
-        self._release = QTimer(self, singleShot=True, interval=int(PREVIEW_WAIT_S * 1000))
+        self._release = QTimer(self, singleShot=True, interval=int(PARTIAL_WAIT_S * 1000))
         self._release.timeout.connect(self._submit_held)
         self._closed = False
         # Whether a preview would be drawn now (the window says: while its pipeline is on
@@ -283,21 +283,25 @@ class ComputeService(QObject):
             return
         done = job.done  # (a preview made on the UI thread: queued once it was drawn)
         if not done and _shows(job):
-            self._partial_shown.clear()
             preview = update_with(base, s, dirty, preview_head=job.head)
-            self._computed.emit(gen, s, engine, preview)
             if preview.complete:
+                self._computed.emit(gen, s, engine, preview)
                 return
-            # The rest would compete with the UI for the two cores: let it draw first.
-            self._partial_shown.wait(timeout=PREVIEW_WAIT_S)
+            self._publish_partial(gen, s, engine, preview)
             base, done = preview, [job.head]
         result = update_with(base, s, dirty, current_heads=done, mix=False)
         if not result.complete:  # every head current, the mix not yet
-            self._partial_shown.clear()
-            self._computed.emit(gen, s, engine, result)
-            self._partial_shown.wait(timeout=PREVIEW_WAIT_S)  # (as for the preview)
+            self._publish_partial(gen, s, engine, result)
             result = update_with(result, s, dirty, current_heads=range(s.n_heads))
         self._computed.emit(gen, s, engine, result)
+
+    def _publish_partial(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
+        """On the worker thread: publish a result that is not complete, then wait while a
+        view draws it (PARTIAL_WAIT_S at most): the rest would compete with the UI for the
+        two cores."""
+        self._partial_shown.clear()
+        self._computed.emit(gen, s, engine, result)
+        self._partial_shown.wait(timeout=PARTIAL_WAIT_S)
 
     def _on_computed(self, gen: int, s: Scenario, engine: str, result: Result) -> None:
         if self._closed:
@@ -339,7 +343,7 @@ class ComputeService(QObject):
         or every head before the mix) will be drawn; call partial_drawn() once it is.
 
         The rest (the other heads, or the mix) is computed after that (or after
-        PREVIEW_WAIT_S without it), so that it is on screen before the cores are busy
+        PARTIAL_WAIT_S without it), so that it is on screen before the cores are busy
         again; a preview made on the UI thread does not even wake the worker before then."""
         self._partial_held = True
 

@@ -88,9 +88,9 @@ def test_the_shown_head_comes_first_and_the_rest_waits_until_it_is_drawn(
 
 def test_a_preview_never_reported_drawn_holds_the_rest_back_a_moment_only(qtbot, monkeypatch):
     """A view that promised to draw the preview and never says so (a hidden window) keeps
-    the other heads waiting PREVIEW_WAIT_S at most; closing while they wait runs nothing
+    the other heads waiting PARTIAL_WAIT_S at most; closing while they wait runs nothing
     more."""
-    monkeypatch.setattr(compute_module, "PREVIEW_WAIT_S", 0.2)
+    monkeypatch.setattr(compute_module, "PARTIAL_WAIT_S", 0.2)
     ws = large_workspace(qtbot)
     published = []
 

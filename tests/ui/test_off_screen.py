@@ -137,6 +137,19 @@ def test_a_dock_closed_and_reopened_behind_a_tab_draws_when_its_tab_is_clicked(s
     qtbot.waitUntil(lambda: window.pipeline.views["output"].spec.values is output, timeout=5000)
 
 
+def when_the_mix_begins(monkeypatch, record) -> None:
+    """Call record as the compute service begins the mix of a result whose heads are
+    current (its update of a result that is not complete, with the mix)."""
+    update_with = compute_module.update_with
+
+    def spy(prev, s, changes, **more):
+        if more.get("mix", True) and not prev.complete:
+            record()
+        return update_with(prev, s, changes, **more)
+
+    monkeypatch.setattr(compute_module, "update_with", spy)
+
+
 def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot, monkeypatch):
     """An X edit with the Heads dock raised: the worker publishes every head before the
     mix; the Heads dock draws that (each view the new head's weights, checked against an
@@ -157,14 +170,7 @@ def test_the_heads_dock_draws_every_head_before_the_mix(shown_window, qtbot, mon
     for view in heads.views:
         view.painted.connect(lambda _, v=view: painted.append(v))
     mixed_after = []  # how many Heads views had painted when the mix began
-    update_with = compute_module.update_with
-
-    def spy(prev, s, changes, **more):
-        if more.get("mix", True) and not prev.complete:
-            mixed_after.append(len(painted))
-        return update_with(prev, s, changes, **more)
-
-    monkeypatch.setattr(compute_module, "update_with", spy)
+    when_the_mix_begins(monkeypatch, lambda: mixed_after.append(len(painted)))
     model = window.inputs.model
     model.setData(model.index(3, 5), "2.5")
     qtbot.waitUntil(lambda: bool(seen) and seen[-1][0], timeout=10_000)
@@ -194,14 +200,7 @@ def test_the_lines_dock_draws_every_head_before_the_mix_and_the_mix_waits(
     canvas = window.panel("Lines").canvas
     events = []
     canvas.painted.connect(lambda: events.append("painted"))
-    update_with = compute_module.update_with
-
-    def spy(prev, s, changes, **more):
-        if more.get("mix", True) and not prev.complete:
-            events.append("mix")
-        return update_with(prev, s, changes, **more)
-
-    monkeypatch.setattr(compute_module, "update_with", spy)
+    when_the_mix_begins(monkeypatch, lambda: events.append("mix"))
     model = window.inputs.model
     model.setData(model.index(3, 5), "2.5")
     qtbot.waitUntil(lambda: "mix" in events and not window.compute.busy, timeout=10_000)

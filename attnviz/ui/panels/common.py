@@ -69,6 +69,10 @@ class PaintWatch:
         if self._awaiting:
             self.compute.hold_partial()
 
+    def forget(self) -> None:
+        """Wait for nothing more (the result is complete: nothing is held back)."""
+        self._awaiting = set()
+
     def _painted(self, view: QWidget) -> None:
         if view in self._awaiting:
             self._awaiting.discard(view)

@@ -178,7 +178,7 @@ class PipelinePanel(ScreenPanel):
 
     def redraw(self) -> None:
         if self.compute.result.complete:  # no preview waits to be drawn now
-            self.paints.hold(self.compute.result, ())
+            self.paints.forget()
         self._stale = not on_screen(self)
         if not self._stale:
             self.show_result(self.compute.result)
