@@ -121,6 +121,11 @@ class ComputeService(QObject):
         self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._underway: dict[tuple[object, ...], Future[Result]] = {}  # by result_for
+        # The last head_result made as a preview: (its key, the key, scenario and result it
+        # was updated from, the preview), for result_for to complete.
+        self._head_made: tuple[tuple[object, ...], tuple[object, ...], Scenario, Result] | None = (
+            None
+        )
         self._document_key: tuple[object, ...] | None = None
         self._remember(doc.scenario, self.result, document=True)
         self._computed.connect(self._on_computed)
@@ -143,6 +148,7 @@ class ComputeService(QObject):
         rather than s computed anew, and s's takes its place. Asked for by two threads at
         once, it is computed once (the second waits for the first)."""
         key = _key(s)
+        current: tuple[int, ...] = ()  # heads made already (head_result)
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -152,6 +158,10 @@ class ComputeService(QObject):
                 underway: Future[Result] = Future()
                 self._underway[key] = underway
                 near = self._near(s)
+                made = self._head_made
+                if made is not None and made[0] == key:  # its head made already: the rest
+                    self._head_made = None
+                    near, current = made[1:], made[3].fresh
         if waiting is not None:
             return waiting.result()
         try:
@@ -159,7 +169,7 @@ class ComputeService(QObject):
                 result = compute(s)
             else:
                 near_key, old, base = near
-                result = update_with(base, s, changes_between(old, s))
+                result = update_with(base, s, changes_between(old, s), current_heads=current)
             self._remember(s, result, replacing=None if near is None else near_key)
             underway.set_result(result)
             return result
@@ -169,6 +179,30 @@ class ComputeService(QObject):
         finally:
             with self._cache_lock:
                 del self._underway[key]
+
+    def head_result(self, s: Scenario, head: int) -> Result:
+        """A result of s in which the given head is current, the others perhaps not (a
+        preview, for a view of that head alone): a cached one, or that head updated from
+        the newest cached result near s (result_for then makes the rest, not the head
+        again); result_for(s) when none is near. Safe on any thread."""
+        key = _key(s)
+        with self._cache_lock:
+            if key in self._cache:
+                return self._cache[key][1]
+            made = self._head_made
+            if made is not None and made[0] == key and head in made[3].fresh:
+                return made[3]
+            near = None if key in self._underway else self._near(s)
+        if near is None:
+            return self.result_for(s)
+        near_key, old, base = near
+        preview = update_with(base, s, changes_between(old, s), preview_head=head)
+        if preview.complete:  # (nothing else to make)
+            self._remember(s, preview, replacing=near_key)
+        else:
+            with self._cache_lock:
+                self._head_made = (key, near_key, old, preview)
+        return preview
 
     def _near(self, s: Scenario) -> tuple[tuple[object, ...], Scenario, Result] | None:
         """The newest cached result (its key, scenario and result) of a scenario with s's

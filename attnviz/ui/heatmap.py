@@ -167,16 +167,26 @@ class HeatmapView(QWidget):
         self.update()
         return True
 
-    def set_row_bars(self, columns: list[RowBars]) -> None:
-        """Per-row bars beside the matrix (none by default)."""
+    def set_row_bars(self, columns: list[RowBars]) -> bool:
+        """Per-row bars beside the matrix (none by default); nothing is redrawn when they
+        are as before. Returns whether it will repaint."""
+        same = len(columns) == len(self.strip.columns) and all(
+            a.same_as(b) for a, b in zip(columns, self.strip.columns, strict=True)
+        )
         self.strip.columns = columns
-        self._relayout()
-        self.update()
+        if not same:
+            self._relayout()
+            self.update()
+        return not same
 
-    def mark_column(self, col: int | None) -> None:
-        """Outline a whole column, dashed (the key a probe nudged), or none."""
+    def mark_column(self, col: int | None) -> bool:
+        """Outline a whole column, dashed (the key a probe nudged), or none. Returns
+        whether it will repaint."""
+        if col == self.marked_column:
+            return False
         self.marked_column = col
         self.update()
+        return True
 
     def mark_column_blocks(self, width: int) -> None:
         """Draw a line every width columns (the head blocks of concat)."""

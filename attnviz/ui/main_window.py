@@ -148,7 +148,7 @@ class MainWindow(QMainWindow):
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
         self.pipeline.cellClicked.connect(self._cell_clicked)
-        self.compute.previews = lambda: on_screen(self.pipeline)
+        self.compute.previews = self._previews
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
         self.badge = NumbersBadge(self.ws)
@@ -303,6 +303,12 @@ class MainWindow(QMainWindow):
             for screen in [panel, *panel.findChildren(ScreenPanel)]:
                 if isinstance(screen, ScreenPanel):
                     screen.shown_again()
+
+    def _previews(self) -> bool:
+        """Whether a view of the shown head alone is on screen (the Pipeline, the Masks
+        dock): then an edit's preview of that head is worth making first."""
+        masks = self._panels.get("Masks")
+        return on_screen(self.pipeline) or (masks is not None and on_screen(masks))
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""

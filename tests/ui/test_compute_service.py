@@ -200,6 +200,47 @@ def test_after_an_edit_a_variant_is_updated_from_the_last_not_computed_again(
     ws.close()
 
 
+def test_a_variants_head_made_first_is_not_made_again_for_the_whole(qtbot, monkeypatch):
+    """The Masks dock asks for the shown head under the other mask first (head_result):
+    that head alone is updated from the last result under that mask; result_for then
+    makes the other heads and the mix, keeping that very head; both against NumPy."""
+    ws = large_workspace(qtbot)
+    ws.compute.wait()
+    zero = ws.doc.scenario.with_settings(mask="causal-zero")
+    ws.compute.result_for(zero)
+    ws.doc.push(SetCells(ws.doc.session, "X", None, 2, 4, np.array([[0.75]])))
+    ws.compute.wait()
+    s, h = ws.doc.scenario.with_settings(mask="causal-zero"), 1
+    asked = []
+    real_update = compute_module.update_with
+    monkeypatch.setattr(
+        compute_module,
+        "update_with",
+        lambda base, s, changes, **more: (
+            asked.append(more) or real_update(base, s, changes, **more)
+        ),
+    )
+    first = ws.compute.head_result(s, h)
+    assert not first.complete and first.fresh == (h,) and asked == [{"preview_head": h}]
+    assert ws.compute.head_result(s, h) is first  # asked again: the same
+    whole = ws.compute.result_for(s)
+    assert whole.complete and whole.heads[h] is first.heads[h]
+    assert asked[-1] == {"current_heads": (h,)}
+    outputs = []
+    for k in range(s.n_heads):  # by hand: causal-zero scores the future 0
+        Q, K, V = s.X @ s.matrix("W_Q", k), s.X @ s.matrix("W_K", k), s.X @ s.matrix("W_V", k)
+        scores = Q @ K.T / np.sqrt(s.d_k)
+        scores[np.triu_indices(s.n, 1)] = 0.0
+        w = np.exp(scores - scores.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        if k == h:
+            np.testing.assert_allclose(first.heads[h].weights, w, rtol=0, atol=1e-12)
+        outputs.append(w @ V)
+    np.testing.assert_allclose(whole.final, np.hstack(outputs) @ s.W_O, atol=1e-12)
+    assert ws.compute.head_result(s, h) is whole  # cached whole now
+    ws.close()
+
+
 def test_a_variant_asked_for_by_two_threads_at_once_is_computed_once(qtbot, monkeypatch):
     """The Masks dock and the Inspector each ask on their own thread; the second waits for
     the first's result rather than computing it again."""

@@ -206,3 +206,54 @@ def test_the_lines_dock_draws_every_head_before_the_mix_and_the_mix_waits(
     qtbot.waitUntil(lambda: "mix" in events and not window.compute.busy, timeout=10_000)
     assert events.index("painted") < events.index("mix")
     assert canvas.weights[0] is window.compute.result.heads[0].weights
+
+
+def test_the_masks_dock_draws_the_shown_head_under_both_masks_first(
+    shown_window, qtbot, monkeypatch
+):
+    """An X edit with the Masks dock raised: the shown head is updated first (a
+    preview) and the dock draws it under both masks (each map against an independent
+    softmax) before the other heads and the mix are made; those wait until the maps are
+    on screen, and the comparison of the outputs (the table's Δ output column, shown as
+    … until then) follows with the complete result."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Masks",))
+    settle(qtbot, window)
+    masks = window.panel("Masks")
+    shown = []  # (final_shift known, the B weights drawn, how many maps had painted)
+    painted = []
+    for view in masks.views.values():
+        view.painted.connect(lambda _, v=view: painted.append(v))
+    original = masks._show
+
+    def spy(answer):
+        original(answer)
+        shown.append((answer[0].final_shift is not None, masks.views["B"].spec.values))
+
+    monkeypatch.setattr(masks, "_show", spy)
+    masks.worker.done.disconnect()
+    masks.worker.done.connect(masks._show)
+    begun = []  # how many maps had painted when the worker took up the other heads
+    update_with = compute_module.update_with
+
+    def worker_spy(prev, s, changes, **more):
+        if more.get("current_heads") and prev is window.compute.result:
+            begun.append(len(painted))
+        return update_with(prev, s, changes, **more)
+
+    monkeypatch.setattr(compute_module, "update_with", worker_spy)
+    model = window.inputs.model
+    model.setData(model.index(3, 5), "2.5")
+    qtbot.waitUntil(lambda: bool(shown) and shown[-1][0], timeout=10_000)
+    assert [known for known, _ in shown] == [False, True]  # the head first, then the rest
+    assert begun and begun[0] >= 4  # its maps painted before the other heads were made
+    s = window.doc.scenario
+    h = window.view_state.head
+    q, k = s.X @ s.W_Q[h] + s.b_Q[h], s.X @ s.W_K[h] + s.b_K[h]
+    logits = q @ k.T / np.sqrt(q.shape[1])
+    logits[np.triu_indices(s.n, 1)] = 0.0  # B: causal-zero, the future scored 0
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(shown[0][1], e / e.sum(axis=1, keepdims=True), rtol=0, atol=1e-12)
+    assert shown[1][1] is shown[0][1]  # the very head, not made again
+    table = masks.table_model
+    assert table.data(table.index(0, 3)) != "…"  # Δ output known at last

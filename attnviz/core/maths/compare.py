@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.engine import Result, compute
+from attnviz.core.maths.engine import Head, Result, compute
 from attnviz.core.maths.scenario import MASKS, Scenario, ScenarioError
 
 
@@ -29,7 +29,8 @@ class MaskComparison:
     leak_a: np.ndarray  # per row: total weight on future keys
     leak_b: np.ndarray
     output_shift: np.ndarray  # per row: |head output b − head output a| (Euclidean)
-    final_shift: np.ndarray  # per row: |final output b − final output a|
+    final_shift: np.ndarray | None  # per row: |final output b − final output a|; None
+    # when a result was not complete (the head compared first, the mix not yet made)
 
 
 def compare_masks(
@@ -38,9 +39,13 @@ def compare_masks(
     mask_a: str = "causal",
     mask_b: str = "causal-zero",
     results: Callable[[Scenario], Result] = compute,
+    earlier: MaskComparison | None = None,
 ) -> MaskComparison:
     """The selected head under two strategies; ``results`` computes a scenario (the
-    window passes its compute service's cached ``result_for``)."""
+    window passes its compute service's cached ``result_for``, or, to compare the head
+    first, a function that gives a result with that head current: then ``final_shift``
+    waits for complete results). ``earlier``: a comparison of the very same two heads,
+    whose difference is taken rather than computed again."""
     for mask in (mask_a, mask_b):
         if mask not in MASKS:
             raise ScenarioError(f"mask {mask!r}: expected one of {', '.join(MASKS)}")
@@ -52,6 +57,11 @@ def compare_masks(
     if not 0 <= head < a.n_heads:
         raise ScenarioError(f"head {head + 1} does not exist ({a.n_heads} heads)")
     ha, hb = a.heads[head], b.heads[head]
+    if earlier is not None and _same_heads(earlier, head, ha, hb):
+        difference = earlier.difference
+    else:
+        difference = hb.weights - ha.weights
+    complete = a.complete and b.complete
     return MaskComparison(
         head=head,
         mask_a=mask_a,
@@ -60,12 +70,17 @@ def compare_masks(
         result_b=b,
         weights_a=ha.weights,
         weights_b=hb.weights,
-        difference=hb.weights - ha.weights,
+        difference=difference,
         leak_a=ha.leak,
         leak_b=hb.leak,
         output_shift=np.linalg.norm(hb.output - ha.output, axis=1),
-        final_shift=np.linalg.norm(b.final - a.final, axis=1),
+        final_shift=np.linalg.norm(b.final - a.final, axis=1) if complete else None,
     )
+
+
+def _same_heads(c: MaskComparison, head: int, ha: Head, hb: Head) -> bool:
+    """Whether comparison c was of these very heads."""
+    return c.head == head and c.result_a.heads[head] is ha and c.result_b.heads[head] is hb
 
 
 @dataclass(frozen=True, eq=False)

@@ -69,6 +69,14 @@ class PaintWatch:
         if self._awaiting:
             self.compute.hold_partial()
 
+    def release_after(self, redrawn: Iterable[QWidget]) -> None:
+        """For a partial result held when it arrived (hold_partial) but drawn later, from a
+        worker's answer: let the rest go once those of the redrawn views that are on
+        screen have painted; at once when none is."""
+        self._awaiting = {v for v in redrawn if on_screen(v)}
+        if not self._awaiting:
+            self.compute.partial_drawn()
+
     def forget(self) -> None:
         """Wait for nothing more (the result is complete: nothing is held back)."""
         self._awaiting = set()

@@ -25,12 +25,12 @@ from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, mask_marks, spec_for
 from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, probe
 from attnviz.core.maths.engine import Result
-from attnviz.core.maths.scenario import MASKS
+from attnviz.core.maths.scenario import MASKS, Scenario
 from attnviz.ui.background import Background
 from attnviz.ui.compute import computes_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars
 from attnviz.ui.matrix_model import Index
-from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.panels.common import PaintWatch, ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -58,8 +58,10 @@ class MasksPanel(ResultPanel):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.comparison: MaskComparison | None = None
+        self._asked: object = None  # the shown head (under A) of the last comparison asked for
         self.probes: tuple[Probe, Probe] | None = None
         self.worker = Background(self)
+        self.paints = PaintWatch(ws.compute)
         self.worker.done.connect(self._show)
         self.worker.failed.connect(self.note_error)
 
@@ -92,6 +94,8 @@ class MasksPanel(ResultPanel):
                 view.square_cells = True  # rows and keys alike
                 view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
         self.views["diff"].square_cells = True
+        for view in self.views.values():
+            self.paints.watch(view, view.painted)
         diff_text = QLabel(DIFF_TEXT)
         diff_text.setWordWrap(True)
 
@@ -155,10 +159,25 @@ class MasksPanel(ResultPanel):
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.selectionChanged.connect(lambda _: self._mark())
 
+    def _draws(self, result: Result) -> bool:
+        """A complete result; before it, one in which the shown head is new (a preview,
+        or every head before the mix, unless that head is the one compared already)."""
+        if result.complete:
+            return True
+        head = self.view_state.head
+        return head in result.fresh and result.heads[head] is not self._asked
+
     def show_result(self, r: Result) -> None:
-        """Recompute the comparison for the current scenario and head."""
+        """Recompute the comparison for the current scenario and head: from a result
+        with that head current (a preview: the maps and the head's columns), then from
+        the complete one (the output's column)."""
         self.probes = None
         s, head = self.compute.result_scenario, self.view_state.head
+        self._asked = r.heads[head]
+        if r.complete:
+            self.paints.forget()
+        else:  # the rest waits until the head is drawn (release_after, in _show)
+            self.compute.hold_partial()
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         tokens = list(s.tokens)
         if [self.token.itemText(i) for i in range(self.token.count())] != tokens:
@@ -168,8 +187,15 @@ class MasksPanel(ResultPanel):
             self.token.setCurrentIndex(
                 min(max(current, 1 if len(tokens) > 1 else 0), len(tokens) - 1)
             )
+
+        def head_first(scenario: Scenario) -> Result:
+            """r for s; under the other mask, the shown head alone (the rest later)."""
+            return r if scenario is s else self.compute.head_result(scenario, head)
+
+        results = self.compute.result_for if r.complete else head_first
+        earlier = self.comparison
         self.worker.run(
-            lambda: (compare_masks(s, head, a, b, self.compute.result_for), None),
+            lambda: (compare_masks(s, head, a, b, results, earlier), None),
             now=computes_at_once(self.doc.scenario),
         )
 
@@ -189,10 +215,12 @@ class MasksPanel(ResultPanel):
 
     def note_error(self, text: str) -> None:
         self.verdict.setText(f"<span style='color:#b00'>{text}</span>")
+        self.paints.release_after(())  # (nothing to wait for)
 
     def _show(self, answer: tuple[MaskComparison, tuple[Probe, Probe] | None]) -> None:
         c, probes = answer
         self.comparison, self.probes = c, probes
+        redrawn: list[QWidget] = []
         tokens = c.result_a.tokens
         nudged = probes[0].token if probes else None
         strategies = (
@@ -211,22 +239,26 @@ class MasksPanel(ResultPanel):
             weights = replace(
                 weights, title=title, caption=f"{key}: {mask} · weights", leaked=leaked
             )
-            self.views[f"{key}-scores"].set_spec(scores)
-            self.views[key].set_spec(weights)
+            views = (self.views[f"{key}-scores"], self.views[key])
+            specs = zip(views, (scores, weights), strict=True)
+            redrawn += [view for view, spec in specs if view.set_spec(spec)]
             row_sum = result.heads[c.head].row_sum
-            self.views[key].set_row_bars(self._bars(leak, row_sum, p, probes))
-            for view in (self.views[f"{key}-scores"], self.views[key]):
-                view.mark_column(nudged)
+            if views[1].set_row_bars(self._bars(leak, row_sum, p, probes)):
+                redrawn.append(views[1])
+            redrawn += [view for view in views if view.mark_column(nudged)]
         diff_title = f"head {c.head + 1} · weights B − A ({c.mask_b} − {c.mask_a})"
         keys = c.result_a.keys  # (the key tokens under cross-attention)
         spec = make_spec(diff_title, c.difference, tokens, keys, "query", "key", caption="B − A")
-        self.views["diff"].set_spec(spec)
+        diff = self.views["diff"]
         shift = c.output_shift
-        self.views["diff"].set_row_bars(
-            [RowBars("Δ out", shift, float(shift.max()), ("#7f7f7f",) * len(shift), _texts(shift))]
-        )
+        bars = [
+            RowBars("Δ out", shift, float(shift.max()), ("#7f7f7f",) * len(shift), _texts(shift))
+        ]
+        redrawn += [diff] if diff.set_spec(spec) | diff.set_row_bars(bars) else []
         self._fill_table(c, probes)
         self.verdict.setText(self._verdict(c, probes))
+        if c.final_shift is None:  # the head first: the rest of the edit once it is drawn
+            self.paints.release_after(redrawn)
 
     @staticmethod
     def _bars(
@@ -250,7 +282,7 @@ class MasksPanel(ResultPanel):
         return bars
 
     def _fill_table(self, c: MaskComparison, probes: tuple[Probe, Probe] | None) -> None:
-        columns = [c.leak_a, c.leak_b, c.output_shift, c.final_shift]
+        columns: list[np.ndarray | None] = [c.leak_a, c.leak_b, c.output_shift, c.final_shift]
         if probes:
             columns += [probes[0].change, probes[1].change]
         self.table_model.show(c.result_a.tokens, columns, probes[0].token if probes else None)
@@ -300,10 +332,12 @@ class ColumnsModel(QAbstractTableModel):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.tokens: tuple[str, ...] = ()
-        self.columns: list[np.ndarray] = []
+        self.columns: list[np.ndarray | None] = []  # (None: not known yet, shown as …)
         self.nudged: int | None = None  # the probed token
 
-    def show(self, tokens: tuple[str, ...], columns: list[np.ndarray], nudged: int | None) -> None:
+    def show(
+        self, tokens: tuple[str, ...], columns: list[np.ndarray | None], nudged: int | None
+    ) -> None:
         """New numbers; for the same tokens as changed data (the view keeps its selection
         and scroll), else a new table."""
         tokens = tuple(tokens)
@@ -324,12 +358,14 @@ class ColumnsModel(QAbstractTableModel):
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         i, j = index.row(), index.column()
-        known = j < len(self.columns)
+        column = self.columns[j] if j < len(self.columns) else None
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{self.columns[j][i]:.4g}" if known else ""
+            if column is None:
+                return "…" if j < len(self.columns) else ""
+            return f"{column[i]:.4g}"
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-        if role == Qt.ItemDataRole.BackgroundRole and known and self.columns[j][i] > 0:
+        if role == Qt.ItemDataRole.BackgroundRole and column is not None and column[i] > 0:
             leaky = j < 2  # weight on future keys
             earlier = j >= 4 and self.nudged is not None and i < self.nudged  # moved before it
             if leaky or earlier:
