@@ -153,6 +153,32 @@ def test_variant_results_are_computed_once_and_shared(qtbot, monkeypatch):
     ws.close()
 
 
+def record_updates(monkeypatch) -> list[tuple[object, dict]]:
+    """Each update_with the compute service makes from now: (its changes, its keywords)."""
+    calls = []
+    real = compute_module.update_with
+
+    def spy(base, s, changes, **more):
+        calls.append((changes, more))
+        return real(base, s, changes, **more)
+
+    monkeypatch.setattr(compute_module, "update_with", spy)
+    return calls
+
+
+def causal_zero_heads(s) -> list[tuple[np.ndarray, np.ndarray]]:
+    """By hand, with NumPy: each head's weights under causal-zero (the future scored 0),
+    and its V."""
+    heads = []
+    for h in range(s.n_heads):
+        Q, K, V = s.X @ s.matrix("W_Q", h), s.X @ s.matrix("W_K", h), s.X @ s.matrix("W_V", h)
+        scores = Q @ K.T / np.sqrt(s.d_k)
+        scores[np.triu_indices(s.n, 1)] = 0.0
+        w = np.exp(scores - scores.max(axis=1, keepdims=True))
+        heads.append((w / w.sum(axis=1, keepdims=True), V))
+    return heads
+
+
 @pytest.mark.parametrize(
     "edit",
     [("X", None, 2, 1), ("W_K", 1, 0, 3), ("W_V", 0, 2, 2), ("W_O", None, 5, 0)],
@@ -166,16 +192,9 @@ def test_after_an_edit_a_variant_is_updated_from_the_last_not_computed_again(
     takes its place in the cache."""
     ws = large_workspace(qtbot)
     ws.compute.wait()
-    calls, updates = [], []
+    calls = []
     monkeypatch.setattr(compute_module, "compute", lambda s: calls.append(s) or compute(s))
-    real_update = compute_module.update_with
-    monkeypatch.setattr(
-        compute_module,
-        "update_with",
-        lambda base, s, changes, **more: (
-            updates.append(changes) or real_update(base, s, changes, **more)
-        ),
-    )
+    updates = record_updates(monkeypatch)
     zero = ws.compute.result_for(ws.doc.scenario.with_settings(mask="causal-zero"))
     assert len(calls) == 1
     name, head, row, col = edit
@@ -184,17 +203,10 @@ def test_after_an_edit_a_variant_is_updated_from_the_last_not_computed_again(
     updates.clear()
     s = ws.doc.scenario.with_settings(mask="causal-zero")
     got = ws.compute.result_for(s)
-    assert len(calls) == 1 and len(updates) == 1 and not updates[0].full
+    assert len(calls) == 1 and len(updates) == 1 and not updates[0][0].full
     # by hand, with NumPy: the edited scenario under causal-zero (future scores set to 0)
-    X, W_O = s.X, s.W_O
-    outputs = []
-    for h in range(s.n_heads):
-        Q, K, V = X @ s.matrix("W_Q", h), X @ s.matrix("W_K", h), X @ s.matrix("W_V", h)
-        scores = Q @ K.T / np.sqrt(s.d_k)
-        scores[np.triu_indices(s.n, 1)] = 0.0
-        w = np.exp(scores - scores.max(axis=1, keepdims=True))
-        outputs.append(w / w.sum(axis=1, keepdims=True) @ V)
-    np.testing.assert_allclose(got.final, np.hstack(outputs) @ W_O, atol=1e-12)
+    outputs = [w @ V for w, V in causal_zero_heads(s)]
+    np.testing.assert_allclose(got.final, np.hstack(outputs) @ s.W_O, atol=1e-12)
     assert zero is not got and ws.compute.result_for(s) is got
     assert len(ws.compute._cache) == 2  # the document's and this one: the old one went
     ws.close()
@@ -211,31 +223,17 @@ def test_a_variants_head_made_first_is_not_made_again_for_the_whole(qtbot, monke
     ws.doc.push(SetCells(ws.doc.session, "X", None, 2, 4, np.array([[0.75]])))
     ws.compute.wait()
     s, h = ws.doc.scenario.with_settings(mask="causal-zero"), 1
-    asked = []
-    real_update = compute_module.update_with
-    monkeypatch.setattr(
-        compute_module,
-        "update_with",
-        lambda base, s, changes, **more: (
-            asked.append(more) or real_update(base, s, changes, **more)
-        ),
-    )
+    asked = record_updates(monkeypatch)
     first = ws.compute.head_result(s, h)
-    assert not first.complete and first.fresh == (h,) and asked == [{"preview_head": h}]
+    assert not first.complete and first.fresh == (h,)
+    assert [more for _, more in asked] == [{"preview_head": h}]
     assert ws.compute.head_result(s, h) is first  # asked again: the same
     whole = ws.compute.result_for(s)
     assert whole.complete and whole.heads[h] is first.heads[h]
-    assert asked[-1] == {"current_heads": (h,)}
-    outputs = []
-    for k in range(s.n_heads):  # by hand: causal-zero scores the future 0
-        Q, K, V = s.X @ s.matrix("W_Q", k), s.X @ s.matrix("W_K", k), s.X @ s.matrix("W_V", k)
-        scores = Q @ K.T / np.sqrt(s.d_k)
-        scores[np.triu_indices(s.n, 1)] = 0.0
-        w = np.exp(scores - scores.max(axis=1, keepdims=True))
-        w /= w.sum(axis=1, keepdims=True)
-        if k == h:
-            np.testing.assert_allclose(first.heads[h].weights, w, rtol=0, atol=1e-12)
-        outputs.append(w @ V)
+    assert asked[-1][1] == {"current_heads": (h,)}
+    by_hand = causal_zero_heads(s)
+    np.testing.assert_allclose(first.heads[h].weights, by_hand[h][0], rtol=0, atol=1e-12)
+    outputs = [w @ V for w, V in by_hand]
     np.testing.assert_allclose(whole.final, np.hstack(outputs) @ s.W_O, atol=1e-12)
     assert ws.compute.head_result(s, h) is whole  # cached whole now
     ws.close()
