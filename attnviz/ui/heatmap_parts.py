@@ -315,7 +315,8 @@ class RowBars:
     values: np.ndarray
     limit: float
     colors: tuple[str, ...]
-    texts: tuple[str, ...]
+    texts: tuple[str, ...] | None = None  # None: each value as bar_text writes it (when
+    # rows are tall enough to print them: not made for hundreds of rows that never are)
 
     def same_as(self, other: RowBars) -> bool:
         """Whether other draws exactly the same bars."""
@@ -325,6 +326,11 @@ class RowBars:
             other.colors,
             other.texts,
         ) and (self.values is other.values or np.array_equal(self.values, other.values))
+
+
+def bar_text(value: float) -> str:
+    """A bar's value as printed on it: two decimals, or in powers of ten when smaller."""
+    return f"{value:.2f}" if abs(value) >= 0.005 or value == 0 else f"{value:.0e}"
 
 
 THIN_ROW = 1.0  # pixels: rows thinner than this get a bar per pixel row (the longest)
@@ -383,7 +389,7 @@ class RowStrip:
                     painter.drawText(
                         QRectF(x + 2, top + i * step, width, step),
                         Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                        column.texts[i],
+                        bar_text(column.values[i]) if column.texts is None else column.texts[i],
                     )
         painter.restore()
 

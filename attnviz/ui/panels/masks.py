@@ -35,6 +35,7 @@ from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
 LEAK_COLOUR = QColor("#fdd0c7")
+GREY = "#7f7f7f"  # a bar that marks nothing
 COLUMNS = ("leak A", "leak B", "Δ head output", "Δ output", "probe A", "probe B")
 LEGEND = (
     "<span style='background:#ddd'>&nbsp;╱╱&nbsp;</span> set by the mask (it reads what the "
@@ -251,9 +252,7 @@ class MasksPanel(ResultPanel):
         spec = make_spec(diff_title, c.difference, tokens, keys, "query", "key", caption="B − A")
         diff = self.views["diff"]
         shift = c.output_shift
-        bars = [
-            RowBars("Δ out", shift, float(shift.max()), ("#7f7f7f",) * len(shift), _texts(shift))
-        ]
+        bars = [RowBars("Δ out", shift, float(shift.max()), (GREY,) * len(shift))]
         redrawn += [diff] if diff.set_spec(spec) | diff.set_row_bars(bars) else []
         self._fill_table(c, probes)
         self.verdict.setText(self._verdict(c, probes))
@@ -269,16 +268,15 @@ class MasksPanel(ResultPanel):
     ) -> list[RowBars]:
         """Each row's leak; its sum when it is not 1; how far its output moved when probed."""
         n = len(leak)
-        leak_colors = tuple(colors.LEAK if v > 0 else "#7f7f7f" for v in leak)
-        bars = [RowBars("leak", leak, 1.0, leak_colors, _texts(leak))]
+        leak_colors = tuple(np.where(leak > 0, colors.LEAK, GREY).tolist())
+        bars = [RowBars("leak", leak, 1.0, leak_colors)]
         if np.any(np.abs(row_sum - 1) > 1e-12):
-            bars.append(RowBars("Σ", row_sum, 1.0, ("#7f7f7f",) * n, _texts(row_sum)))
+            bars.append(RowBars("Σ", row_sum, 1.0, (GREY,) * n))
         if p is not None and probes is not None:
             limit = max(float(q.change.max()) for q in probes)
-            probe_colors = tuple(
-                colors.LEAK if i < p.token and p.changed[i] else colors.PROBE for i in range(n)
-            )
-            bars.append(RowBars("probe", p.change, limit, probe_colors, _texts(p.change)))
+            earlier = (np.arange(n) < p.token) & p.changed
+            probe_colors = tuple(np.where(earlier, colors.LEAK, colors.PROBE).tolist())
+            bars.append(RowBars("probe", p.change, limit, probe_colors))
         return bars
 
     def _fill_table(self, c: MaskComparison, probes: tuple[Probe, Probe] | None) -> None:
@@ -380,7 +378,3 @@ class ColumnsModel(QAbstractTableModel):
         if orientation == Qt.Orientation.Horizontal:
             return COLUMNS[section]
         return self.tokens[section]
-
-
-def _texts(values: np.ndarray) -> tuple[str, ...]:
-    return tuple(f"{v:.2f}" if abs(v) >= 0.005 or v == 0 else f"{v:.0e}" for v in values)
