@@ -295,8 +295,6 @@ class Scenario:
 
     def _check(self) -> None:
         lim = LIMITS
-        if not isinstance(self.settings, Settings):
-            raise ScenarioError("settings: expected a Settings object")
         if self.provenance is not None and not isinstance(self.provenance, Provenance):
             raise ScenarioError("provenance: expected a Provenance object")
         if self.X.ndim != 2:
@@ -332,16 +330,7 @@ class Scenario:
                 f"kv_heads: {g} key/value heads do not divide {h} query heads "
                 "(each group of query heads shares one key/value head)"
             )
-        st = self.settings
-        if any(head >= h for head in st.ablated):
-            missing = max(st.ablated) + 1
-            raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
-        for name in ("alibi_slopes", "sinks"):
-            values = getattr(st, name)
-            if values is not None and len(values) != h:
-                raise ScenarioError(f"settings.{name}: {len(values)} numbers for {h} query heads")
-        if st.rope_dims is not None and st.rope_dims > d_k:
-            raise ScenarioError(f"settings.rope_dims: {st.rope_dims} is more than d_k {d_k}")
+        self._check_settings()
         if h * n * m > lim.score_cells:
             raise ScenarioError(
                 f"size: {h} heads × {n} × {m} scores exceeds the limit of "
@@ -365,16 +354,7 @@ class Scenario:
             raise ScenarioError(f"W_O: expected {h * d_k}×{d_model}, got {_dims(self.W_O.shape)}")
         if self.b_O.shape != (1, d_model):
             raise ScenarioError(f"b_O: expected length {d_model}, got {_dims(self.b_O.shape)}")
-        if st.mask == "custom":
-            mask = self.mask_matrix
-            if mask is None or mask.shape != (n, m):
-                got = "none" if mask is None else _dims(mask.shape)
-                raise ScenarioError(f"settings.mask_matrix: expected {n}×{m} of 0 and 1, got {got}")
-            if not np.isin(mask, (0.0, 1.0)).all():
-                r, c = np.argwhere(~np.isin(mask, (0.0, 1.0)))[0]
-                raise ScenarioError(
-                    f"settings.mask_matrix[{r + 1},{c + 1}]: {float(mask[r, c])!r} is not 0 or 1"
-                )
+        self._check_mask()
         for name in ("X", "X_kv", "W_O", "b_O"):
             if getattr(self, name) is not None:
                 check_values(name, getattr(self, name))
@@ -382,6 +362,36 @@ class Scenario:
             stack = getattr(self, name)
             for head in range(stack.shape[0]):
                 check_values(matrix_label(name, head), stack[head])
+
+    def _check_settings(self) -> None:
+        """What of _check depends on the settings and not on the custom mask."""
+        if not isinstance(self.settings, Settings):
+            raise ScenarioError("settings: expected a Settings object")
+        st, (h, _, d_k) = self.settings, self.W_Q.shape
+        if any(head >= h for head in st.ablated):
+            missing = max(st.ablated) + 1
+            raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
+        for name in ("alibi_slopes", "sinks"):
+            values = getattr(st, name)
+            if values is not None and len(values) != h:
+                raise ScenarioError(f"settings.{name}: {len(values)} numbers for {h} query heads")
+        if st.rope_dims is not None and st.rope_dims > d_k:
+            raise ScenarioError(f"settings.rope_dims: {st.rope_dims} is more than d_k {d_k}")
+
+    def _check_mask(self) -> None:
+        """A custom mask: n × m of 0 and 1."""
+        if self.settings.mask != "custom":
+            return
+        n, mask = self.X.shape[0], self.mask_matrix
+        m = n if self.X_kv is None else self.X_kv.shape[0]
+        if mask is None or mask.shape != (n, m):
+            got = "none" if mask is None else _dims(mask.shape)
+            raise ScenarioError(f"settings.mask_matrix: expected {n}×{m} of 0 and 1, got {got}")
+        if not np.isin(mask, (0.0, 1.0)).all():
+            r, c = np.argwhere(~np.isin(mask, (0.0, 1.0)))[0]
+            raise ScenarioError(
+                f"settings.mask_matrix[{r + 1},{c + 1}]: {float(mask[r, c])!r} is not 0 or 1"
+            )
 
     if not TYPE_CHECKING:  # (so that the type checker still knows the fields)
 
@@ -568,7 +578,18 @@ class Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))
 
     def with_settings(self, **changes: object) -> Scenario:
-        return dataclasses.replace(self, settings=self.settings.replace(**changes))
+        """A copy with some settings changed; the matrices are shared, not checked again
+        (they were: at GPT-2 sizes 6 ms, every time a panel asks for the document under
+        another mask), only what the settings must agree with."""
+        settings = self.settings.replace(**changes)
+        if settings.mask == "custom" and self.mask_matrix is None:
+            return dataclasses.replace(self, settings=settings)  # (its mask made: causal)
+        changed = object.__new__(Scenario)
+        changed.__dict__.update(self.__dict__)  # the fields, and any stack already made
+        changed.__dict__["settings"] = settings
+        changed._check_settings()
+        changed._check_mask()
+        return changed
 
 
 def _dims(shape: tuple[int, ...]) -> str:

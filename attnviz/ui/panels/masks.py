@@ -27,7 +27,7 @@ from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, pro
 from attnviz.core.maths.engine import Result
 from attnviz.core.maths.scenario import MASKS, Scenario
 from attnviz.ui.background import Background
-from attnviz.ui.compute import computes_at_once
+from attnviz.ui.compute import computes_at_once, previews_at_once
 from attnviz.ui.heatmap import HeatmapView, RowBars
 from attnviz.ui.matrix_model import Index
 from attnviz.ui.panels.common import PaintWatch, ResultPanel
@@ -195,10 +195,10 @@ class MasksPanel(ResultPanel):
 
         results = self.compute.result_for if r.complete else head_first
         earlier = self.comparison
-        self.worker.run(
-            lambda: (compare_masks(s, head, a, b, results, earlier), None),
-            now=computes_at_once(self.doc.scenario),
-        )
+        # (the head alone is a fraction of a frame's work wherever the preview is: made
+        # here too, with no hand-off to the worker and back before it is drawn)
+        now = computes_at_once(s) or (not r.complete and previews_at_once(s))
+        self.worker.run(lambda: (compare_masks(s, head, a, b, results, earlier), None), now=now)
 
     def run_probe(self) -> None:
         s = self.compute.result_scenario
