@@ -83,7 +83,10 @@ def _shows(job: _Job) -> bool:
     return job.preview and bool(touched or kv in dirty.kv_heads | dirty.v_heads)
 
 
-def _key(s: Scenario) -> tuple[object, ...]:
+Key = tuple[object, ...]  # what names a scenario's result (_key)
+
+
+def _key(s: Scenario) -> Key:
     """Scenarios are immutable and share unchanged arrays: identity of the arrays and the
     settings name a result."""
     return (*s.array_ids(), s.tokens, s.kv_tokens, s.settings)
@@ -118,15 +121,13 @@ class ComputeService(QObject):
         # screen); when not, an edit's job goes to the worker whole, with no preview first.
         self.previews: Callable[[], bool] = lambda: True
         self._queue = SerialQueue()
-        self._cache: OrderedDict[tuple[object, ...], tuple[Scenario, Result]] = OrderedDict()
+        self._cache: OrderedDict[Key, tuple[Scenario, Result]] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._underway: dict[tuple[object, ...], Future[Result]] = {}  # by result_for
-        # The last head_result made as a preview: (its key, the key, scenario and result it
-        # was updated from, the preview), for result_for to complete.
-        self._head_made: tuple[tuple[object, ...], tuple[object, ...], Scenario, Result] | None = (
-            None
-        )
-        self._document_key: tuple[object, ...] | None = None
+        self._underway: dict[Key, Future[Result]] = {}  # by result_for
+        # The last head_result made as a preview, for result_for to complete: its key, and
+        # the key, scenario and result it was updated from, and itself.
+        self._head_made: tuple[Key, Key, Scenario, Result] | None = None
+        self._document_key: Key | None = None
         self._remember(doc.scenario, self.result, document=True)
         self._computed.connect(self._on_computed)
         self._failed.connect(self._on_failed)
@@ -204,7 +205,7 @@ class ComputeService(QObject):
                 self._head_made = (key, near_key, old, preview)
         return preview
 
-    def _near(self, s: Scenario) -> tuple[tuple[object, ...], Scenario, Result] | None:
+    def _near(self, s: Scenario) -> tuple[Key, Scenario, Result] | None:
         """The newest cached result (its key, scenario and result) of a scenario with s's
         settings and tokens, but not the document's (it stays for the views)."""
         same_kind = (s.settings, s.tokens, s.kv_tokens)
@@ -218,7 +219,7 @@ class ComputeService(QObject):
         s: Scenario,
         result: Result,
         document: bool = False,
-        replacing: tuple[object, ...] | None = None,
+        replacing: Key | None = None,
     ) -> None:
         """Cache the result of s; the document's (``document``) replaces its last one, and
         another the one it was updated from (``replacing``).
