@@ -401,3 +401,43 @@ def test_a_dominant_key_raised_under_reweighting_keeps_its_rows_exact(mask):
     after = before.with_cells("X", None, 3, col, [[201.0]])
     got, want = update(compute(before), after, [3]), compute(after)
     np.testing.assert_allclose(got.weights, want.weights, rtol=0, atol=2e-14)
+
+
+@pytest.mark.parametrize("settings", [{}, {"positional": "rope"}])
+def test_an_x_edit_moves_each_heads_rows_by_the_change_and_projects_them_every_so_often(
+    settings,
+):
+    """After an edit of a few cells of X alone, the edited rows of every head's Q, K and V
+    are the old rows plus ΔX · W (a row of each W read, not all of it); such moves round,
+    so a row moved ROW_UPDATES times in a row is projected whole again. Each step against
+    X · W + b by hand, under GQA (4 query heads over 2 key/value heads)."""
+    rng = np.random.default_rng(8)
+    s = random_scenario(rng, 10, 10, 6, 4, 2, 3, mask="causal", **settings)
+    r = compute(s)
+    projected = []  # the rows the whole projections were asked for
+    real_queries, real_keys = engine._queries, engine._keys
+
+    def queries(s, X, heads, rows=slice(None)):
+        projected.append(rows)
+        return real_queries(s, X, heads, rows)
+
+    def keys(s, X_kv, kv, rows=slice(None)):
+        projected.append(rows)
+        return real_keys(s, X_kv, kv, rows)
+
+    counts = []
+    with mock.patch.object(engine, "_queries", queries), mock.patch.object(engine, "_keys", keys):
+        for step in range(engine.ROW_UPDATES + 3):
+            col = step % 6  # (nudged: a move never many times the row it leaves)
+            edited = s.with_cells("X", None, 3, col, [[s.X[3, col] + 0.1 * rng.normal()]])
+            r, s = update(r, edited, [3]), edited
+            counts.append(int(r.row_updates[3]))
+            for h, head in enumerate(r.heads):
+                g = s.kv_head_of(h)
+                for got, W, b in ((head.Q, s.W_Q[h], s.b_Q[h]), (head.K, s.W_K[g], s.b_K[g])):
+                    np.testing.assert_allclose(got, s.X @ W + b, rtol=0, atol=1e-12)
+                np.testing.assert_allclose(head.V, s.X @ s.W_V[g] + s.b_V[g], rtol=0, atol=1e-12)
+    n = engine.ROW_UPDATES
+    assert counts == [*range(1, n + 1), 0, 1, 2]  # moved, then projected whole, then moved
+    assert len(projected) == 2  # queries and keys once, at the step projected whole
+    assert all(int(c) == 0 for i, c in enumerate(r.row_updates) if i != 3)

@@ -145,8 +145,10 @@ def test_new_settings_share_the_matrices_and_check_only_what_depends_on_them(mon
     (ablated heads, sinks per head, RoPE's width, a custom mask) is still checked."""
     import attnviz.core.maths.scenario as scenario_module
 
-    s = random_scenario(n=6, d_model=8, heads=2, d_k=4).with_cells(
-        "W_K", 1, 0, 0, np.array([[0.5]])
+    s = (
+        random_scenario(n=6, d_model=8, heads=2, d_k=4)
+        .with_cells("W_K", 1, 0, 0, np.array([[0.5]]))
+        .with_cells("W_Q", 0, 1, 1, np.array([[0.25]]))
     )
     scanned = []
     real = scenario_module.check_values
@@ -157,7 +159,7 @@ def test_new_settings_share_the_matrices_and_check_only_what_depends_on_them(mon
     )
     u = s.with_settings(mask="causal-zero", sinks=(0.5, 1.0))
     assert scanned == [] and u.settings.mask == "causal-zero"
-    assert "W_K" not in u.__dict__  # still its heads, not stacked
+    assert "W_K" not in u.__dict__ and "W_Q" not in u.__dict__  # still heads, not stacked
     for name in ("W_Q", "W_K", "W_V"):
         assert all(np.shares_memory(u.matrix(name, h), s.matrix(name, h)) for h in (0, 1))
     assert u.X is s.X and u.W_O is s.W_O
@@ -170,6 +172,8 @@ def test_new_settings_share_the_matrices_and_check_only_what_depends_on_them(mon
     custom = s.with_settings(mask="custom")  # made causal to start from
     np.testing.assert_array_equal(custom.mask_matrix, np.tril(np.ones((6, 6))))
     assert custom.with_settings(mask="none").mask_matrix is custom.mask_matrix
+    # the same array each time: the same scenario under it names the same cached result
+    assert s.with_settings(mask="custom").mask_matrix is custom.mask_matrix
 
 
 def test_shape_errors():

@@ -181,6 +181,15 @@ class ComputeService(QObject):
             with self._cache_lock:
                 del self._underway[key]
 
+    def has_near(self, s: Scenario) -> bool:
+        """Whether head_result(s, …) is one head's work: a result of s, or of a scenario
+        near it, is cached (and none of s is being made by another thread)."""
+        key = _key(s)
+        with self._cache_lock:
+            if key in self._underway:
+                return False
+            return key in self._cache or self._near(s) is not None
+
     def head_result(self, s: Scenario, head: int) -> Result:
         """A result of s in which the given head is current, the others perhaps not (a
         preview, for a view of that head alone): a cached one, or that head updated from

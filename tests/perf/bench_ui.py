@@ -17,11 +17,11 @@ work). Prints p50 and p95 per case. With --variants, also each variant of VARIAN
 the first n (the same sizes, 12 key/value heads). With --dock, the named dock is raised
 over the Pipeline (as a user looking at the mix, or at every head, does) and the time is
 until the complete result is published and every heatmap on screen whose picture (or the
-bars beside its rows) changed has painted it, and the Lines dock's lines (the Heads and Lines docks draw every head
-before the mix is made: then the time is when they painted those; the Masks dock draws
-its maps from the shown head under both masks first: then the time is when they painted
-those, and a second line gives when its comparison was complete and painted, the
-table's Δ output column with it).
+bars beside its rows) changed has painted it, and the Lines dock's lines (the Heads and
+Lines docks draw every head before the mix is made: then the time is when they painted
+those; the Masks dock draws its maps from the shown head under both masks first: then
+the time is when they painted those, and a second line gives when its comparison was
+complete and painted, the table's Δ output column with it).
 Targets: p95 ≤ 16 ms at the worked example and at n = 512. With --large, a
 Llama-3-8B-shaped layer instead: the time to open it from .attn.npz until drawn (target
 under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest after).

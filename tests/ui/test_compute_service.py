@@ -224,6 +224,8 @@ def test_a_variants_head_made_first_is_not_made_again_for_the_whole(qtbot, monke
     ws.compute.wait()
     s, h = ws.doc.scenario.with_settings(mask="causal-zero"), 1
     asked = record_updates(monkeypatch)
+    assert ws.compute.has_near(s)  # (the result before the edit, under causal-zero)
+    assert not ws.compute.has_near(s.with_settings(mask="none"))  # nothing near: whole
     first = ws.compute.head_result(s, h)
     assert not first.complete and first.fresh == (h,)
     assert [more for _, more in asked] == [{"preview_head": h}]

@@ -257,3 +257,41 @@ def test_the_masks_dock_draws_the_shown_head_under_both_masks_first(
     assert shown[1][1] is shown[0][1]  # the very head, not made again
     table = masks.table_model
     assert table.data(table.index(0, 3)) != "…"  # Δ output known at last
+
+
+def test_the_masks_dock_never_computes_the_other_mask_whole_on_the_ui_thread(
+    shown_window, qtbot, monkeypatch
+):
+    """With nothing cached under the other mask to update (another panel's results
+    pushed it out), the other mask's result is a whole computation: made on the dock's
+    worker, not on the UI thread as the head alone is."""
+    import threading
+
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Masks",))
+    settle(qtbot, window)
+    masks = window.panel("Masks")
+    masks.worker.wait()  # (its comparison of the first result made and cached)
+    service = window.compute
+    with service._cache_lock:  # only the document's result left
+        for key in [k for k in service._cache if k != service._document_key]:
+            del service._cache[key]
+    on_ui_thread = []
+    real = compute_module.compute
+
+    def spy(s):
+        on_ui_thread.append(threading.current_thread() is threading.main_thread())
+        return real(s)
+
+    monkeypatch.setattr(compute_module, "compute", spy)
+    model = window.inputs.model
+    model.setData(model.index(3, 5), "2.5")
+    qtbot.waitUntil(
+        lambda: (
+            masks.comparison is not None
+            and masks.comparison.final_shift is not None
+            and masks.comparison.result_a is window.compute.result
+        ),
+        timeout=10_000,
+    )
+    assert on_ui_thread and not any(on_ui_thread)  # computed whole, off the UI thread

@@ -428,6 +428,9 @@ class Result:
     mixed_with: tuple[np.ndarray, np.ndarray] | None = None  # (W_O, b_O) of final
     mix_updates: int = 0  # rank updates final has had since it was mixed whole
     projected_with: Scenario | None = None  # whose W_Q, b_Q, W_K, … made the heads
+    # per row of X: how many times in a row its projections were moved by its change
+    # (_input_shift) rather than projected again; None: none was
+    row_updates: np.ndarray | None = None
 
     Q = _stacked("Q")
     K = _stacked("K")
@@ -1119,6 +1122,48 @@ def _reprojected(
     return _plus(old, change)
 
 
+ROW_UPDATES = 32  # moves of a row's projections by its input's change (each rounds) in a row
+
+
+def _input_shift(
+    prev: Result, X: np.ndarray, rows: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """How the given rows of the input moved since prev: (their change in the columns
+    that changed, those columns), when few did and no row has been moved so ROW_UPDATES
+    times in a row; else None (the rows are projected again)."""
+    if prev.row_updates is not None and (prev.row_updates[rows] >= ROW_UPDATES).any():
+        return None
+    change = X[rows] - prev.X[rows]
+    cols = np.flatnonzero((change != 0).any(axis=0))
+    if len(cols) > FEW_ROWS:
+        return None
+    return change[:, cols], cols
+
+
+def _shifted_rows(
+    prev: Result,
+    s: Scenario,
+    shift: tuple[np.ndarray, np.ndarray],
+    rows: Sequence[int],
+    heads: Sequence[int],
+    name: str,
+    weights: Sequence[int] | None = None,
+) -> np.ndarray | None:
+    """The given rows of the projection ``name`` (W_Q: Q, W_K: K, W_V: V; with biases) of
+    prev's given heads, moved by the input's shift: old rows + ΔX[:, cols] · W[cols] (W of
+    the heads in ``weights``, by default those heads); (H', r, d). None when that would
+    cancel (the move many times the row it leaves: a large value taken back)."""
+    change, cols = shift
+    field = {"W_Q": "Q", "W_K": "K", "W_V": "V"}[name]
+    old = np.stack([getattr(prev.heads[h], field)[rows] for h in heads])
+    W = np.stack([s.matrix(name, g)[cols] for g in (heads if weights is None else weights)])
+    moved = change @ W
+    new = old + moved
+    if (_square_sums(moved) > CANCELLING**2 * _square_sums(new)).any():
+        return None
+    return new
+
+
 MIX_UPDATES = 32  # rank updates of final in a row (each rounds) before a whole mix
 
 
@@ -1415,8 +1460,19 @@ def update(
                 Q[k], Q_rot[k] = Q_new, _turn(st, Q_new, s.q_norm[h], qpos)
         # The edited rows of each head's projections, put in as the heads are stacked.
         q_rows: list[dict[int, np.ndarray]] = [{}, {}]  # Q's, Q_rot's: by index of todo
+        # After an edit of X alone, every head's edited rows from the change of their input,
+        # when few of its columns changed: a row of each W read, not all (14 MB at GPT-2 size).
+        shift, moved = None, False  # (moved: some rows were, which counts to ROW_UPDATES)
+        alone = not (heads or kv_changed or current or s.cross) and preview_head is None
+        if rows and alone and prev.complete:
+            shift = _input_shift(prev, X, rows)
         if rows:
-            for k, (q, q_rot) in enumerate(zip(*_queries(s, X, todo, rows), strict=True)):
+            made = None if shift is None else _shifted_rows(prev, s, shift, rows, todo, "W_Q")
+            moved = made is not None
+            if made is None:
+                made = _queries(s, X, todo, rows)[0]
+            turned_rows = _turn(st, made, s.q_norm[todo], positions(s)[0][rows])
+            for k, (q, q_rot) in enumerate(zip(made, turned_rows, strict=True)):
                 q_rows[0][k], q_rows[1][k] = q, q_rot
         same_values = set()  # key/value heads whose V is old's very array
         stale = [k for k, g in enumerate(kvs) if g not in fresh]
@@ -1437,7 +1493,17 @@ def update(
                 V[k] = _values(s, X_kv, [g])[0] if V_new is None else V_new
         k_rows: list[dict[int, np.ndarray]] = [{}, {}, {}]  # K's, V's, K_rot's: by index of kvs
         if krows and stale:
-            parts = _keys(s, X_kv, [kvs[k] for k in stale], krows)
+            groups = [kvs[k] for k in stale]
+            parts = None
+            if shift is not None:
+                readers = [reader[g] for g in groups]
+                K_made = _shifted_rows(prev, s, shift, krows, readers, "W_K", groups)
+                V_made = _shifted_rows(prev, s, shift, krows, readers, "W_V", groups)
+                if K_made is not None and V_made is not None:
+                    moved, kpos = True, positions(s)[1][krows]
+                    parts = (K_made, V_made, _turn(st, K_made, s.k_norm[groups], kpos))
+            if parts is None:
+                parts = _keys(s, X_kv, groups, krows)
             for i, k in enumerate(stale):
                 for replaced, part in zip(k_rows, parts, strict=True):
                     replaced[k] = part[i]
@@ -1488,6 +1554,10 @@ def update(
                 else:
                     new[h] = new[h].replacing(old)
     _frozen(X)
+    counts = prev.row_updates
+    if rows and todo and preview_head is None:
+        counts = np.zeros(s.n, dtype=np.int64) if counts is None else counts.copy()
+        counts[rows] = counts[rows] + 1 if moved else 0
     if preview_head is not None or (not mix and todo):
         return _result(
             s,
@@ -1500,6 +1570,7 @@ def update(
             fresh=(preview_head,) if preview_head is not None else tuple(range(s.n_heads)),
             mixed_with=prev.mixed_with,
             mix_updates=prev.mix_updates,
+            row_updates=counts,
         )
     concat, final, updates = prev.concat, prev.final, prev.mix_updates
     if todo or current or not prev.complete:
@@ -1510,4 +1581,6 @@ def update(
             concat, final, updates = (*_mix(s, _outputs(new)), 0)
         else:
             final, updates = remixed, updates + 1
-    return _result(s, X, new, prev.future, concat=concat, final=final, mix_updates=updates)
+    return _result(
+        s, X, new, prev.future, concat=concat, final=final, mix_updates=updates, row_updates=counts
+    )

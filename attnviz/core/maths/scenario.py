@@ -14,6 +14,7 @@ separate key/value input ``X_kv`` (cross-attention: m keys for n queries), a cus
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import threading
@@ -285,8 +286,8 @@ class Scenario:
             object.__setattr__(self, "kv_tokens", tuple(self.kv_tokens))
         if self.settings.mask == "custom" and self.mask_matrix is None and self.X.ndim == 2:
             m = self.X.shape[0] if self.X_kv is None else np.shape(self.X_kv)[0]
-            causal = visible(self.X.shape[0], m, "causal", alignment=self.settings.causal_alignment)
-            object.__setattr__(self, "mask_matrix", causal.astype(np.float64))
+            causal = causal_start(self.X.shape[0], m, self.settings.causal_alignment)
+            object.__setattr__(self, "mask_matrix", causal)
         for name in MATRIX_NAMES:
             value = getattr(self, name)
             if value is not None:
@@ -367,7 +368,7 @@ class Scenario:
         """What of _check depends on the settings and not on the custom mask."""
         if not isinstance(self.settings, Settings):
             raise ScenarioError("settings: expected a Settings object")
-        st, (h, _, d_k) = self.settings, self.W_Q.shape
+        st, (h, _, d_k) = self.settings, self._shape("W_Q")  # (an edited stack not stacked)
         if any(head >= h for head in st.ablated):
             missing = max(st.ablated) + 1
             raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
@@ -590,6 +591,15 @@ class Scenario:
         changed._check_settings()
         changed._check_mask()
         return changed
+
+
+@functools.lru_cache(maxsize=8)
+def causal_start(n: int, m: int, alignment: str) -> np.ndarray:
+    """The custom mask a scenario starts from, causal (read-only): the same array each
+    time, so that the same scenario under it names the same cached result."""
+    causal = visible(n, m, "causal", alignment=alignment).astype(np.float64)
+    causal.flags.writeable = False
+    return causal
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -196,8 +196,12 @@ class MasksPanel(ResultPanel):
         results = self.compute.result_for if r.complete else head_first
         earlier = self.comparison
         # (the head alone is a fraction of a frame's work wherever the preview is: made
-        # here too, with no hand-off to the worker and back before it is drawn)
-        now = computes_at_once(s) or (not r.complete and previews_at_once(s))
+        # here too, with no hand-off to the worker and back before it is drawn; not when
+        # nothing near is cached under the other mask: that is a whole computation)
+        others = [s.with_settings(mask=mask) for mask in (a, b) if mask != s.settings.mask]
+        now = computes_at_once(s) or (
+            not r.complete and previews_at_once(s) and all(map(self.compute.has_near, others))
+        )
         self.worker.run(lambda: (compare_masks(s, head, a, b, results, earlier), None), now=now)
 
     def run_probe(self) -> None:
