@@ -295,3 +295,20 @@ def test_the_masks_dock_never_computes_the_other_mask_whole_on_the_ui_thread(
         timeout=10_000,
     )
     assert on_ui_thread and not any(on_ui_thread)  # computed whole, off the UI thread
+
+
+def test_a_dock_closed_before_it_painted_an_edit_holds_the_rest_back_no_longer(shown_window, qtbot):
+    """The rest of an edit waits until the Masks dock has painted its head's comparison;
+    the dock closed before it could: the rest goes on at once (it waited the full
+    PARTIAL_WAIT_S, here made long)."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Masks",))
+    settle(qtbot, window)
+    masks = window.panel("Masks")
+    masks.worker.wait()
+    window.compute._release.setInterval(60_000)
+    model = window.inputs.model
+    model.setData(model.index(3, 5), "2.5")  # (the head's comparison drawn, not painted yet)
+    assert not window.compute.result.complete and window.compute._held is not None
+    window.docks["Masks"].close()
+    qtbot.waitUntil(lambda: window.compute.result.complete, timeout=5_000)

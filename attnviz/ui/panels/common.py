@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from PySide6.QtCore import QTimer, SignalInstance
+from PySide6.QtCore import QEvent, QObject, QTimer, SignalInstance
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
@@ -48,19 +48,26 @@ def on_screen(widget: QWidget) -> bool:
     return widget.isVisible() and not widget.visibleRegion().isEmpty()
 
 
-class PaintWatch:
+class PaintWatch(QObject):
     """Tells the compute service once the views that redrew a result before it was
     complete (a preview of one head, or every head before the mix) have painted it:
     the worker holds the rest of its work back until then (``hold_partial``), so that the
-    UI has the cores while it draws."""
+    UI has the cores while it draws. A view hidden meanwhile is waited for no longer."""
 
     def __init__(self, compute: ComputeService) -> None:
+        super().__init__()
         self.compute = compute
         self._awaiting: set[QWidget] = set()
 
     def watch(self, view: QWidget, painted: SignalInstance) -> None:
         """Follow a view, whose signal ``painted`` it emits after each paint."""
         painted.connect(lambda *_: self._painted(view))
+        view.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Hide and watched in self._awaiting:
+            self._painted(watched)  # type: ignore[arg-type]  # (it will not paint now)
+        return False
 
     def hold(self, result: Result, redrawn: Iterable[QWidget]) -> None:
         """After drawing result: wait for those of the redrawn views that are on screen

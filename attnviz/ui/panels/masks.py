@@ -112,6 +112,7 @@ class MasksPanel(ResultPanel):
         self.table.setMinimumHeight(90)
 
         self.token = QComboBox()
+        self._probe_tokens: tuple[str, ...] = ()  # the tokens the box offers
         self.amount = QDoubleSpinBox()
         self.amount.setRange(-100, 100)
         self.amount.setValue(0.5)
@@ -181,7 +182,8 @@ class MasksPanel(ResultPanel):
             self.compute.hold_partial()
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         tokens = list(s.tokens)
-        if [self.token.itemText(i) for i in range(self.token.count())] != tokens:
+        if s.tokens != self._probe_tokens:  # (not read back from the box: 512 calls)
+            self._probe_tokens = s.tokens
             current = self.token.currentIndex()
             self.token.clear()
             self.token.addItems(tokens)
