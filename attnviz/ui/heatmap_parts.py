@@ -420,9 +420,8 @@ def _thin_bars(
     columns = max(1, round(width))
     lines = pixel[starts] - pixel[0]
     pixels = np.zeros((int(lines[-1]) + 1, columns), dtype=np.uint32)
-    pixels[lines] = _word(TRACK)
     inside = np.arange(columns)[None, :] < (longest * columns)[:, None]
-    pixels[lines] = np.where(inside, colours[:, None], pixels[lines])
+    pixels[lines] = np.where(inside, colours[:, None], _word(TRACK))
     return float(pixel[0]), pixels
 
 

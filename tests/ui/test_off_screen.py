@@ -208,6 +208,17 @@ def test_the_lines_dock_draws_every_head_before_the_mix_and_the_mix_waits(
     assert canvas.weights[0] is window.compute.result.heads[0].weights
 
 
+def masks_raised(shown_window, qtbot):
+    """A window at GPT-2 widths (previews come first) with the Masks dock raised over the
+    Pipeline, its first comparison made and cached: (window, Masks panel)."""
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Masks",))
+    settle(qtbot, window)
+    masks = window.panel("Masks")
+    masks.worker.wait()
+    return window, masks
+
+
 def test_the_masks_dock_draws_the_shown_head_under_both_masks_first(
     shown_window, qtbot, monkeypatch
 ):
@@ -216,10 +227,7 @@ def test_the_masks_dock_draws_the_shown_head_under_both_masks_first(
     softmax) before the other heads and the mix are made; those wait until the maps are
     on screen, and the comparison of the outputs (the table's Δ output column, shown as
     … until then) follows with the complete result."""
-    window = shown_window(scenario=small_gpt2())
-    window.bring_forward(("Masks",))
-    settle(qtbot, window)
-    masks = window.panel("Masks")
+    window, masks = masks_raised(shown_window, qtbot)
     shown = []  # (final_shift known, the B weights drawn, how many maps had painted)
     painted = []
     for view in masks.views.values():
@@ -267,11 +275,7 @@ def test_the_masks_dock_never_computes_the_other_mask_whole_on_the_ui_thread(
     worker, not on the UI thread as the head alone is."""
     import threading
 
-    window = shown_window(scenario=small_gpt2())
-    window.bring_forward(("Masks",))
-    settle(qtbot, window)
-    masks = window.panel("Masks")
-    masks.worker.wait()  # (its comparison of the first result made and cached)
+    window, masks = masks_raised(shown_window, qtbot)
     service = window.compute
     with service._cache_lock:  # only the document's result left
         for key in [k for k in service._cache if k != service._document_key]:
@@ -301,11 +305,7 @@ def test_a_dock_closed_before_it_painted_an_edit_holds_the_rest_back_no_longer(s
     """The rest of an edit waits until the Masks dock has painted its head's comparison;
     the dock closed before it could: the rest goes on at once (it waited the full
     PARTIAL_WAIT_S, here made long)."""
-    window = shown_window(scenario=small_gpt2())
-    window.bring_forward(("Masks",))
-    settle(qtbot, window)
-    masks = window.panel("Masks")
-    masks.worker.wait()
+    window, _ = masks_raised(shown_window, qtbot)
     window.compute._release.setInterval(60_000)
     model = window.inputs.model
     model.setData(model.index(3, 5), "2.5")  # (the head's comparison drawn, not painted yet)

@@ -1141,24 +1141,19 @@ def _input_shift(
 
 
 def _shifted_rows(
-    prev: Result,
     s: Scenario,
     shift: tuple[np.ndarray, np.ndarray],
     rows: Sequence[int],
-    heads: Sequence[int],
+    old: Sequence[np.ndarray],
     name: str,
-    weights: Sequence[int] | None = None,
+    heads: Sequence[int],
 ) -> np.ndarray | None:
-    """The given rows of the projection ``name`` (W_Q: Q, W_K: K, W_V: V; with biases) of
-    prev's given heads, moved by the input's shift: old rows + ΔX[:, cols] · W[cols] (W of
-    the heads in ``weights``, by default those heads); (H', r, d). None when that would
-    cancel (the move many times the row it leaves: a large value taken back)."""
+    """The given rows of projections ``old`` (one per head, of W ``name``'s given heads)
+    moved by the input's shift: old rows + ΔX[:, cols] · W[cols]; (H', r, d). None when
+    that would cancel (the move many times the row it leaves: a large value taken back)."""
     change, cols = shift
-    field = {"W_Q": "Q", "W_K": "K", "W_V": "V"}[name]
-    old = np.stack([getattr(prev.heads[h], field)[rows] for h in heads])
-    W = np.stack([s.matrix(name, g)[cols] for g in (heads if weights is None else weights)])
-    moved = change @ W
-    new = old + moved
+    moved = change @ np.stack([s.matrix(name, h)[cols] for h in heads])
+    new = np.stack([a[rows] for a in old]) + moved
     if (_square_sums(moved) > CANCELLING**2 * _square_sums(new)).any():
         return None
     return new
@@ -1467,11 +1462,11 @@ def update(
         if rows and alone and prev.complete:
             shift = _input_shift(prev, X, rows)
         if rows:
-            made = None if shift is None else _shifted_rows(prev, s, shift, rows, todo, "W_Q")
+            made = None if shift is None else _shifted_rows(s, shift, rows, Q, "W_Q", todo)
             moved = made is not None
             if made is None:
                 made = _queries(s, X, todo, rows)[0]
-            turned_rows = _turn(st, made, s.q_norm[todo], positions(s)[0][rows])
+            turned_rows = _turn(st, made, s.q_norm[todo], qpos[rows])
             for k, (q, q_rot) in enumerate(zip(made, turned_rows, strict=True)):
                 q_rows[0][k], q_rows[1][k] = q, q_rot
         same_values = set()  # key/value heads whose V is old's very array
@@ -1496,12 +1491,11 @@ def update(
             groups = [kvs[k] for k in stale]
             parts = None
             if shift is not None:
-                readers = [reader[g] for g in groups]
-                K_made = _shifted_rows(prev, s, shift, krows, readers, "W_K", groups)
-                V_made = _shifted_rows(prev, s, shift, krows, readers, "W_V", groups)
+                K_made = _shifted_rows(s, shift, krows, [K[k] for k in stale], "W_K", groups)
+                V_made = _shifted_rows(s, shift, krows, [V[k] for k in stale], "W_V", groups)
                 if K_made is not None and V_made is not None:
-                    moved, kpos = True, positions(s)[1][krows]
-                    parts = (K_made, V_made, _turn(st, K_made, s.k_norm[groups], kpos))
+                    moved = True
+                    parts = (K_made, V_made, _turn(st, K_made, s.k_norm[groups], kpos[krows]))
             if parts is None:
                 parts = _keys(s, X_kv, groups, krows)
             for i, k in enumerate(stale):

@@ -583,11 +583,13 @@ class Scenario:
         (they were: at GPT-2 sizes 6 ms, every time a panel asks for the document under
         another mask), only what the settings must agree with."""
         settings = self.settings.replace(**changes)
-        if settings.mask == "custom" and self.mask_matrix is None:
-            return dataclasses.replace(self, settings=settings)  # (its mask made: causal)
         changed = object.__new__(Scenario)
         changed.__dict__.update(self.__dict__)  # the fields, and any stack already made
         changed.__dict__["settings"] = settings
+        if settings.mask == "custom" and self.mask_matrix is None:  # (causal to start from)
+            changed.__dict__["mask_matrix"] = causal_start(
+                self.n, self.m, settings.causal_alignment
+            )
         changed._check_settings()
         changed._check_mask()
         return changed

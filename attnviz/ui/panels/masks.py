@@ -200,7 +200,7 @@ class MasksPanel(ResultPanel):
         # (the head alone is a fraction of a frame's work wherever the preview is: made
         # here too, with no hand-off to the worker and back before it is drawn; not when
         # nothing near is cached under the other mask: that is a whole computation)
-        others = [s.with_settings(mask=mask) for mask in (a, b) if mask != s.settings.mask]
+        others = (s.with_settings(mask=mask) for mask in (a, b) if mask != s.settings.mask)
         now = computes_at_once(s) or (
             not r.complete and previews_at_once(s) and all(map(self.compute.has_near, others))
         )
@@ -362,10 +362,11 @@ class ColumnsModel(QAbstractTableModel):
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         i, j = index.row(), index.column()
-        column = self.columns[j] if j < len(self.columns) else None
+        known = j < len(self.columns)  # (a known column may wait for its numbers: None)
+        column = self.columns[j] if known else None
         if role == Qt.ItemDataRole.DisplayRole:
             if column is None:
-                return "…" if j < len(self.columns) else ""
+                return "…" if known else ""
             return f"{column[i]:.4g}"
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
