@@ -46,7 +46,7 @@ from attnviz.ui.heatmap_parts import (
     samples,
 )
 
-__all__ = ["HeatmapView", "Overlay", "RowBars"]
+__all__ = ["HeatmapView", "Overlay", "RowBars", "on_screen"]
 
 MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is printed
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
@@ -54,6 +54,13 @@ WHOLE_UP_TO = 1 << 15  # cells: a matrix this small is recoloured whole, quicker
 MARGIN = 4.0
 INK = QColor("#222222")
 SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
+
+
+def on_screen(widget: QWidget) -> bool:
+    """Whether some of the widget is on screen: shown, and neither in a dock tabbed behind
+    another (Qt keeps such a dock visible, moved outside the window) nor squeezed or
+    scrolled out of sight. (A widget off screen is never painted.)"""
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
 
 
 class Overlay:
@@ -115,18 +122,23 @@ class HeatmapView(QWidget):
 
     def set_spec(self, spec: HeatmapSpec) -> bool:
         """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
-        redrawn when it looks exactly like the last one. Returns whether it will repaint."""
+        redrawn when it looks exactly like the last one. Returns whether it will repaint.
+        A view off screen (scrolled out of sight, say) neither compares nor colours: its
+        image is coloured whole when it next paints."""
         before = self.spec
         reshaped = before is None or before.values.shape != spec.values.shape
         changed = None  # where the values differ from those drawn (compared once)
         known = None  # the only lines where they may differ, when the spec says
         same = False
+        seen = on_screen(self)
         if before is not None and not reshaped:
             if spec.values is before.values:
                 same = True
             elif spec.since is not None and spec.since[0]() is before.values:
                 known = spec.since[1]  # (None: recoloured whole, nothing compared)
                 same = known is not None and not (len(known[0]) or len(known[1]))
+            elif not seen:
+                pass  # (not compared: coloured whole if it is painted)
             elif spec.values.size <= WHOLE_UP_TO:
                 # A small matrix is recoloured whole: quicker than finding what changed.
                 # (Not a large one in a small picture: changed_cells samples its rows
@@ -162,7 +174,10 @@ class HeatmapView(QWidget):
         lines = None
         if same_scale:
             lines = known if changed is None else changed_lines(changed)
-        self.image.colour(spec, *self._samples(), lines)
+        if seen:
+            self.image.colour(spec, *self._samples(), lines)
+        else:
+            self.image.key = ()  # (coloured by _paint_image)
         self.marks.set_data(spec, lines)
         self.update()
         return True

@@ -41,10 +41,10 @@ from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
 from attnviz.ui.file_controller import FileController, Targets
 from attnviz.ui.grid import MatrixGrid
-from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.heatmap import HeatmapView, on_screen
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.numbers_badge import NumbersBadge
-from attnviz.ui.panels.common import ScreenPanel, int_spin, on_screen, set_quietly
+from attnviz.ui.panels.common import ScreenPanel, int_spin, set_quietly
 from attnviz.ui.panels.cost import CostPanel
 from attnviz.ui.panels.experiments import ExperimentsPanel
 from attnviz.ui.panels.heads import HeadsPanel

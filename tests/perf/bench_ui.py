@@ -51,9 +51,8 @@ from attnviz.core.io.files import save_scenario
 from attnviz.core.maths.scenario import Scenario, with_kv_heads
 from attnviz.core.presets import make_preset
 from attnviz.ui.app import freeze_startup_objects, make_app
-from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.heatmap import HeatmapView, on_screen
 from attnviz.ui.main_window import MainWindow
-from attnviz.ui.panels.common import on_screen
 from attnviz.ui.panels.lines import LinesCanvas
 
 KINDS = ("X", "W_Q", "W_K", "W_V", "W_O")

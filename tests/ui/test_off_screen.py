@@ -100,6 +100,34 @@ def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qt
     assert all(view.spec.values is before[k] for k, view in enumerate(mix.parts) if k != 7)
 
 
+def test_contributions_scrolled_out_of_sight_are_coloured_when_scrolled_to(shown_window, qtbot):
+    from test_partial_redraw import assert_drawn_as_a_whole
+
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Mix",))
+    settle(qtbot, window)
+    mix = window.mix
+    qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
+    scroll = window.docks["Mix"].widget()
+    scroll.verticalScrollBar().setValue(0)
+    settle(qtbot, window)
+    last = mix.parts[11]
+    assert not on_screen(last)
+    before = last.spec.values
+    model = window.inputs.model
+    model.setData(model.index(0, 3), "1.5")  # every head's output changes
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: last.spec.values is not before, timeout=5000)
+    r, s = window.compute.result, window.doc.scenario
+    np.testing.assert_allclose(last.spec.values, r.heads[11].output @ s.W_O[11 * 64 :], atol=1e-12)
+    assert last.image.key == ()  # not coloured off screen
+    painted = []
+    last.painted.connect(painted.append)
+    scroll.ensureWidgetVisible(last)
+    qtbot.waitUntil(lambda: bool(painted), timeout=5000)
+    assert_drawn_as_a_whole(last, "head 12's contribution")
+
+
 def click_tab(window, title: str) -> None:
     """Click the tab of a dock, as a user does (not through the window's own code)."""
     for bar in window.findChildren(QTabBar):

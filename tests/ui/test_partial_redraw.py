@@ -141,13 +141,15 @@ def covers(lines, changed: np.ndarray) -> bool:
 
 
 def drawn(qtbot, spec, size: tuple[int, int] = (700, 600)):
-    """A fresh view of spec, size pixels (by default every cell of a 200² matrix is a
-    few pixels: the image holds them all)."""
+    """A fresh view of spec on screen, size pixels (by default every cell of a 200² matrix
+    is a few pixels: the image holds them all)."""
     from attnviz.ui.heatmap import HeatmapView
 
     view = HeatmapView("t")
     qtbot.addWidget(view)
     view.resize(*size)
+    view.show()
+    qtbot.waitExposed(view)
     view.set_spec(spec)
     return view
 
@@ -464,3 +466,57 @@ def test_a_large_matrix_in_a_small_picture_is_compared_by_samples_first(qtbot, m
     assert len(found) == 1 and found[0] is None  # (told from the sampled rows alone)
     np.testing.assert_array_equal(view.image.pixels, drawn(qtbot, spec, (220, 180)).image.pixels)
     assert not view.set_spec(replace(spec, values=spec.values.copy()))
+
+
+def test_a_view_scrolled_out_of_sight_is_coloured_when_it_comes_into_view(qtbot, monkeypatch):
+    """Off screen a new spec is neither compared nor coloured; scrolled into view, the
+    view paints the colour map of its latest values, every cell."""
+    from dataclasses import replace
+
+    from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+    from attnviz.core.figures.figure import HeatmapSpec
+    from attnviz.ui import heatmap
+    from attnviz.ui.heatmap import HeatmapView
+
+    rng = np.random.default_rng(4)
+    labels = tuple(str(i) for i in range(300))
+    values = rng.standard_normal((300, 300))
+    spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-4.0, 4.0))
+    page = QWidget()
+    column = QVBoxLayout(page)
+    spacer = QLabel("above")
+    spacer.setMinimumHeight(900)
+    view = HeatmapView("t")
+    view.setMinimumSize(300, 300)
+    column.addWidget(spacer)
+    column.addWidget(view)
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setWidget(page)
+    area.resize(400, 400)
+    qtbot.addWidget(area)
+    area.show()
+    qtbot.waitExposed(area)
+    view.set_spec(spec)
+    area.ensureWidgetVisible(view)
+    qtbot.waitUntil(lambda: heatmap.on_screen(view), timeout=5000)
+    qtbot.wait(20)
+    area.verticalScrollBar().setValue(0)
+    qtbot.waitUntil(lambda: not heatmap.on_screen(view), timeout=5000)
+
+    compared, coloured = [], []
+    monkeypatch.setattr(heatmap, "changed_cells", lambda *a: compared.append(a))
+    colour = view.image.colour
+    monkeypatch.setattr(view.image, "colour", lambda *a: coloured.append(a) or colour(*a))
+    new = values.copy()
+    new[40:] *= -1.0
+    assert view.set_spec(replace(spec, values=new))
+    assert not compared and not coloured
+    painted = []
+    view.painted.connect(painted.append)
+    area.ensureWidgetVisible(view)
+    qtbot.waitUntil(lambda: bool(painted), timeout=5000)
+    assert len(coloured) == 1  # whole, when painted
+    assert_drawn_as_a_whole(view, "scrolled into view")
+    np.testing.assert_array_equal(view.spec.values[40:], -values[40:])

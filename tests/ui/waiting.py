@@ -18,7 +18,7 @@ def settle(qtbot, window) -> None:
 def look_at_pipeline(window) -> None:
     """Bring the Pipeline forward if another tab hides it, as a user does to look at it
     (it draws the latest result once raised)."""
-    from attnviz.ui.panels.common import on_screen
+    from attnviz.ui.heatmap import on_screen
 
     if not on_screen(window.pipeline):
         window.bring_forward(("Pipeline",))

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QSpinBox, QWidget
 
 from attnviz.core.maths.engine import Result
 from attnviz.ui.compute import ComputeService
+from attnviz.ui.heatmap import on_screen
 from attnviz.ui.workspace import Workspace
 
 
@@ -39,13 +40,6 @@ def set_quietly(spin: QSpinBox, value: int) -> None:
     spin.blockSignals(True)
     spin.setValue(value)
     spin.blockSignals(False)
-
-
-def on_screen(widget: QWidget) -> bool:
-    """Whether some of the widget is on screen: shown, and neither in a dock tabbed behind
-    another (Qt keeps such a dock visible, moved outside the window) nor squeezed or
-    scrolled out of sight. (A widget off screen is never painted.)"""
-    return widget.isVisible() and not widget.visibleRegion().isEmpty()
 
 
 class PaintWatch(QObject):

@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWi
 from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
 from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.variants import softcap
-from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.panels.common import PaintWatch, ScreenPanel, on_screen
+from attnviz.ui.heatmap import HeatmapView, on_screen
+from attnviz.ui.panels.common import PaintWatch, ScreenPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
