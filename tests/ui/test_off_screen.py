@@ -100,6 +100,39 @@ def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qt
     assert all(view.spec.values is before[k] for k, view in enumerate(mix.parts) if k != 7)
 
 
+def test_after_an_edit_of_a_late_row_of_x_the_mix_multiplies_only_the_rows_that_changed(
+    shown_window, qtbot, monkeypatch
+):
+    import attnviz.ui.panels.mix as mix_module
+
+    window = shown_window(scenario=small_gpt2())
+    window.bring_forward(("Mix",))
+    settle(qtbot, window)
+    mix = window.mix
+    qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
+    whole = []
+    real = mix_module.head_contribution
+    monkeypatch.setattr(
+        mix_module, "head_contribution", lambda r, W_O, h: whole.append(h) or real(r, W_O, h)
+    )
+    model = window.inputs.model
+    for row, wholes in ((40, []), (3, list(range(12)))):  # (causal: that row and those after)
+        before = [view.spec.values for view in mix.parts]
+        whole.clear()
+        model.setData(model.index(row, 5), "2.25")
+        settle(qtbot, window)
+        qtbot.waitUntil(lambda: mix.parts[11].spec.values is not before[11], timeout=5000)
+        r, s = window.compute.result, window.doc.scenario
+        for k, view in enumerate(mix.parts):
+            expected = r.heads[k].output @ s.W_O[64 * k : 64 * (k + 1)]
+            np.testing.assert_allclose(view.spec.values, expected, atol=1e-12)
+            np.testing.assert_array_equal(view.spec.values[:row], before[k][:row])
+            assert not np.array_equal(view.spec.values[row:], before[k][row:])
+        assert whole == wholes
+        top = max(np.abs(view.spec.values).max() for view in mix.parts)
+        assert top <= mix.parts[0].spec.levels[1] < 2.5 * top
+
+
 def test_contributions_scrolled_out_of_sight_are_coloured_when_scrolled_to(shown_window, qtbot):
     from test_partial_redraw import assert_drawn_as_a_whole
 

@@ -60,6 +60,12 @@ class _Part:
     top: float  # the largest |value|
 
 
+def _made(output: np.ndarray, W_O: np.ndarray, off: bool, values: np.ndarray) -> _Part:
+    values.flags.writeable = False
+    top = max(-float(values.min()), float(values.max())) if values.size else 0.0
+    return _Part(output, W_O, off, values, top)
+
+
 @functools.lru_cache(maxsize=4)
 def concat_features(heads: int, d_k: int) -> tuple[str, ...]:
     """Labels of concat's features (W_O's rows): h1·1 … h1·d_k, h2·1, …"""
@@ -139,21 +145,26 @@ class MixPanel(ResultPanel):
     def _part(self, r: Result, W_O: np.ndarray, h: int) -> _Part:
         """Head h's contribution: the one shown, when made from the same output (the
         very array) and the same rows of W_O (after an edit of one head, or of one row of
-        W_O, one head's changes: the others are neither multiplied nor drawn again)."""
-        rows = slice(h * r.d_k, (h + 1) * r.d_k)
+        W_O, one head's changes: the others are neither multiplied nor drawn again); that
+        one with some rows multiplied again, when fewer than half of the output's rows
+        changed (after an edit of a row of X under a causal mask: it and those after it)."""
+        block = slice(h * r.d_k, (h + 1) * r.d_k)
         output, off = r.heads[h].output, h in r.settings.ablated
         old = self._parts_made[h] if h < len(self._parts_made) else None
         if (
-            old
-            and old.output is output
+            old is not None
             and old.off == off
-            and (old.W_O is W_O or np.array_equal(old.W_O[rows], W_O[rows]))
+            and (old.W_O is W_O or np.array_equal(old.W_O[block], W_O[block]))
         ):
-            return dataclasses.replace(old, W_O=W_O)
-        values = head_contribution(r, W_O, h)
-        values.flags.writeable = False
-        top = max(-float(values.min()), float(values.max())) if values.size else 0.0
-        return _Part(output, W_O, off, values, top)
+            if old.output is output:
+                return dataclasses.replace(old, W_O=W_O)
+            if not off and old.output.shape == output.shape:
+                rows = np.flatnonzero((old.output != output).any(axis=1))
+                if 2 * len(rows) < len(output):
+                    values = old.values.copy()
+                    values[rows] = output[rows] @ W_O[block]
+                    return _made(output, W_O, off, values)
+        return _made(output, W_O, off, head_contribution(r, W_O, h))
 
     def _show_parts(self, parts: list[_Part]) -> None:
         self._parts_made = parts
