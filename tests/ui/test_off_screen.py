@@ -68,12 +68,19 @@ def test_a_panel_behind_a_tab_draws_the_latest_result_when_its_tab_is_raised(sho
     np.testing.assert_allclose(mix.final.spec.values, concat @ s.W_O + s.b_O, atol=1e-12)
 
 
-def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qtbot):
+def mix_raised(shown_window, qtbot):
+    """A window at GPT-2's widths with the Mix dock raised and its 12 contributions drawn."""
     window = shown_window(scenario=small_gpt2())
     window.bring_forward(("Mix",))
     settle(qtbot, window)
     mix = window.mix
     qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
+    return window
+
+
+def test_the_mix_draws_only_the_contribution_of_the_edited_head(shown_window, qtbot):
+    window = mix_raised(shown_window, qtbot)
+    mix = window.mix
     before = [view.spec.values for view in mix.parts]
     edit(window, "W_V", 4, 10, 1, 2.0)
     settle(qtbot, window)
@@ -105,11 +112,8 @@ def test_after_an_edit_of_a_late_row_of_x_the_mix_multiplies_only_the_rows_that_
 ):
     import attnviz.ui.panels.mix as mix_module
 
-    window = shown_window(scenario=small_gpt2())
-    window.bring_forward(("Mix",))
-    settle(qtbot, window)
+    window = mix_raised(shown_window, qtbot)
     mix = window.mix
-    qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
     whole = []
     real = mix_module.head_contribution
     monkeypatch.setattr(
@@ -121,7 +125,7 @@ def test_after_an_edit_of_a_late_row_of_x_the_mix_multiplies_only_the_rows_that_
         whole.clear()
         model.setData(model.index(row, 5), "2.25")
         settle(qtbot, window)
-        qtbot.waitUntil(lambda: mix.parts[11].spec.values is not before[11], timeout=5000)
+        qtbot.waitUntil(lambda old=before[11]: mix.parts[11].spec.values is not old, timeout=5000)
         r, s = window.compute.result, window.doc.scenario
         for k, view in enumerate(mix.parts):
             expected = r.heads[k].output @ s.W_O[64 * k : 64 * (k + 1)]
@@ -136,11 +140,8 @@ def test_after_an_edit_of_a_late_row_of_x_the_mix_multiplies_only_the_rows_that_
 def test_contributions_scrolled_out_of_sight_are_coloured_when_scrolled_to(shown_window, qtbot):
     from test_partial_redraw import assert_drawn_as_a_whole
 
-    window = shown_window(scenario=small_gpt2())
-    window.bring_forward(("Mix",))
-    settle(qtbot, window)
+    window = mix_raised(shown_window, qtbot)
     mix = window.mix
-    qtbot.waitUntil(lambda: len(mix.parts) == 12 and mix.parts[11].spec is not None, timeout=5000)
     scroll = window.docks["Mix"].widget()
     scroll.verticalScrollBar().setValue(0)
     settle(qtbot, window)
