@@ -421,7 +421,7 @@ def _thin_bars(
     lines = pixel[starts] - pixel[0]
     pixels = np.zeros((int(lines[-1]) + 1, columns), dtype=np.uint32)
     inside = np.arange(columns)[None, :] < (longest * columns)[:, None]
-    pixels[lines] = np.where(inside, colours[:, None], _word(TRACK))
+    pixels[lines] = np.where(inside, colours[:, None], _word(colors.hex_rgb(TRACK)))
     return float(pixel[0]), pixels
 
 
@@ -429,19 +429,19 @@ TRACK = "#eeeeee"  # behind each bar
 BAR_ALPHA = 150  # of 255: light enough for black text on any bar
 
 
-def _word(colour: str) -> int:
+def _word(rgb: tuple[int, int, int]) -> int:
     """An opaque colour as a 0xffRRGGBB word."""
-    return 0xFF000000 | int(QColor(colour).rgb() & 0xFFFFFF)
+    r, g, b = rgb
+    return 0xFF000000 | r << 16 | g << 8 | b
 
 
 @functools.lru_cache(maxsize=64)
 def _bar_word(colour: str) -> int:
-    """A bar's colour drawn at BAR_ALPHA over the track, as an opaque word."""
-    bar, track, a = QColor(colour), QColor(TRACK), BAR_ALPHA / 255
-    word = 0xFF000000
-    for shift, part in ((16, QColor.red), (8, QColor.green), (0, QColor.blue)):
-        word |= round(part(bar) * a + part(track) * (1 - a)) << shift
-    return word
+    """A bar's colour ("#rrggbb") drawn at BAR_ALPHA over the track, as an opaque word."""
+    a = BAR_ALPHA / 255
+    over = zip(colors.hex_rgb(colour), colors.hex_rgb(TRACK), strict=True)
+    r, g, b = (round(c * a + t * (1 - a)) for c, t in over)
+    return _word((r, g, b))
 
 
 def labelled(count: int, low: float, high: float, pixels_per_cell: float, needed: float) -> range:
