@@ -55,8 +55,10 @@ def test_rows_sum_to_one_and_masks_hold(s):
         assert (r.weights[:, future] == 0).all()
         assert (r.leak == 0).all()
     if s.settings.mask == "causal-zero":
-        # Every row but the last has a future key with score 0, so weight exp(0 − m) > 0.
-        assert (r.leak[:, :-1] > 0).all()
+        # Every row but the last has a future key with score 0, so weight exp(0 − m) > 0,
+        # where float64 holds exp(−m) at all (its largest score m under about 745).
+        representable = r.masked.max(axis=-1)[:, :-1] < 700
+        assert (r.leak[:, :-1][representable] > 0).all()
     if s.settings.mask == "sliding-window":
         i, j = np.indices((s.n, s.n))
         outside = (j > i) | (j <= i - s.settings.window)
