@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     import numpy as np
 
     from attnviz.core.figures.figure import HeatmapSpec
-    from attnviz.core.maths.engine import Result
+    from attnviz.core.maths.forward import Result
     from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
@@ -296,7 +296,7 @@ def format_result(s: Scenario, r: Result) -> str:
 def head_fields(st: Settings) -> tuple[str, ...]:
     """The per-head matrices the text and JSON give: Q_rot and K_rot too when QK-norm or
     RoPE turn Q and K."""
-    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES
+    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES
 
     turned = st.qk_norm == "rms" or st.positional == "rope"
     return HEAD_MATRICES[:3] + (TURNED_MATRICES if turned else ()) + HEAD_MATRICES[3:]
@@ -334,7 +334,7 @@ def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
-    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.forward import compute
 
     s = load_source(args)
     r = compute(s)
@@ -421,8 +421,8 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, compute
     from attnviz.core.maths.explain import EXPLAINABLE, explain, format_text
+    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, compute
 
     s = load_source(args)
     r = compute(s)
@@ -457,7 +457,8 @@ def cmd_code(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.figures.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.io.files import atomic_write
-    from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, layer
+    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES
+    from attnviz.core.maths.streaming import layer
 
     if args.view not in VIEWS:
         raise UsageError(f"--view {args.view!r}: expected one of {', '.join(VIEWS)}")
@@ -510,7 +511,7 @@ def _finite(a: Any) -> Any:
 def cmd_tiles(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from attnviz.core.maths.engine import compute_head
+    from attnviz.core.maths.forward import compute_head
     from attnviz.core.maths.tiling import tiles
 
     s = load_source(args)
@@ -626,16 +627,10 @@ def default_import_name(source: str, layer: int, cells: int) -> str:
 
 def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
     """spec_for(compute(s), view, head) for a per-head view or X, computing that head only."""
-    from dataclasses import replace
-
     from attnviz.core.figures.figure import spec_for
-    from attnviz.core.maths.engine import one_head
+    from attnviz.core.maths.forward import one_head
 
-    spec = spec_for(one_head(s, head), view, 0)
-    prefix = "head 1 · "  # the Result's one head is the scenario's head `head`
-    if spec.title.startswith(prefix):
-        spec = replace(spec, title=f"head {head + 1} · {spec.title.removeprefix(prefix)}")
-    return spec
+    return spec_for(one_head(s, head), view, head)
 
 
 def one_line(text: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attnviz.assets import ICON_SVG, resource
 from attnviz.core.examples import examples
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 
 icon = resource(*ICON_SVG)
 assert icon.is_file() and "site-packages" in str(icon), icon

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from variant_reference import assert_matches_reference, random_scenario
 
 from attnviz.core.maths.changes import Changes, changes_between
-from attnviz.core.maths.engine import compute, update_with
+from attnviz.core.maths.forward import compute, update_with
 from attnviz.core.maths.scenario import insert_token, with_kv_heads
 
 # (name, head or None); heads 0–3 query 0–1 key/value (GQA 4 over 2), cross-attention

@@ -7,7 +7,7 @@ import pytest
 
 from attnviz.cli import default_import_name, main
 from attnviz.core.io.files import load_scenario
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 
 pytest.importorskip("transformers")
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from attnviz.core.io.codegen import FLAVORS, to_script
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import (
     MASKS,
     Scenario,

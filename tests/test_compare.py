@@ -5,7 +5,7 @@ import pytest
 import reference as ref
 
 from attnviz.core.maths.compare import compare_masks, head_contribution, probe
-from attnviz.core.maths.engine import compute, update
+from attnviz.core.maths.forward import compute, update
 from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import worked_example
 

@@ -15,7 +15,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from attnviz.core.maths.engine import Result, compute
+from attnviz.core.maths.forward import Result, RowStats, compute
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.presets import random_scenario, worked_example
 
@@ -119,7 +119,7 @@ def test_entropy_of_the_engines_own_scores_at_the_value_limit(name: str, seed: i
 
 
 def test_a_fully_masked_row_has_entropy_zero() -> None:
-    from attnviz.core.maths.engine import row_entropy, softmax_rows
+    from attnviz.core.maths.forward import row_entropy, softmax_rows
 
     S = np.array([[1e6, -np.inf], [-np.inf, -np.inf]])
     p, m, Z, empty = softmax_rows(S)
@@ -137,7 +137,12 @@ def shifted(r: Result, name: str, head: int, row: int, by: float) -> Result:
     else:
         a[row, 0] += by
     heads = list(r.heads)
-    heads[head] = heads[head].with_fields(**{name: a})
+    h = heads[head]
+    if name in ("leak", "row_sum", "entropy"):
+        stats = {field: getattr(h, field) for field in ("leak", "row_sum", "entropy")}
+        heads[head] = dataclasses.replace(h, rows=RowStats(**{**stats, name: a}))
+    else:
+        heads[head] = dataclasses.replace(h, **{name: a})
     return dataclasses.replace(r, heads=tuple(heads))
 
 

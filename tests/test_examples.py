@@ -18,7 +18,7 @@ from variant_reference import assert_matches_reference, reference
 from attnviz.core import examples as ex
 from attnviz.core.io.files import load_scenario, save_scenario
 from attnviz.core.lessons import STAGES
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.presets import make_preset
 

@@ -47,7 +47,7 @@ from attnviz.core.maths.scenario import (
     Scenario,
     Settings,
 )
-from attnviz.core.models.provenance import Provenance
+from attnviz.core.provenance import Provenance
 
 # The brief's worked example, typed in from ATTENTION_LAB.md ----------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import ScenarioError
 
 torch = pytest.importorskip("torch")

@@ -25,7 +25,7 @@ CORE_MODULES = {
     "attnviz.core.maths.kvcache",
     "attnviz.core.lessons",
     "attnviz.core.io.text",
-    "attnviz.core.maths.engine",
+    "attnviz.core.maths.forward",
     "attnviz.core.maths.explain",
     "attnviz.core.io.files",
     "attnviz.core.io.checks",
@@ -42,7 +42,7 @@ CORE_MODULES = {
     "attnviz.core.session",
     "attnviz.core.models.hf_layer",
     "attnviz.core.models.importer",
-    "attnviz.core.models.provenance",
+    "attnviz.core.provenance",
     "attnviz.core.models.sources",
     "attnviz.core.models.tokens",
     "attnviz.bench.cli",
@@ -160,7 +160,7 @@ for name in sorted(BLOCKED):
 """
         + IMPORT_ALL
         + """
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.presets import worked_example
 from attnviz.cli import main
 r = compute(worked_example())

@@ -35,7 +35,7 @@ from attnviz.core.io.files import (
     save_snapshot,
     scenario_to_dict,
 )
-from attnviz.core.maths.engine import compute, future_mask
+from attnviz.core.maths.forward import compute, future_mask
 from attnviz.core.maths.scenario import Scenario, ScenarioError, insert_token
 from attnviz.core.presets import make_preset, worked_example
 

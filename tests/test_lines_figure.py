@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from attnviz.core.figures.lines import THRESHOLD, Isolated, head_color, lines_svg
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import Scenario, Settings
 
 SVG = "{http://www.w3.org/2000/svg}"

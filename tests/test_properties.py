@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attnviz.core.maths.engine import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
+from attnviz.core.maths.forward import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
 from attnviz.core.maths.explain import explain
 from attnviz.core.maths.scenario import MASKS, Scenario, Settings, permute_tokens
 
@@ -131,7 +131,7 @@ def test_explanation_recomputes_the_cell(s, data):
 @settings(max_examples=100, deadline=None)
 @given(scenarios(), st.data())
 def test_incremental_update_matches_full_compute(s, data):
-    from attnviz.core.maths.engine import update
+    from attnviz.core.maths.forward import update
 
     prev = compute(s)
     rows, heads, w_o = set(), set(), False

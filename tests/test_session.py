@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import ScenarioError, resized
 from attnviz.core.presets import make_preset
 from attnviz.core.session import Change, LoadScenario, ReplaceScenario, Session, SetCells

@@ -12,7 +12,8 @@ import pytest
 from attnviz.core.figures.figure import mask_marks, spec_for
 from attnviz.core.io import files
 from attnviz.core.io.codegen import to_script
-from attnviz.core.maths.engine import compute, layer, one_head
+from attnviz.core.maths.forward import compute, one_head
+from attnviz.core.maths.streaming import layer
 from attnviz.core.maths.explain import explain
 from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import make_preset, random_scenario, worked_example
@@ -56,7 +57,7 @@ def test_every_head_matches_the_hand_computation(scenario):
 
 def test_one_head_and_the_layer_agree_with_the_full_compute(scenario):
     full = compute(scenario)
-    np.testing.assert_array_equal(one_head(scenario, 4).heads[0].weights, full.weights[4])
+    np.testing.assert_array_equal(one_head(scenario, 4).one.weights, full.weights[4])
     for block in (256, 5):
         lean = layer(scenario, block)
         np.testing.assert_allclose(lean.final, full.final, rtol=0, atol=1e-12)

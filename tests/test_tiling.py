@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from variant_reference import random_scenario
 
 from attnviz.cli import main
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.tiling import blocks_for_memory, tiles, traffic
 from attnviz.core.presets import make_preset, worked_example

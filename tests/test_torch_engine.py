@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnviz.core.maths.engine import compute  # noqa: E402
+from attnviz.core.maths.forward import compute  # noqa: E402
 from attnviz.core.maths.scenario import Settings  # noqa: E402
 from attnviz.core.maths.torch_engine import compute_torch, cross_check, resolve_device  # noqa: E402
 from attnviz.core.presets import random_scenario, worked_example  # noqa: E402

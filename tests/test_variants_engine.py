@@ -20,6 +20,7 @@ import pytest
 import reference as plain
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scenario_strategies import SHAPES, VARIANTS, make, scenarios
 from variant_reference import (
     FIELDS,
     assert_close,
@@ -48,101 +49,6 @@ RANDOM = settings(max_examples=80, deadline=None, suppress_health_check=[HealthC
 
 
 # Scenarios -----------------------------------------------------------------------------
-
-
-def make(
-    n: int = 4,
-    m: int | None = None,
-    d_model: int = 5,
-    H: int = 4,
-    G: int = 2,
-    d_k: int = 4,
-    seed: int = 0,
-    biases: bool = True,
-    norms: bool = True,
-    **settings_: Any,
-) -> Scenario:
-    """A random scenario; m keys of their own (cross-attention) when m is given."""
-    rng = np.random.default_rng(seed)
-
-    def r(*shape: int) -> np.ndarray:
-        return rng.normal(size=shape)
-
-    extra: dict[str, Any] = {}
-    if m is not None:
-        extra.update(kv_tokens=tuple(f"k{j}" for j in range(m)), X_kv=r(m, d_model))
-    if biases:
-        extra.update(b_Q=r(H, 1, d_k), b_K=r(G, 1, d_k), b_V=r(G, 1, d_k), b_O=r(1, d_model))
-    if norms:
-        extra.update(q_norm=1 + 0.3 * r(H, 1, d_k), k_norm=1 + 0.3 * r(G, 1, d_k))
-    return Scenario(
-        tokens=tuple(f"t{i}" for i in range(n)),
-        X=r(n, d_model),
-        W_Q=r(H, d_model, d_k),
-        W_K=r(G, d_model, d_k),
-        W_V=r(G, d_model, d_k),
-        W_O=r(H * d_k, d_model),
-        settings=Settings(**settings_),
-        **extra,
-    )
-
-
-VARIANTS: dict[str, dict[str, Any]] = {
-    "plain": {},
-    "no-scale": {"scale": False},
-    "scale_value": {"scale_value": 0.3},
-    "qk-norm": {"qk_norm": "rms"},
-    "qk-norm-eps": {"qk_norm": "rms", "qk_norm_eps": 0.5},
-    "rope-half": {"positional": "rope"},
-    "rope-interleaved": {"positional": "rope", "rope_style": "interleaved"},
-    "rope-partial": {"positional": "rope", "rope_dims": 2, "rope_base": 50.0},
-    "alibi": {"positional": "alibi"},
-    "alibi-own-slopes": {"positional": "alibi", "alibi_slopes": (0.5, -0.25, 1.0, 0.0)},
-    "sinusoidal": {"positional": "sinusoidal"},
-    "softcap": {"softcap": 0.7},
-    "sinks": {"sinks": (-1.0, 0.0, 2.0, 0.5)},
-    "no-mask": {"mask": "none"},
-    "causal-zero": {"mask": "causal-zero"},
-    "drop-after-softmax": {"mask": "drop-after-softmax"},
-    "window": {"mask": "sliding-window", "window": 2},
-    "bottom-right": {"causal_alignment": "bottom-right"},
-    "bottom-right-window": {
-        "mask": "sliding-window",
-        "window": 3,
-        "causal_alignment": "bottom-right",
-    },
-    "custom": {"mask": "custom"},
-    "ablated": {"ablated": (1, 3)},
-    "dropout": {"dropout": 0.3, "dropout_seed": 5},
-    "everything-rope": {
-        "positional": "rope",
-        "rope_style": "interleaved",
-        "rope_dims": 2,
-        "qk_norm": "rms",
-        "softcap": 1.5,
-        "sinks": (0.5, -2.0, 1.0, 0.0),
-        "scale_value": 0.8,
-        "mask": "sliding-window",
-        "window": 2,
-        "causal_alignment": "bottom-right",
-    },
-    "everything-alibi": {
-        "positional": "alibi",
-        "qk_norm": "rms",
-        "softcap": 2.0,
-        "sinks": (0.1, 0.2, -0.3, 3.0),
-        "mask": "custom",
-        "causal_alignment": "bottom-right",
-    },
-    "no-projections": {"projections": False, "positional": "rope", "qk_norm": "rms"},
-}
-SHAPES = {
-    "gqa": {"H": 4, "G": 2},
-    "mqa": {"H": 4, "G": 1},
-    "mha": {"H": 4, "G": 4},
-    "cross-more-keys": {"H": 4, "G": 2, "n": 3, "m": 6},
-    "cross-fewer-keys": {"H": 4, "G": 4, "n": 5, "m": 2},
-}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -402,61 +308,6 @@ def test_the_worked_example_with_neutral_extras_is_the_brief():
 
 
 # Random shapes and combinations --------------------------------------------------------
-
-
-@st.composite
-def scenarios(draw: st.DrawFn, dropout: bool = True, tokens: tuple[int, int] = (1, 5)) -> Scenario:
-    n = draw(st.integers(*tokens))
-    cross = draw(st.booleans())
-    m = draw(st.integers(*tokens)) if cross else n
-    d_model = draw(st.integers(1, 5))
-    H = draw(st.integers(1, 4))
-    G = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
-    d_k = draw(st.integers(1, 5))
-    seed = draw(st.integers(0, 2**32 - 1))
-    projections = draw(st.booleans() | st.just(True))
-    width = d_k if projections else d_model
-    positional = draw(st.sampled_from(("none", "sinusoidal", "rope", "alibi")))
-    mask = draw(st.sampled_from(MASKS))
-    per_head = st.lists(st.floats(-4, 4), min_size=H, max_size=H).map(tuple)
-    rope_dims = None
-    if projections and width >= 2:
-        rope_dims = draw(st.none() | st.integers(1, width // 2).map(lambda k: 2 * k))
-    config = {
-        "projections": projections,
-        "scale": draw(st.booleans()),
-        "scale_value": draw(st.none() | st.floats(0.05, 3.0)),
-        "mask": mask,
-        "window": draw(st.integers(1, 6)),
-        "causal_alignment": draw(st.sampled_from(("top-left", "bottom-right"))),
-        "positional": positional,
-        "rope_base": draw(st.sampled_from((10000.0, 10.0, 1.5))),
-        "rope_style": draw(st.sampled_from(("half", "interleaved"))),
-        "rope_dims": rope_dims,
-        "alibi_slopes": draw(st.none() | per_head),
-        "qk_norm": draw(st.sampled_from(("none", "rms"))),
-        "qk_norm_eps": draw(st.sampled_from((1e-6, 0.1, 1.0))),
-        "softcap": draw(st.none() | st.floats(0.1, 20.0)),
-        "sinks": draw(st.none() | per_head),
-        "ablated": tuple(sorted(draw(st.sets(st.integers(0, H - 1), max_size=H)))),
-        "dropout": draw(st.sampled_from((0.0, 0.25))) if dropout else 0.0,
-    }
-    s = make(
-        n=n,
-        m=m if cross else None,
-        d_model=d_model,
-        H=H,
-        G=G,
-        d_k=d_k,
-        seed=seed,
-        biases=draw(st.booleans()),
-        norms=draw(st.booleans()),
-        **config,
-    )
-    if mask == "custom":
-        rng = np.random.default_rng(seed + 1)
-        s = dataclasses.replace(s, mask_matrix=(rng.random((n, m)) < 0.6).astype(float))
-    return s
 
 
 @RANDOM

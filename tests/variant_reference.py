@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import reference as plain
 
-from attnviz.core.maths import engine
+from attnviz.core.maths import forward as engine
 from attnviz.core.maths.scenario import Scenario, Settings
 
 FIELDS = (

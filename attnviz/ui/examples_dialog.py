@@ -47,7 +47,7 @@ _THUMBNAILS: dict[str, QImage] = {}  # by example name, for the session
 def thumbnail_rgb(example: Example) -> np.ndarray:
     """(rows, cols, 3) uint8: the first head's weights, keys a mask hides in grey."""
     from attnviz.core.figures import colors
-    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.forward import compute
 
     head = compute(example.load()).heads[0]
     weights = np.where(np.isneginf(head.masked), np.nan, head.weights)

@@ -188,6 +188,9 @@ def export_error(path: Path, error: Exception) -> str:
     return f"{printable(path.name)}: {error}"
 
 
+Figure = HeatmapSpec | Callable[[], HeatmapSpec]  # a spec, or what makes it
+
+
 class ImageExport(QObject):
     """Writes heatmap images on a worker thread, in order, stopping at the first failure.
 
@@ -204,8 +207,9 @@ class ImageExport(QObject):
         self._queue = SerialQueue()
         self._cancelled = False
 
-    def start(self, jobs: Sequence[tuple[HeatmapSpec, Path, float]]) -> None:
-        """Queue (spec, path, scale) writes; PNG or SVG by each path's suffix."""
+    def start(self, jobs: Sequence[tuple[Figure, Path, float]]) -> None:
+        """Queue (figure, path, scale) writes; PNG or SVG by each path's suffix. A figure
+        is a spec, or a function that makes it (on the export thread)."""
         self._cancelled = False
         self._queue.submit(lambda: self._run(list(jobs)))
 
@@ -213,14 +217,14 @@ class ImageExport(QObject):
         """Write no further images (the one being written is finished)."""
         self._cancelled = True
 
-    def _run(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
+    def _run(self, jobs: list[tuple[Figure, Path, float]]) -> None:
         written: list[Path] = []
-        for spec, path, scale in jobs:
+        for figure, path, scale in jobs:
             if self._cancelled:
                 self.finished.emit(written, "cancelled")
                 return
             try:
-                write_image(spec, path, scale)
+                write_image(figure if isinstance(figure, HeatmapSpec) else figure(), path, scale)
             except (OSError, ValueError, MemoryError) as e:
                 self.finished.emit(written, export_error(path, e))
                 return

@@ -9,6 +9,7 @@ not be UTF-8: they are kept exactly and shown with "�" for such bytes.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,11 +22,11 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QMenu, QMessageBox, QWidget
 from attnviz.core.examples import Example
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
-from attnviz.core.maths.engine import HEAD_MATRICES
+from attnviz.core.maths.forward import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
 from attnviz.core.session import UNTITLED
-from attnviz.ui.export import ImageExport, ask_image_path
+from attnviz.ui.export import Figure, ImageExport, ask_image_path
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.workspace import Workspace
 
@@ -289,7 +290,7 @@ class FileController(QObject):
         if answer is not None:
             self.export_images([(spec, *answer)])
 
-    def export_images(self, jobs: list[tuple[HeatmapSpec, Path, float]]) -> None:
+    def export_images(self, jobs: list[tuple[Figure, Path, float]]) -> None:
         """Write (spec, path, scale) images on the export thread, progress in the status bar."""
         if self.exporting:
             self.show_message("An export is still running: wait for it, or press Esc to stop it")
@@ -328,9 +329,10 @@ class FileController(QObject):
         Returns the files it will write (the first failure stops it and is reported).
         """
         head = self.ws.view_state.head
-        jobs = [
+        layer = self.ws.compute.complete_getter()  # (of what the document holds now)
+        jobs: list[tuple[Figure, Path, float]] = [
             (
-                spec_for(self.ws.compute.result, name, head),
+                functools.partial(lambda name: spec_for(layer(), name, head), name),
                 folder / f"head{head + 1}-{name}{suffix}",
                 2.0,
             )

@@ -128,15 +128,11 @@ class HeatmapView(QWidget):
         before = self.spec
         reshaped = before is None or before.values.shape != spec.values.shape
         changed = None  # where the values differ from those drawn (compared once)
-        known = None  # the only lines where they may differ, when the spec says
         same = False
         seen = on_screen(self)
         if before is not None and not reshaped:
             if spec.values is before.values:
                 same = True
-            elif spec.since is not None and spec.since[0]() is before.values:
-                known = spec.since[1]  # (None: recoloured whole, nothing compared)
-                same = known is not None and not (len(known[0]) or len(known[1]))
             elif not seen:
                 pass  # (not compared: coloured whole if it is painted)
             elif spec.values.size <= WHOLE_UP_TO:
@@ -172,8 +168,8 @@ class HeatmapView(QWidget):
         # the colour scale stayed, only the rows and columns whose values changed.
         same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
         lines = None
-        if same_scale:
-            lines = known if changed is None else changed_lines(changed)
+        if same_scale and changed is not None:
+            lines = changed_lines(changed)
         if seen:
             self.image.colour(spec, *self._samples(), lines)
         else:

@@ -41,7 +41,7 @@ from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
 from attnviz.ui.file_controller import FileController, Targets
 from attnviz.ui.grid import MatrixGrid
-from attnviz.ui.heatmap import HeatmapView, on_screen
+from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.numbers_badge import NumbersBadge
 from attnviz.ui.panels.common import ScreenPanel, int_spin, set_quietly
@@ -148,7 +148,6 @@ class MainWindow(QMainWindow):
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
         self.pipeline.cellClicked.connect(self._cell_clicked)
-        self.compute.previews = self._previews
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
         self.badge = NumbersBadge(self.ws)
@@ -303,12 +302,6 @@ class MainWindow(QMainWindow):
             for screen in [panel, *panel.findChildren(ScreenPanel)]:
                 if isinstance(screen, ScreenPanel):
                     screen.shown_again()
-
-    def _previews(self) -> bool:
-        """Whether a view of the shown head alone is on screen (the Pipeline, the Masks
-        dock): then an edit's preview of that head is worth making first."""
-        masks = self._panels.get("Masks")
-        return on_screen(self.pipeline) or (masks is not None and on_screen(masks))
 
     def panel(self, title: str) -> QWidget:
         """The panel in a dock, built on first use for the docks that start hidden."""
@@ -651,7 +644,8 @@ class MainWindow(QMainWindow):
         if view is None or not isValid(view) or view.spec is None:
             view = self.pipeline.views["weights"]
         if view in self.pipeline.views.values():
-            return view.name, spec_for(self.compute.result, view.name, self.view_state.head)
+            layer = self.compute.complete_result()  # (of what the document holds now)
+            return view.name, spec_for(layer, view.name, self.view_state.head)
         assert view.spec is not None
         return view.name, view.spec
 

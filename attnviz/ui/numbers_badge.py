@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QToolButton, QWidget
 
-from attnviz.core.maths.engine import Result
+from attnviz.core.maths.forward import Result
 from attnviz.core.maths.scenario import Scenario
-from attnviz.ui.background import Background
 from attnviz.ui.workspace import Workspace
 
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
@@ -18,16 +17,20 @@ ABOUT = (
 )
 
 
+CHECK = "numbers-check"
+
+
 class NumbersBadge(QToolButton):
     """Click once to start checking (this loads torch); then it follows every result."""
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = ws.doc
+        self.doc, self.compute = ws.doc, ws.compute
         self.active = False
-        self.worker = Background(self)
-        self.worker.done.connect(self._show)
-        self.worker.failed.connect(lambda text: self._paint(f"check failed: {text}", RED))
+        ws.compute.answered.connect(lambda name, c: self._show(c) if name == CHECK else None)
+        ws.compute.queryFailed.connect(
+            lambda name, text: self._paint(f"check failed: {text}", RED) if name == CHECK else None
+        )
         self.clicked.connect(self.start)
         self.setToolTip(ABOUT)
         self._paint("Numbers check: click to run (loads torch)", GREY)
@@ -38,12 +41,12 @@ class NumbersBadge(QToolButton):
         self._paint("checking…", GREY)
         self._check()
 
-    def _on_result(self, result: Result) -> None:
-        if self.active and result.complete:
+    def _on_result(self, _: Result) -> None:
+        if self.active:
             self._check()
 
     def _check(self) -> None:
-        self.worker.run(check, self.doc.scenario)
+        self.compute.ask(CHECK, lambda r: check(r.scenario), needs_layer=True)
 
     def _show(self, c: object) -> None:
         from attnviz.core.maths.torch_engine import CrossCheck

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import Scenario, with_kv_heads
 from attnviz.core.presets import random_scenario
 

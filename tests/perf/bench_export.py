@@ -60,7 +60,7 @@ def main() -> None:
         return
 
     from attnviz.core.figures.figure import VIEWS, spec_for
-    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.forward import compute
     from attnviz.core.presets import make_preset
 
     s = make_preset("gpt2-small", args.n, 0)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.io.files import load_scenario, save_scenario
-from attnviz.core.maths.engine import compute, update
+from attnviz.core.maths.forward import compute, update
 from attnviz.core.maths.scenario import Scenario, Settings, check_values
 
 N, D_MODEL, HEADS, KV_HEADS, D_K = 16, 4096, 32, 8, 128

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QCoreApplication
 
 import attnviz.ui.compute as compute_module
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.presets import make_preset
 from attnviz.core.session import SetCells
 from attnviz.ui.compute import computes_at_once

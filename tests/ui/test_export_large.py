@@ -25,7 +25,7 @@ from attnviz.core.figures.figure import (
     svg_size,
     to_svg,
 )
-from attnviz.core.maths.engine import HEAD_MATRICES, compute, future_mask
+from attnviz.core.maths.forward import HEAD_MATRICES, compute, future_mask
 from attnviz.ui.export import ImageExport, write_image
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -10,7 +10,7 @@ import reference as ref
 from waiting import look_at_pipeline, settle
 
 from attnviz.core.lessons import STAGES
-from attnviz.core.maths.engine import softmax_rows
+from attnviz.core.maths.forward import softmax_rows
 from attnviz.core.maths.experiments import scaling_variance
 from attnviz.core.presets import make_preset
 from attnviz.core.session import SetCells

@@ -155,9 +155,9 @@ def test_a_failed_or_cancelled_import_changes_nothing(
 
 
 def test_vs_model_says_when_the_output_can_no_longer_be_compared(make_window, qtbot, bert_folder):
-    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.forward import compute
     from attnviz.core.maths.scenario import resized
-    from attnviz.core.models.provenance import vs_model
+    from attnviz.core.provenance import vs_model
     from attnviz.ui.panels.model import verdict
 
     window = make_window()

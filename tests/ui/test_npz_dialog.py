@@ -18,7 +18,7 @@ import pytest
 import reference
 from PySide6.QtWidgets import QFileDialog
 
-from attnviz.core.models.provenance import Provenance
+from attnviz.core.provenance import Provenance
 from attnviz.core.session import SetCells
 from attnviz.ui.file_controller import JSON_FILTER, NPZ_FILTER
 

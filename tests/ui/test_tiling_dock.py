@@ -11,7 +11,7 @@ import reference as ref
 from PySide6.QtCore import Qt
 from waiting import settle
 
-from attnviz.core.maths.engine import compute
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.tiling import tiles
 from attnviz.core.presets import make_preset, small_model
 from attnviz.core.session import SetCells

@@ -31,7 +31,7 @@ from variant_reference import paper_slopes
 from waiting import look_at_pipeline
 
 import attnviz.ui.compute as compute_module
-from attnviz.core.maths.engine import HEAD_MATRICES, compute
+from attnviz.core.maths.forward import HEAD_MATRICES, compute
 from attnviz.core.presets import make_preset, worked_example
 from attnviz.core.session import SetCells
 

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 import attnviz.ui.compute as compute_module
 import attnviz.ui.main_window as main_window
-from attnviz.core.maths.engine import HEAD_MATRICES, compute
+from attnviz.core.maths.forward import HEAD_MATRICES, compute
 from attnviz.core.session import SetCells
 from attnviz.ui.compute import SYNC_SCORE_CELLS
 

@@ -16,8 +16,6 @@ import base64
 import functools
 import math
 import struct
-import threading
-import weakref
 import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass
@@ -27,14 +25,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.figures import colors
-from attnviz.core.maths.engine import (
-    HEAD_MATRICES,
-    TURNED_MATRICES,
-    Lines,
-    Result,
-    future_mask,
-    unchanged_outside,
-)
+from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed, future_mask
 from attnviz.core.maths.scenario import MINUS_INF_MASKS
 
 VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES, "X", "concat", "final")
@@ -77,9 +68,6 @@ class HeatmapSpec:
     caption: str = ""  # the title without the head, for a view that names the head elsewhere
     masked: np.ndarray | None = None  # bool: cells the mask strategy set (hatched)
     leaked: np.ndarray | None = None  # bool: weight that reached a future key (outlined)
-    # (a weak reference to an earlier array, (rows, columns)): values equal that array
-    # but in those lines (None: any cell may differ), when known (engine.unchanged_outside)
-    since: tuple[weakref.ref[np.ndarray], Lines | None] | None = None
     finite: bool = False  # every value but the masked ones is known finite (not looked at)
 
     def looks_like(self, other: HeatmapSpec) -> bool:
@@ -148,8 +136,9 @@ def feature_labels(count: int) -> tuple[str, ...]:
     return tuple(str(j + 1) for j in range(count))
 
 
-def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
-    """The heatmap of one intermediate; head is 0-based for per-head views."""
+def spec_for(result: Computed, view: str, head: int | None = None) -> HeatmapSpec:
+    """The heatmap of one intermediate; head is 0-based for per-head views (a HeadResult
+    holds one head alone; a Result every head and the mix)."""
     if view not in VIEWS:
         raise KeyError(f"view {view!r}: expected one of {', '.join(VIEWS)}")
     per_head = view in HEAD_MATRICES or view in TURNED_MATRICES
@@ -170,7 +159,7 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
     coloured = result.matrix("scaled", head) if view == "masked" else values
     extent = None
     if kind != "sequential":
-        extent = _extent_of(result, "scaled" if view == "masked" else view, head, coloured)
+        extent = colors.extent(coloured)
     levels = colors.levels(coloured, kind, extent)
     finite = _finite(result, view, head, extent)
     # Under a −∞ mask (or drop-after-softmax) this engine gives the hidden keys a weight
@@ -179,13 +168,12 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         finite
         and per_head
         and head is not None
-        and result.heads[head].rule is not None
+        and result.head(head).rule is not None
         and result.settings.mask in (*MINUS_INF_MASKS, "drop-after-softmax")
     )
     masked, leaked = mask_marks(
         result.settings.mask, view, values, hidden=result.future, zeroed=zeroed
     )
-    since = unchanged_outside(result.heads[head], view) if per_head and head is not None else None
     return HeatmapSpec(
         title,
         values,
@@ -198,73 +186,25 @@ def spec_for(result: Result, view: str, head: int | None = None) -> HeatmapSpec:
         caption,
         masked,
         leaked,
-        since,
         finite,
     )
 
 
-EXTENTS_KEPT = 32
-_extents: dict[int, tuple[weakref.ref[np.ndarray], tuple[float, float]]] = {}
-_extents_lock = threading.Lock()
-
-
-def _known_extent(values: np.ndarray) -> tuple[float, float] | None:
-    """The extent remembered for this very (read-only) array, if it is."""
-    if values.flags.writeable:
-        return None
-    with _extents_lock:
-        known = _extents.get(id(values))
-    return known[1] if known is not None and known[0]() is values else None
-
-
-def _remember(values: np.ndarray, extent: tuple[float, float]) -> tuple[float, float]:
-    if not values.flags.writeable:
-        with _extents_lock:
-            if len(_extents) >= EXTENTS_KEPT:
-                del _extents[next(iter(_extents))]
-            _extents[id(values)] = (weakref.ref(values), extent)
-    return extent
-
-
-def _extent(values: np.ndarray) -> tuple[float, float]:
-    """colors.extent (two passes over n × m numbers), remembered for recent read-only
-    arrays: the masked view takes the scaled view's, an unchanged view its own."""
-    return _known_extent(values) or _remember(values, colors.extent(values))
-
-
-def _extent_of(
-    result: Result, view: str, head: int | None, values: np.ndarray
-) -> tuple[float, float]:
-    """_extent of a view's values; the scaled scores' from the raw scores' when scaling
-    keeps their order (Rule.scaled_extent)."""
-    if view == "scaled" and head is not None and _known_extent(values) is None:
-        h = result.heads[head]
-        scores = h.made("scores")
-        if h.rule is not None and scores is not None:
-            scaled = h.rule.scaled_extent(*_extent(scores), h.index)
-            if scaled is not None:
-                return _remember(values, scaled)
-    return _extent(values)
-
-
 def _finite(
-    result: Result, view: str, head: int | None, extent: tuple[float, float] | None
+    result: Computed, view: str, head: int | None, extent: tuple[float, float] | None
 ) -> bool:
     """Whether every value of the view but the masked ones is known finite without
     looking at each: from its extent (the masked scores: the scaled scores'); the
-    weights of this engine's heads from the softmax's row offsets (m, the row maximum or
-    more: finite only when no score the row's softmax saw was +∞ or NaN, and then every
-    weight is finite); of others from the scaled scores' extent, when a view found it."""
+    weights of this engine's heads from the softmax's row offsets (m, the row maximum:
+    finite only when no score the row's softmax saw was +∞ or NaN, and then every
+    weight is finite)."""
     if view == "weights" and head is not None:
-        h = result.heads[head]
-        if h.rule is not None:
-            return bool(np.isfinite(h.m).all())
-        scaled = h.made("scaled")
-        extent = None if scaled is None else _known_extent(scaled)
+        h = result.head(head)
+        return h.rule is not None and bool(np.isfinite(h.m).all())
     return extent is not None and math.isfinite(extent[0]) and math.isfinite(extent[1])
 
 
-def _title(result: Result, view: str) -> str:
+def _title(result: Computed, view: str) -> str:
     """The view's title, saying what the scenario adds: biases, X_kv, b_O."""
     source = "X_kv" if result.X_kv is not None else "X"
     if view in ("Q", "K", "V"):
@@ -283,7 +223,7 @@ def _title(result: Result, view: str) -> str:
     return TITLES[view]
 
 
-def variant_terms(result: Result) -> list[tuple[str, str]]:
+def variant_terms(result: Computed) -> list[tuple[str, str]]:
     """What the scenario adds to the 2017 layer, short and long: biases, QK-norm, RoPE,
     ALiBi, soft-cap, sinks, an alignment (one pair per term in use)."""
     st = result.settings

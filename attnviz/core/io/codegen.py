@@ -4,7 +4,7 @@
 that needs only NumPy (or PyTorch, plus NumPy for the seeded dropout draw) and never
 imports attnviz. It embeds the scenario's tokens, matrices (``repr`` of every float, so
 they round-trip bit for bit) and settings as plain constants, then computes attention the
-way ``attnviz.core.maths.engine.compute`` does, in float64, with the brief's symbols
+way ``attnviz.core.maths.forward.compute`` does, in float64, with the brief's symbols
 (``Q``, ``K``, ``V``, ``S``). A learner can change any number or setting and run it again.
 
 What current models add (shared key/value heads, biases, cross-attention, QK-norm, RoPE,
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import __version__
+from attnviz.core.maths.head_stack import HeadStack
 from attnviz.core.maths.scenario import MASKS, MINUS_INF_MASKS, Scenario
 from attnviz.core.maths.tiling import check_supported
 from attnviz.core.maths.variants import visible
@@ -567,7 +568,7 @@ def _matrix(a: np.ndarray, indent: str = "    ") -> str:
     return f"[\n{rows}\n]"
 
 
-def _per_head(a: np.ndarray) -> str:
+def _per_head(a: HeadStack) -> str:
     """A (heads, rows, cols) stack as a nested list literal, one commented block per head."""
     blocks = []
     for h, m in enumerate(a):

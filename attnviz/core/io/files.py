@@ -76,7 +76,7 @@ from attnviz.core.io.scenario_document import (
 )
 from attnviz.core.io.text import parse_table
 from attnviz.core.maths.scenario import MATRIX_NAMES, Scenario
-from attnviz.core.models.provenance import Provenance
+from attnviz.core.provenance import Provenance
 
 __all__ = [
     "FORMAT",

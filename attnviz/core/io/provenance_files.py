@@ -25,7 +25,7 @@ from attnviz.core.io.checks import (
     shape_text,
 )
 from attnviz.core.maths.scenario import LIMITS
-from attnviz.core.models.provenance import Provenance, ProvenanceError
+from attnviz.core.provenance import Provenance, ProvenanceError
 
 PROVENANCE_KEYS = (
     "source",

@@ -1,86 +1,112 @@
-"""What differs between two scenarios, in the terms of the engine's incremental update.
+"""What differs between two scenarios, in the terms of what a computation of one can
+reuse for the other (attnviz.core.maths.reuse).
 
-The compute service gathers ``Changes`` from the document's edits as they come;
-``changes_between`` finds them by comparing two scenarios (unchanged matrices are the
-very same arrays, so mostly by identity), for a result of one to be updated to the other.
+Unchanged matrices are usually the very same arrays (an edit shares what it did not
+touch), so most comparisons end at identity; the others compare values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnviz.core.maths.scenario import HEAD_NAMES, MATRIX_NAMES, Q_HEAD_NAMES, Scenario
+from attnviz.core.maths.scenario import HEAD_NAMES, MATRIX_NAMES, Q_HEAD_NAMES, Scenario, Settings
+from attnviz.core.maths.variants import query_offset
 
 VALUE_NAMES = ("W_V", "b_V")  # of a key/value head's matrices, those only its V reads
 
 
 @dataclass
 class Changes:
-    """What changed in a scenario since a result was computed from it."""
+    """What changed from one scenario to another. ``reshaped``: nothing computed for the
+    one fits the other (a size, the projections switched, cross-attention switched)."""
 
-    x_rows: set[int] = field(default_factory=set)
-    heads: set[int] = field(default_factory=set)  # query heads' W_Q, b_Q, q_norm
-    kv_heads: set[int] = field(default_factory=set)  # key/value heads' W_K, b_K, k_norm
-    v_heads: set[int] = field(default_factory=set)  # key/value heads' W_V, b_V
+    reshaped: bool = False
+    x_rows: set[int] = field(default_factory=set)  # rows of X
     kv_rows: set[int] = field(default_factory=set)  # rows of X_kv
-    w_o: bool = False  # W_O or b_O
-    full: bool = False  # anything else: tokens, sizes, settings, the custom mask
+    q_heads: set[int] = field(default_factory=set)  # query heads' W_Q, b_Q, q_norm
+    k_heads: set[int] = field(default_factory=set)  # key/value heads' W_K, b_K, k_norm
+    v_heads: set[int] = field(default_factory=set)  # key/value heads' W_V, b_V
+    projections: bool = False  # a setting the projections depend on (positions, QK-norm)
+    attention: bool = False  # a setting a head's attention depends on, or the custom mask
+    mix: bool = False  # W_O, b_O or the heads switched off
 
-    def note(self, name: str, head: int | None, rows: Iterable[int] = ()) -> None:
+    def note(self, name: str, head: int | None, rows: set[int]) -> None:
         """An edit of the given rows of matrix ``name`` (of one head, for a head's)."""
         if name == "X":
-            self.x_rows.update(rows)
+            self.x_rows |= rows
         elif name == "X_kv":
-            self.kv_rows.update(rows)
+            self.kv_rows |= rows
         elif name in Q_HEAD_NAMES and head is not None:
-            self.heads.add(head)
+            self.q_heads.add(head)
         elif name in VALUE_NAMES and head is not None:
             self.v_heads.add(head)
         elif name in HEAD_NAMES and head is not None:
-            self.kv_heads.add(head)
+            self.k_heads.add(head)
         elif name in ("W_O", "b_O"):
-            self.w_o = True
+            self.mix = True
         else:  # the custom mask
-            self.full = True
+            self.attention = True
+
+    @property
+    def none(self) -> bool:
+        return self == Changes()
+
+
+def projection_settings(s: Scenario) -> tuple[object, ...]:
+    """The settings Q, K and V as the scores see them depend on: positions (sinusoidal,
+    RoPE and where the queries sit among the keys) and QK-norm."""
+    st = s.settings
+    return (
+        st.positional,
+        st.rope_base,
+        st.rope_style,
+        st.rope_dims,
+        st.qk_norm,
+        st.qk_norm_eps,
+        query_offset(s.n, s.m, st.causal_alignment),
+    )
+
+
+def attention_settings(st: Settings) -> Settings:
+    """The settings a head's attention depends on, given its projections: all but which
+    heads the mix leaves out."""
+    return st.replace(ablated=())
 
 
 def changes_between(old: Scenario, new: Scenario) -> Changes:
-    """What differs in new from old; ``full`` unless only cells of their matrices do."""
+    """What differs in new from old (token labels aside: they change no number)."""
     changes = Changes()
-    changes.full = (
-        old.tokens != new.tokens
-        or old.kv_tokens != new.kv_tokens
-        or old.settings != new.settings
+    changes.reshaped = (
+        old.settings.projections != new.settings.projections
+        or old.cross != new.cross
         or any(old.shape_of(name) != new.shape_of(name) for name in MATRIX_NAMES)
-        or not same(old.mask_matrix, new.mask_matrix)
     )
-    if changes.full:
+    if changes.reshaped:
         return changes
+    changes.projections = projection_settings(old) != projection_settings(new)
+    changes.attention = attention_settings(old.settings) != attention_settings(
+        new.settings
+    ) or not same(old.mask_matrix, new.mask_matrix)
+    changes.mix = (
+        old.settings.ablated != new.settings.ablated
+        or not same(old.W_O, new.W_O)
+        or not same(old.b_O, new.b_O)
+    )
     for name in ("X", "X_kv"):
         a, b = getattr(old, name), getattr(new, name)
         if not same(a, b):
-            changes.note(name, None, np.flatnonzero((a != b).any(axis=1)).tolist())
+            changes.note(name, None, set(np.flatnonzero((a != b).any(axis=1)).tolist()))
     for name in HEAD_NAMES:
-        if old.array_id(name) != new.array_id(name):
-            for head in range(new.shape_of(name)[0]):  # type: ignore[index]
-                if not same(old.matrix(name, head), new.matrix(name, head)):
-                    changes.note(name, head)
-    if not (same(old.W_O, new.W_O) and same(old.b_O, new.b_O)):
-        changes.note("W_O", None)
+        for head in range(len(getattr(new, name))):
+            if not same(old.matrix(name, head), new.matrix(name, head)):
+                changes.note(name, head, set())
     return changes
 
 
 def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    """Equal: the same (read-only) array or memory, else compared."""
+    """Equal: the very same (read-only) array, else compared."""
     if a is None or b is None:
         return a is b
-    if a is b or (
-        a.shape == b.shape
-        and a.strides == b.strides
-        and a.__array_interface__["data"] == b.__array_interface__["data"]
-    ):
-        return True  # (a head of a stack, seen through two views of it)
-    return bool(np.array_equal(a, b))
+    return a is b or bool(np.array_equal(a, b))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.engine import (
+from attnviz.core.maths.forward import (
     HEAD_MATRICES,
     LAYER_MATRICES,
     TURNED_MATRICES,

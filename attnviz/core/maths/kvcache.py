@@ -19,7 +19,7 @@ from types import MappingProxyType
 import numpy as np
 
 from attnviz.core.maths.cost import BYTES_PER
-from attnviz.core.maths.engine import Result, compute, kept_columns, rope_width, sinusoidal
+from attnviz.core.maths.forward import Result, compute, kept_columns, rope_width, sinusoidal
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.variants import alibi_slopes, rms_norm, rope, softcap, softmax_with_sink
 
@@ -74,7 +74,9 @@ class KVCache:
     Stepping past the last token raises ``EndOfSequence``.
     """
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, reference: Result | None = None) -> None:
+        """``reference``: compute() of the scenario under the causal mask without dropout,
+        if made already."""
         st = scenario.settings
         if scenario.cross:
             raise ScenarioError(
@@ -83,7 +85,9 @@ class KVCache:
             )
         self.scenario = scenario
         # What every step must reproduce, row by row.
-        self.reference: Result = compute(scenario.with_settings(mask="causal", dropout=0.0))
+        if reference is None:
+            reference = compute(scenario.with_settings(mask="causal", dropout=0.0))
+        self.reference = reference
         X = scenario.X
         if st.positional == "sinusoidal":
             X = X + sinusoidal(scenario.n, scenario.d_model)

@@ -17,15 +17,15 @@ import dataclasses
 import functools
 import math
 import re
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from attnviz.core.maths.head_stack import HeadStack
 from attnviz.core.maths.variants import alibi_slopes, visible
-from attnviz.core.models.provenance import Provenance
+from attnviz.core.provenance import Provenance
 
 MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window", "custom")
 MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −∞: weight 0
@@ -193,9 +193,6 @@ def _positive(name: str, value: object, above: float, most: float = 1e9) -> None
         )
 
 
-_STACKING = threading.Lock()  # one thread stacks an edited stack, the others wait for it
-
-
 def _frozen(array: np.ndarray) -> np.ndarray:
     """A read-only float64 array (no copy when it already is one)."""
     if array.dtype != np.float64 or array.flags.writeable:
@@ -225,79 +222,107 @@ def check_values(
     raise ScenarioError(f"{where}[{cell}]: {value!r} {problem}")
 
 
+def _head_checker(name: str) -> Callable[[int, np.ndarray], None]:
+    """Checks the numbers of one head of per-head matrix ``name``."""
+
+    def check(head: int, values: np.ndarray) -> None:
+        check_values(matrix_label(name, head), values)
+
+    return check
+
+
+def _unchecked(head: int, values: np.ndarray) -> None:
+    """(Neutral numbers, 0 and 1: nothing to check.)"""
+
+
+def head_stack(name: str, values: HeadStack | np.ndarray) -> HeadStack:
+    """Per-head numbers as a checked HeadStack (a stack already checked as it is)."""
+    if isinstance(values, HeadStack):
+        if values.checked:
+            return values
+        values = values.array()
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 3:
+        raise ScenarioError(f"{name}: expected (heads, rows, d_k), got {array.ndim}-D")
+    return HeadStack.of(array, _head_checker(name))
+
+
 @dataclass(frozen=True, eq=False)
 class Scenario:
     """Tokens, X, the heads' projections, W_O, the optional parts of current models, and
     settings.
 
-    Per-head matrices are stacked on axis 0: ``W_Q`` (H, d_model, d_k) with ``b_Q`` and
-    ``q_norm`` (H, 1, d_k) for the H query heads; ``W_K``, ``W_V`` (G, d_model, d_k) with
-    ``b_K``, ``b_V``, ``k_norm`` (G, 1, d_k) for the G key/value heads (G divides H; query
-    head h reads key/value head ⌊h·G/H⌋). ``b_O`` is (1, d_model). ``X_kv`` (m × d_model)
-    with ``kv_tokens`` makes it cross-attention; without it the keys are the tokens of X.
-    ``mask_matrix`` (n × m, 1 = may attend) is kept only for the custom mask. Optional
-    arrays left as None get their neutral value.
+    Per-head matrices are HeadStacks (heads on axis 0): ``W_Q`` (H, d_model, d_k) with
+    ``b_Q`` and ``q_norm`` (H, 1, d_k) for the H query heads; ``W_K``, ``W_V`` (G, d_model,
+    d_k) with ``b_K``, ``b_V``, ``k_norm`` (G, 1, d_k) for the G key/value heads (G divides
+    H; query head h reads key/value head ⌊h·G/H⌋). ``b_O`` is (1, d_model). ``X_kv`` (m ×
+    d_model) with ``kv_tokens`` makes it cross-attention; without it the keys are the
+    tokens of X. ``mask_matrix`` (n × m, 1 = may attend) is kept only for the custom mask.
+    Optional matrices left as None get their neutral value.
 
-    An edit of a cell of W_Q, W_K or W_V copies that head alone (a Llama-3-8B layer's W_Q
-    is 134 MB): the new scenario holds the stack's heads, the same arrays as before but
-    the edited one, and stacks them the first time the whole stack is asked for (a full
-    compute, a save). ``matrix``, ``stacked`` for some heads, ``shares_head`` and the
-    sizes never stack; the engine's updates use only those.
+    Every scenario is valid: the shapes, labels and sizes are checked when it is made, and
+    every number when it enters (a matrix given as an array; a stack's heads when the
+    stack is made, see HeadStack). An edit returns a new scenario that shares every
+    matrix it did not touch; an edit of one head of a stack copies that head alone.
     """
 
     tokens: tuple[str, ...]
     X: np.ndarray
-    W_Q: np.ndarray
-    W_K: np.ndarray
-    W_V: np.ndarray
+    W_Q: HeadStack
+    W_K: HeadStack
+    W_V: HeadStack
     W_O: np.ndarray
     settings: Settings = field(default_factory=Settings)
-    b_Q: np.ndarray = None  # type: ignore[assignment]
-    b_K: np.ndarray = None  # type: ignore[assignment]
-    b_V: np.ndarray = None  # type: ignore[assignment]
+    b_Q: HeadStack = None  # type: ignore[assignment]
+    b_K: HeadStack = None  # type: ignore[assignment]
+    b_V: HeadStack = None  # type: ignore[assignment]
     b_O: np.ndarray = None  # type: ignore[assignment]
-    q_norm: np.ndarray = None  # type: ignore[assignment]
-    k_norm: np.ndarray = None  # type: ignore[assignment]
+    q_norm: HeadStack = None  # type: ignore[assignment]
+    k_norm: HeadStack = None  # type: ignore[assignment]
     kv_tokens: tuple[str, ...] | None = None
     X_kv: np.ndarray | None = None
     mask_matrix: np.ndarray | None = None
     provenance: Provenance | None = None  # set when imported from a model; kept by edits
 
     def __post_init__(self) -> None:
-        for name in ("X", *WEIGHT_NAMES, "W_O"):
-            object.__setattr__(self, name, _frozen(np.asarray(getattr(self, name))))
-        object.__setattr__(self, "tokens", tuple(self.tokens))
-        W_Q, W_K = self.W_Q, self.W_K
-        if W_Q.ndim == 3 and W_K.ndim == 3:
-            neutral = {
-                "b_Q": (W_Q.shape[0], 0.0),
-                "q_norm": (W_Q.shape[0], 1.0),
-                "b_K": (W_K.shape[0], 0.0),
-                "b_V": (W_K.shape[0], 0.0),
-                "k_norm": (W_K.shape[0], 1.0),
-            }
-            for name, (count, value) in neutral.items():
-                if getattr(self, name) is None:
-                    array = np.full((count, 1, W_Q.shape[2]), value)
-                    object.__setattr__(self, name, array)
-        if self.b_O is None and self.X.ndim == 2:
-            object.__setattr__(self, "b_O", np.zeros((1, self.X.shape[1])))
+        # The fields as given are normalised once, here: tuples, read-only float64 arrays,
+        # stacks, and the neutral value of each optional matrix left out.
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("tokens", tuple(self.tokens))
         if self.kv_tokens is not None:
-            object.__setattr__(self, "kv_tokens", tuple(self.kv_tokens))
-        if self.settings.mask == "custom" and self.mask_matrix is None and self.X.ndim == 2:
-            m = self.X.shape[0] if self.X_kv is None else np.shape(self.X_kv)[0]
-            causal = causal_start(self.X.shape[0], m, self.settings.causal_alignment)
-            object.__setattr__(self, "mask_matrix", causal)
-        for name in MATRIX_NAMES:
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, _frozen(np.asarray(value)))
+            set_field("kv_tokens", tuple(self.kv_tokens))
+        for name in ("X", "W_O"):
+            set_field(name, _frozen(np.asarray(getattr(self, name))))
+        for name in WEIGHT_NAMES:
+            set_field(name, head_stack(name, getattr(self, name)))
+        self._check_shape()
+        for name, value in self._neutral().items():
+            if getattr(self, name) is None:
+                set_field(name, value)
+            elif name in HEAD_NAMES:
+                set_field(name, head_stack(name, getattr(self, name)))
+        if self.settings.mask == "custom" and self.mask_matrix is None:
+            set_field("mask_matrix", causal_start(self.n, self.m, self.settings.causal_alignment))
+        for name in ("b_O", "X_kv", "mask_matrix"):
+            if getattr(self, name) is not None:
+                set_field(name, _frozen(np.asarray(getattr(self, name))))
         self._check()
 
-    def _check(self) -> None:
+    def _neutral(self) -> dict[str, Any]:
+        """The neutral value of each optional matrix (zero biases, norm weights of one)."""
+        h, g, d_k = len(self.W_Q), len(self.W_K), self.W_Q.shape[2]
+        return {
+            "b_Q": HeadStack.of(np.zeros((h, 1, d_k)), _unchecked),
+            "q_norm": HeadStack.of(np.ones((h, 1, d_k)), _unchecked),
+            "b_K": HeadStack.of(np.zeros((g, 1, d_k)), _unchecked),
+            "b_V": HeadStack.of(np.zeros((g, 1, d_k)), _unchecked),
+            "k_norm": HeadStack.of(np.ones((g, 1, d_k)), _unchecked),
+            "b_O": np.zeros((1, self.X.shape[1])),
+        }
+
+    def _check_shape(self) -> None:
+        """X, the heads and their widths: what the neutral matrices are made from."""
         lim = LIMITS
-        if self.provenance is not None and not isinstance(self.provenance, Provenance):
-            raise ScenarioError("provenance: expected a Provenance object")
         if self.X.ndim != 2:
             raise ScenarioError(f"X: expected a 2-D matrix, got {self.X.ndim}-D")
         n, d_model = self.X.shape
@@ -305,70 +330,83 @@ class Scenario:
             raise ScenarioError(f"X: {n} tokens; expected 1 to {lim.tokens}")
         if not 1 <= d_model <= lim.d_model:
             raise ScenarioError(f"X: d_model {d_model}; expected 1 to {lim.d_model}")
-        _check_labels("tokens", self.tokens, n)
-        if (self.X_kv is None) != (self.kv_tokens is None):
-            raise ScenarioError("X_kv: cross-attention needs both kv_tokens and X_kv")
-        m = n
-        if self.X_kv is not None:
-            if self.X_kv.ndim != 2 or self.X_kv.shape[1] != d_model:
-                raise ScenarioError(
-                    f"X_kv: expected rows of d_model {d_model}, got {_dims(self.X_kv.shape)}"
-                )
-            m = self.X_kv.shape[0]
-            if not 1 <= m <= lim.tokens:
-                raise ScenarioError(f"X_kv: {m} tokens; expected 1 to {lim.tokens}")
-            _check_labels("kv_tokens", self.kv_tokens, m)
-        if self.W_Q.ndim != 3:
-            raise ScenarioError(f"W_Q: expected (heads, d_model, d_k), got {self.W_Q.ndim}-D")
         h, _, d_k = self.W_Q.shape
         if not 1 <= h <= lim.heads:
             raise ScenarioError(f"heads: {h}; expected 1 to {lim.heads}")
         if not 1 <= d_k <= lim.d_k:
             raise ScenarioError(f"d_k: {d_k}; expected 1 to {lim.d_k}")
-        g = self.W_K.shape[0] if self.W_K.ndim == 3 else 0
+        g = len(self.W_K)
         if g < 1 or h % g:
             raise ScenarioError(
                 f"kv_heads: {g} key/value heads do not divide {h} query heads "
                 "(each group of query heads shares one key/value head)"
             )
+
+    def _check(self) -> None:
+        if self.provenance is not None and not isinstance(self.provenance, Provenance):
+            raise ScenarioError("provenance: expected a Provenance object")
+        _check_labels("tokens", self.tokens, self.n)
+        self._check_keys()
         self._check_settings()
-        if h * n * m > lim.score_cells:
-            raise ScenarioError(
-                f"size: {h} heads × {n} × {m} scores exceeds the limit of "
-                f"{lim.score_cells} score cells"
-            )
-        if (h + 2 * g) * d_model * d_k > lim.weight_cells:
-            raise ScenarioError(f"size: W_Q, W_K and W_V hold more than {lim.weight_cells} numbers")
+        self._check_sizes()
         for name in HEAD_NAMES:
-            count = h if name in Q_HEAD_NAMES else g
-            rows = d_model if name in WEIGHT_NAMES else 1
-            shape = getattr(self, name).shape
-            if len(shape) != 3 or shape[0] != count:
-                raise ScenarioError(
-                    f"{name}: expected {count} heads of {rows}×{d_k}, got {_dims(shape)}"
-                )
-            if shape[1:] != (rows, d_k):
-                problem = f"{_dims(shape[1:])}" if rows > 1 else f"length {shape[2]}"
-                want = f"{rows}×{d_k}" if rows > 1 else f"length {d_k}"
-                raise ScenarioError(f"{matrix_label(name, 0)}: expected {want}, got {problem}")
-        if self.W_O.shape != (h * d_k, d_model):
-            raise ScenarioError(f"W_O: expected {h * d_k}×{d_model}, got {_dims(self.W_O.shape)}")
-        if self.b_O.shape != (1, d_model):
-            raise ScenarioError(f"b_O: expected length {d_model}, got {_dims(self.b_O.shape)}")
+            self._check_stack(name)
+        if self.W_O.shape != (self.n_heads * self.d_k, self.d_model):
+            raise ScenarioError(
+                f"W_O: expected {self.n_heads * self.d_k}×{self.d_model}, "
+                f"got {_dims(self.W_O.shape)}"
+            )
+        if self.b_O.shape != (1, self.d_model):
+            raise ScenarioError(f"b_O: expected length {self.d_model}, got {_dims(self.b_O.shape)}")
         self._check_mask()
         for name in ("X", "X_kv", "W_O", "b_O"):
             if getattr(self, name) is not None:
                 check_values(name, getattr(self, name))
-        for name in HEAD_NAMES:
-            stack = getattr(self, name)
-            for head in range(stack.shape[0]):
-                check_values(matrix_label(name, head), stack[head])
+
+    def _check_keys(self) -> None:
+        """Cross-attention's own keys: X_kv of d_model columns, a label per row."""
+        if (self.X_kv is None) != (self.kv_tokens is None):
+            raise ScenarioError("X_kv: cross-attention needs both kv_tokens and X_kv")
+        if self.X_kv is None:
+            return
+        if self.X_kv.ndim != 2 or self.X_kv.shape[1] != self.d_model:
+            raise ScenarioError(
+                f"X_kv: expected rows of d_model {self.d_model}, got {_dims(self.X_kv.shape)}"
+            )
+        if not 1 <= self.m <= LIMITS.tokens:
+            raise ScenarioError(f"X_kv: {self.m} tokens; expected 1 to {LIMITS.tokens}")
+        _check_labels("kv_tokens", self.kv_tokens, self.m)
+
+    def _check_sizes(self) -> None:
+        """Every intermediate fits in memory: the score cells and the weights."""
+        lim, h, g = LIMITS, self.n_heads, self.kv_heads
+        if h * self.n * self.m > lim.score_cells:
+            raise ScenarioError(
+                f"size: {h} heads × {self.n} × {self.m} scores exceeds the limit of "
+                f"{lim.score_cells} score cells"
+            )
+        if (h + 2 * g) * self.d_model * self.d_k > lim.weight_cells:
+            raise ScenarioError(f"size: W_Q, W_K and W_V hold more than {lim.weight_cells} numbers")
+
+    def _check_stack(self, name: str) -> None:
+        """A per-head matrix: one per query (or key/value) head, d_model (or 1) × d_k."""
+        count = self.n_heads if name in Q_HEAD_NAMES else self.kv_heads
+        rows = self.d_model if name in WEIGHT_NAMES else 1
+        shape = getattr(self, name).shape
+        if shape[0] != count:
+            raise ScenarioError(
+                f"{name}: expected {count} heads of {rows}×{self.d_k}, got {_dims(shape)}"
+            )
+        if shape[1:] != (rows, self.d_k):
+            problem = f"{_dims(shape[1:])}" if rows > 1 else f"length {shape[2]}"
+            want = f"{rows}×{self.d_k}" if rows > 1 else f"length {self.d_k}"
+            raise ScenarioError(f"{matrix_label(name, 0)}: expected {want}, got {problem}")
 
     def _check_settings(self) -> None:
-        """What of _check depends on the settings and not on the custom mask."""
+        """What of the checks depends on the settings and not on the custom mask."""
         if not isinstance(self.settings, Settings):
             raise ScenarioError("settings: expected a Settings object")
-        st, (h, _, d_k) = self.settings, self._shape("W_Q")  # (an edited stack not stacked)
+        st, h, d_k = self.settings, self.n_heads, self.d_k
         if any(head >= h for head in st.ablated):
             missing = max(st.ablated) + 1
             raise ScenarioError(f"settings.ablated: head {missing} does not exist ({h} heads)")
@@ -383,110 +421,56 @@ class Scenario:
         """A custom mask: n × m of 0 and 1."""
         if self.settings.mask != "custom":
             return
-        n, mask = self.X.shape[0], self.mask_matrix
-        m = n if self.X_kv is None else self.X_kv.shape[0]
-        if mask is None or mask.shape != (n, m):
+        mask = self.mask_matrix
+        if mask is None or mask.shape != (self.n, self.m):
             got = "none" if mask is None else _dims(mask.shape)
-            raise ScenarioError(f"settings.mask_matrix: expected {n}×{m} of 0 and 1, got {got}")
+            raise ScenarioError(
+                f"settings.mask_matrix: expected {self.n}×{self.m} of 0 and 1, got {got}"
+            )
         if not np.isin(mask, (0.0, 1.0)).all():
             r, c = np.argwhere(~np.isin(mask, (0.0, 1.0)))[0]
             raise ScenarioError(
                 f"settings.mask_matrix[{r + 1},{c + 1}]: {float(mask[r, c])!r} is not 0 or 1"
             )
 
-    if not TYPE_CHECKING:  # (so that the type checker still knows the fields)
-
-        def __getattr__(self, name: str) -> Any:
-            """A weight stack an edit left as its heads, stacked now (once)."""
-            heads = self._edited(name)
-            if heads is None:
-                raise AttributeError(f"'Scenario' object has no attribute {name!r}")
-            with _STACKING:
-                stack = self.__dict__.get(name)
-                if stack is None:
-                    stack = np.stack(heads)
-                    stack.flags.writeable = False
-                    object.__setattr__(self, name, stack)
-            return stack
-
-    def _edited(self, name: str) -> tuple[np.ndarray, ...] | None:
-        """The heads of weight stack ``name`` when an edit made this scenario from them
-        (stacked or not yet), else None."""
-        return self.__dict__.get("_heads", {}).get(name)  # type: ignore[no-any-return]
-
-    def stacked(self, name: str, heads: Sequence[int]) -> np.ndarray:
-        """The given heads of a per-head stack, stacked (without stacking the whole of an
-        edited one for a few of its heads)."""
-        edited = self._edited(name)
-        if edited is None or name in self.__dict__ or len(heads) == len(edited):
-            whole = getattr(self, name)
-            if list(heads) == list(range(len(whole))):
-                return whole  # type: ignore[no-any-return]
-            return whole[list(heads)]  # type: ignore[no-any-return]
-        return np.stack([edited[h] for h in heads])
-
-    def shares_head(self, other: Scenario, name: str, head: int) -> bool:
-        """Whether head ``head`` of stack ``name`` is the very same array in other (the
-        same stack, or the same head left by edits), without stacking either."""
-        mine, theirs = self._edited(name), other._edited(name)
-        if mine is None and theirs is None:
-            return getattr(self, name) is getattr(other, name)  # type: ignore[no-any-return]
-        return mine is not None and theirs is not None and mine[head] is theirs[head]
-
-    def array_ids(self) -> tuple[int, ...]:
-        """What names the matrices' contents (scenarios share the arrays they did not
-        change): the identity of each array, or of an edited stack's heads."""
-        return tuple(map(self.array_id, MATRIX_NAMES))
-
-    def array_id(self, name: str) -> int:
-        return id(self._edited(name) or getattr(self, name))
-
     def shape_of(self, name: str) -> tuple[int, ...] | None:
-        """The shape of matrix ``name`` (a stack's without stacking it); None if absent."""
-        heads = self._edited(name)
-        if heads is not None:
-            return (len(heads), *heads[0].shape)
+        """The shape of matrix ``name``; None if absent."""
         value = getattr(self, name)
-        return None if value is None else value.shape  # type: ignore[no-any-return]
-
-    def _shape(self, name: str) -> tuple[int, ...]:
-        shape = self.shape_of(name)
-        assert shape is not None
-        return shape
+        return None if value is None else tuple(value.shape)
 
     # Shape -----------------------------------------------------------------------------
 
     @property
     def n(self) -> int:
-        return self.X.shape[0]
+        return int(self.X.shape[0])
 
     @property
     def m(self) -> int:
         """How many keys: the tokens of X_kv under cross-attention, else n."""
-        return self.n if self.X_kv is None else self.X_kv.shape[0]
+        return self.n if self.X_kv is None else int(self.X_kv.shape[0])
 
     @property
     def d_model(self) -> int:
-        return self.X.shape[1]
+        return int(self.X.shape[1])
 
     @property
     def n_heads(self) -> int:
-        return self._shape("W_Q")[0]
+        return len(self.W_Q)
 
     @property
     def kv_heads(self) -> int:
         """G, the number of key/value heads (n_heads without sharing, 1 for MQA)."""
-        return self._shape("W_K")[0]
+        return len(self.W_K)
 
     @property
     def weight_count(self) -> int:
         """How many numbers W_Q, W_K, W_V and W_O hold."""
         h, g, d_k = self.n_heads, self.kv_heads, self.d_k
-        return (h + 2 * g) * self.d_model * d_k + self.W_O.size
+        return (h + 2 * g) * self.d_model * d_k + int(self.W_O.size)
 
     @property
     def d_k(self) -> int:
-        return self._shape("W_Q")[2]
+        return self.W_Q.shape[2]
 
     @property
     def cross(self) -> bool:
@@ -502,9 +486,12 @@ class Scenario:
         return head * self.kv_heads // self.n_heads
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every matrix the scenario holds, by name (optional ones only when present)."""
+        """Every matrix the scenario holds, by name, as arrays (optional ones only when
+        present)."""
         return {
-            name: getattr(self, name) for name in MATRIX_NAMES if getattr(self, name) is not None
+            name: np.asarray(getattr(self, name))
+            for name in MATRIX_NAMES
+            if getattr(self, name) is not None
         }
 
     # Access and edits --------------------------------------------------------------------
@@ -514,10 +501,10 @@ class Scenario:
         matrices: a query head for W_Q, b_Q, q_norm, a key/value head for the others.
         Biases and norm weights are one-row matrices."""
         if name in HEAD_NAMES:
-            if head is None or not 0 <= head < self._shape(name)[0]:
+            stack: HeadStack = getattr(self, name)
+            if head is None or not 0 <= head < len(stack):
                 raise ScenarioError(f"{name}: head {head} does not exist")
-            heads = self._edited(name)
-            return getattr(self, name)[head] if heads is None else heads[head]  # type: ignore[no-any-return]
+            return stack.heads[head]
         if name in MATRIX_NAMES:
             value = getattr(self, name)
             if value is None:
@@ -528,33 +515,19 @@ class Scenario:
     def with_cells(
         self, name: str, head: int | None, row: int, col: int, values: np.ndarray
     ) -> Scenario:
-        """A copy with the rectangle at (row, col) of one matrix set to values."""
+        """A copy with the rectangle at (row, col) of one matrix set to values (checked
+        here: the scenario checks only the matrices that are not per-head stacks again)."""
         values = self.check_cells(name, head, row, col, values)
         rows, cols = slice(row, row + values.shape[0]), slice(col, col + values.shape[1])
-        # Only the checked block changed, so skip re-checking every matrix (costly at
-        # GPT-2 sizes, and this runs on every keystroke).
-        edited = object.__new__(Scenario)
-        edited.__dict__.update(self.__dict__)  # the fields, and any stack already made
-        if name in WEIGHT_NAMES:  # a copy of the edited head, the others shared
-            assert head is not None
-            # (a stack made already, rather than the heads it came from: those may go)
-            made = self.__dict__.get(name)
-            if made is None:
-                made = self._edited(name)
-            assert made is not None
-            heads = list(made)
-            heads[head] = np.array(heads[head])
-            heads[head][rows, cols] = values
-            heads[head].flags.writeable = False
-            edited.__dict__.pop(name, None)
-            edited.__dict__["_heads"] = {**self.__dict__.get("_heads", {}), name: tuple(heads)}
-            return edited
-        full = np.array(getattr(self, name))
-        block = full[head] if name in HEAD_NAMES else full
+        block = np.array(self.matrix(name, head))
         block[rows, cols] = values
-        full.flags.writeable = False
-        edited.__dict__[name] = full
-        return edited
+        if name in HEAD_NAMES:
+            assert head is not None
+            stack: HeadStack = getattr(self, name)
+            edited: dict[str, Any] = {name: stack.with_head(head, block, _head_checker(name))}
+        else:
+            edited = {name: block}
+        return dataclasses.replace(self, **edited)
 
     def check_cells(
         self, name: str, head: int | None, row: int, col: int, values: np.ndarray
@@ -579,20 +552,8 @@ class Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))
 
     def with_settings(self, **changes: object) -> Scenario:
-        """A copy with some settings changed; the matrices are shared, not checked again
-        (they were: at GPT-2 sizes 6 ms, every time a panel asks for the document under
-        another mask), only what the settings must agree with."""
-        settings = self.settings.replace(**changes)
-        changed = object.__new__(Scenario)
-        changed.__dict__.update(self.__dict__)  # the fields, and any stack already made
-        changed.__dict__["settings"] = settings
-        if settings.mask == "custom" and self.mask_matrix is None:  # (causal to start from)
-            changed.__dict__["mask_matrix"] = causal_start(
-                self.n, self.m, settings.causal_alignment
-            )
-        changed._check_settings()
-        changed._check_mask()
-        return changed
+        """A copy with some settings changed (the matrices shared)."""
+        return dataclasses.replace(self, settings=self.settings.replace(**changes))
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.engine import (
+from attnviz.core.maths.forward import (
+    Head,
     Result,
-    biases_in_use,
+    RowStats,
+    Stages,
     compute,
+    context,
     dropout_keep,
     hidden_keys,
     positions,
@@ -24,8 +27,8 @@ from attnviz.core.maths.engine import (
     scale_of,
     sinusoidal,
     softmax_rows,
-    split_heads,
 )
+from attnviz.core.maths.head_stack import HeadStack
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import alibi_slopes, rope_frequencies
 
@@ -66,7 +69,7 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     dev, dt = resolve_device(device), _torch_dtype(dtype)
     st = s.settings
 
-    def t(a: np.ndarray) -> Any:
+    def t(a: np.ndarray | HeadStack) -> Any:
         return torch.tensor(np.asarray(a), dtype=dt, device=dev)
 
     X = t(s.X)
@@ -163,39 +166,33 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
         final = concat
 
     f = _frozen_numpy
-    stacks = {
-        "Q": f(Q),
-        "K": f(K),
-        "V": f(V),
-        "scores": f(scores),
-        "scaled": f(scaled),
-        "masked": f(masked),
-        "weights": f(weights),
-        "output": f(output),
-        "leak": f((weights * future).sum(dim=-1)),
-        "row_sum": f(weights.sum(dim=-1)),
-        "entropy": f(entropy),
-        "empty_rows": empty.cpu().numpy().copy(),
-        "m": f(m[..., 0]),
-        "Z": f(Z[..., 0]),
-        "Q_rot": f(Q_rot),
-        "K_rot": f(K_rot),
-        "sink": f(share),
+    leak, row_sum = f((weights * future).sum(dim=-1)), f(weights.sum(dim=-1))
+    parts = {
+        name: f(a)
+        for name, a in zip(
+            ("Q", "K", "V", "Q_rot", "K_rot", "weights", "output", "m", "Z", "sink"),
+            (Q, K, V, Q_rot, K_rot, weights, output, m[..., 0], Z[..., 0], share),
+            strict=True,
+        )
     }
+    empty_rows, entropies = empty.cpu().numpy().copy(), f(entropy)
+    empty_rows.flags.writeable = False
+    stages = [f(a) for a in (scores, scaled, masked)]
+    heads = tuple(
+        Head(
+            **{name: a[k] for name, a in parts.items()},
+            empty_rows=empty_rows[k],
+            keep=None if keep is None else keep[k],
+            index=k,
+            rule=None,
+            stages=Stages(*(a[k] for a in stages)),
+            rows=RowStats(leak[k], row_sum[k], entropies[k]),
+        )
+        for k in range(h)
+    )
     future_np = hidden_keys(s)
     future_np.flags.writeable = False
-    return Result(
-        tokens=s.tokens,
-        settings=st,
-        X=f(X),
-        heads=tuple(split_heads(stacks, keep)),
-        concat=f(concat),
-        final=f(final),
-        future=future_np,
-        key_tokens=s.kv_tokens,
-        X_kv=s.X_kv,
-        biases=biases_in_use(s),
-    )
+    return Result(**context(s, f(X), future_np), heads=heads, concat=f(concat), final=f(final))
 
 
 COMPARED = (
@@ -262,7 +259,7 @@ def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np
         Ka, Va = (
             Xka @ np.abs(W[group]) + np.abs(b[group]) for W, b in ((s.W_K, s.b_K), (s.W_V, s.b_V))
         )
-        q_norm, k_norm = s.q_norm, s.k_norm[group]
+        q_norm, k_norm = s.q_norm.array(), s.k_norm[group]
     else:
         Qa, Ka, Va = Xa[None], Xka[None], Xka[None]
     d_k = Qa.shape[2]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads
+from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, from_heads, head_stack
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 BERT_FAMILY = ("bert", "roberta", "distilbert")
@@ -284,14 +284,14 @@ def _import_llama(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...
     scenario = Scenario(
         tokens=tokens,
         X=X,
-        W_Q=W_Q,
-        W_K=W_K,
-        W_V=W_V,
+        W_Q=head_stack("W_Q", W_Q),
+        W_K=head_stack("W_K", W_K),
+        W_V=head_stack("W_V", W_V),
         W_O=_numpy(o.weight).T,
         settings=settings,
-        b_Q=b_Q,
-        b_K=b_K,
-        b_V=b_V,
+        b_Q=head_stack("b_Q", b_Q),
+        b_K=head_stack("b_K", b_K),
+        b_V=head_stack("b_V", b_V),
         b_O=b_O,
         **qk,
     )

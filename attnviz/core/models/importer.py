@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
-from attnviz.core.models.provenance import Provenance
 from attnviz.core.models.sources import Cancelled, Located, locate
 from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
+from attnviz.core.provenance import Provenance
 from attnviz.core.system import available_memory
 
 DTYPES = ("float64", "float32")
@@ -325,7 +325,7 @@ def _check_own_eager(model: Any, tokens: Tokens, layer: Any, dtype: str) -> None
 
 
 def _checked(layer: Any, dtype: str) -> tuple[Scenario, tuple[float, float]]:
-    from attnviz.core.maths.engine import compute
+    from attnviz.core.maths.forward import compute
 
     scenario = layer.scenario
     r = compute(scenario)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from PySide6.QtCore import QEvent, QObject, QTimer, SignalInstance
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
-from attnviz.core.maths.engine import Result
-from attnviz.ui.compute import ComputeService
+from attnviz.core.maths.forward import Result
 from attnviz.ui.heatmap import on_screen
 from attnviz.ui.workspace import Workspace
 
@@ -42,53 +39,6 @@ def set_quietly(spin: QSpinBox, value: int) -> None:
     spin.blockSignals(False)
 
 
-class PaintWatch(QObject):
-    """Tells the compute service once the views that redrew a result before it was
-    complete (a preview of one head, or every head before the mix) have painted it:
-    the worker holds the rest of its work back until then (``hold_partial``), so that the
-    UI has the cores while it draws. A view hidden meanwhile is waited for no longer."""
-
-    def __init__(self, compute: ComputeService) -> None:
-        super().__init__()
-        self.compute = compute
-        self._awaiting: set[QWidget] = set()
-
-    def watch(self, view: QWidget, painted: SignalInstance) -> None:
-        """Follow a view, whose signal ``painted`` it emits after each paint."""
-        painted.connect(lambda *_: self._painted(view))
-        view.installEventFilter(self)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Hide and watched in self._awaiting:
-            self._painted(watched)  # type: ignore[arg-type]  # (it will not paint now)
-        return False
-
-    def hold(self, result: Result, redrawn: Iterable[QWidget]) -> None:
-        """After drawing result: wait for those of the redrawn views that are on screen
-        when the result is not complete; else nothing."""
-        self._awaiting = set() if result.complete else {v for v in redrawn if on_screen(v)}
-        if self._awaiting:
-            self.compute.hold_partial()
-
-    def release_after(self, redrawn: Iterable[QWidget]) -> None:
-        """For a partial result held when it arrived (hold_partial) but drawn later, from a
-        worker's answer: let the rest go once those of the redrawn views that are on
-        screen have painted; at once when none is."""
-        self._awaiting = {v for v in redrawn if on_screen(v)}
-        if not self._awaiting:
-            self.compute.partial_drawn()
-
-    def forget(self) -> None:
-        """Wait for nothing more (the result is complete: nothing is held back)."""
-        self._awaiting = set()
-
-    def _painted(self, view: QWidget) -> None:
-        if view in self._awaiting:
-            self._awaiting.discard(view)
-            if not self._awaiting:  # once this paint is on screen, not from inside it
-                QTimer.singleShot(0, self.compute.partial_drawn)
-
-
 class ScreenPanel(QWidget):
     """A panel drawn only while it is on screen: what arrives while it is not (a closed
     dock, a tab behind another) is drawn when it is shown again (``shown_again``, when
@@ -117,42 +67,17 @@ class ScreenPanel(QWidget):
 
 
 class ResultPanel(ScreenPanel):
-    """A ScreenPanel drawn from complete results; subclasses implement ``show_result``,
-    and set ``heads_alone`` when they show heads and nothing of the mix (concat, final):
-    then they draw a result as soon as every head is current, before the mix."""
-
-    heads_alone = False
+    """A ScreenPanel drawn from complete results (``show_result``, implemented by each)."""
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
-        self._heads_drawn: tuple[object, ...] = ()
-        ws.compute.resultChanged.connect(self._on_result)
+        ws.compute.resultChanged.connect(lambda _: self.redraw())
 
     def show_result(self, result: Result) -> None:
         raise NotImplementedError
 
     def redraw(self) -> None:
-        self._stale = True
-        result = self.compute.result
-        if on_screen(self) and self._draws(result):
-            self._stale = False
-            self._heads_drawn = result.heads
-            self.show_result(result)
-        else:
-            self._heads_drawn = ()  # (not kept alive, tens of megabytes, while unseen)
-
-    def _draws(self, result: Result) -> bool:
-        return result.complete or (self.heads_alone and result.heads_current)
-
-    def _on_result(self, result: Result) -> None:
-        if not self._draws(result):
-            return
-        if self.heads_alone and not self._stale and _same(self._heads_drawn, result.heads):
-            return  # the complete result of heads drawn before the mix: nothing new
-        self.redraw()
-
-
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """Whether two tuples hold the very same objects."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+        self._stale = not on_screen(self)
+        if not self._stale:
+            self.show_result(self.compute.result)

@@ -25,17 +25,18 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures.chart import PALETTE
 from attnviz.core.io.text import parse_table
 from attnviz.core.maths.experiments import (
+    Permutation,
     ScalingStats,
     permutation,
     row_summary,
     saturation,
     scaling_variance,
 )
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.kvcache import KVCache, Step
 from attnviz.core.maths.scenario import permute_tokens
+from attnviz.core.scheduler import Results
 from attnviz.ui.background import Background
-from attnviz.ui.compute import computes_at_once
-from attnviz.ui.document import Document
 from attnviz.ui.panels.common import int_spin
 from attnviz.ui.plotting import pg
 from attnviz.ui.workspace import Workspace
@@ -192,7 +193,7 @@ class ScalingTab(QWidget):
     def run(self) -> None:
         pairs, seed = self.pairs.value(), self.seed.value()
         self.status.setText("sampling…")
-        self.worker.run(scaling_variance, D_KS, pairs, seed, now=pairs * sum(D_KS) <= 2_000_000)
+        self.worker.run(scaling_variance, D_KS, pairs, seed)
 
     def show_stats(self, stats: list[ScalingStats]) -> None:
         self.status.setText(
@@ -245,9 +246,8 @@ class PositionTab(QWidget):
         self.doc, self.compute = ws.doc, ws.compute
         self.rng = np.random.default_rng()
         self.note = QLabel()
-        self.worker = Background(self)  # the verdict needs both results: off-thread if large
-        self.worker.done.connect(lambda verdict: self.note.setText(verdict.text))
-        self.worker.failed.connect(self.note.setText)
+        ws.compute.answered.connect(self._answered)
+        ws.compute.queryFailed.connect(lambda name, text: self._failed(name, text))
         text = QLabel(
             "Attention itself has no idea of order: with no mask and no position encoding, "
             "reversing or shuffling the tokens reverses or shuffles the output rows, and "
@@ -276,20 +276,34 @@ class PositionTab(QWidget):
     def permute(self, order: list[int], verb: str) -> None:
         s = self.doc.scenario
         new = permute_tokens(s, [int(i) for i in order])
+        # Judged with the float64 reference, whatever engine the views show.
+        numpy = self.compute.view.engine == "numpy" and not self.compute.busy
+        before = self.compute.result if numpy else None
         self.doc.replace(new, f"{verb} tokens")
-        # Judged with the float64 reference, whatever engine the views show; both results
-        # come from the compute service's cache (the document's own, before and after).
-        results = self.compute.result_for
         self.note.setText("comparing…")
-        self.worker.run(permutation, s, order, new, results, now=computes_at_once(s))
+
+        def judge(r: Results) -> Permutation:
+            reference = compute(s) if before is None else before
+            return permutation(s, order, new, lambda x: reference if x is s else r.layer())
+
+        self.compute.ask("permutation", judge, needs_layer=True)
+
+    def _answered(self, name: str, value: object) -> None:
+        if name == "permutation":
+            self.note.setText(value.text)  # type: ignore[attr-defined]
+
+    def _failed(self, name: str, text: str) -> None:
+        if name == "permutation":
+            self.note.setText(text)
 
 
 class KVCacheTab(QWidget):
     """Generate token by token: one new query row against the cached keys and values."""
 
-    def __init__(self, doc: Document, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.compute = ws.doc, ws.compute
+        doc = ws.doc
         self.cache: KVCache | None = None
         text = QLabel(
             "Generation is causal: step t computes token t's query, key and value, appends the "
@@ -326,14 +340,16 @@ class KVCacheTab(QWidget):
         layout.addLayout(self.info)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.legend)
-        self.worker = Background(self)
-        self.worker.done.connect(self._started)
-        self.worker.failed.connect(self._refused)
+        ws.compute.answered.connect(
+            lambda name, cache: self._started(cache) if name == "kv-cache" else None
+        )
+        ws.compute.queryFailed.connect(
+            lambda name, text: self._refused(text) if name == "kv-cache" else None
+        )
         doc.scenarioChanged.connect(self.reset)
         doc.cellsChanged.connect(lambda *_: self.reset())
 
     def reset(self) -> None:
-        self.worker.discard()
         self.cache = None
         self.step_button.setEnabled(True)
         for label in self.labels.values():
@@ -344,9 +360,10 @@ class KVCacheTab(QWidget):
 
     def step(self) -> None:
         if self.cache is None:
-            s = self.doc.scenario  # the reference row needs a full compute: off-thread if large
             self.step_button.setEnabled(False)
-            self.worker.run(KVCache, s, now=computes_at_once(s))
+            self.compute.ask(
+                "kv-cache", lambda r: KVCache(r.scenario, r.layer(mask="causal", dropout=0.0))
+            )
             return
         self.show_step(self.cache.step())
         self.step_button.setEnabled(not self.cache.done)
@@ -387,7 +404,7 @@ class ExperimentsPanel(QTabWidget):
         super().__init__(parent)
         self.scaling = ScalingTab()
         self.position = PositionTab(ws)
-        self.kv_cache = KVCacheTab(ws.doc)
+        self.kv_cache = KVCacheTab(ws)
         self.addTab(self.scaling, "Scaling")
         self.addTab(self.position, "Position")
         self.addTab(self.kv_cache, "KV cache")

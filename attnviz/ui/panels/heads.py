@@ -8,9 +8,9 @@ import math
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core.figures.figure import spec_for
-from attnviz.core.maths.engine import Result
+from attnviz.core.maths.forward import Result
 from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.panels.common import PaintWatch, ResultPanel
+from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -18,14 +18,11 @@ from attnviz.ui.workspace import Workspace
 class HeadsPanel(ResultPanel):
     """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
 
-    heads_alone = True
-
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
         self._shape = (0, 1)  # heads, and query heads per key/value head
-        self.paints = PaintWatch(ws.compute)
         self.grid = QGridLayout()  # the dock scrolls when there are many heads
         hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
@@ -58,7 +55,6 @@ class HeadsPanel(ResultPanel):
             view.square_cells = True  # queries and keys alike
             view.setMaximumHeight(420)  # square cells leave a taller view empty
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
-            self.paints.watch(view, view.painted)
             switch = QCheckBox(f"head {h + 1} on")
             switch.setToolTip("Untick to switch this head off in the W_O mix")
             switch.toggled.connect(lambda on, h=h: self._toggle(h, on))
@@ -73,16 +69,12 @@ class HeadsPanel(ResultPanel):
         group = result.n_heads // s.kv_heads if shared else 1
         if (result.n_heads, group) != self._shape:
             self._build(result.n_heads, group)
-        redrawn = []
         for h, view in enumerate(self.views):
             spec = spec_for(result, "weights", h)
             off = h in result.settings.ablated and result.settings.projections
             note = " (switched off)" if off else ""
             kv = f" · KV {s.kv_head_of(h) + 1}" if shared else ""
-            if view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}")):
-                redrawn.append(view)
-        # (every head before the mix: the mix waits for them to be on screen)
-        self.paints.hold(result, redrawn)
+            view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}"))
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

@@ -6,16 +6,15 @@ import math
 import re
 from html import escape
 from itertools import pairwise
+from typing import cast
 
 from PySide6.QtCore import QTextBoundaryFinder
 from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
-from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.explain import Explanation, explain
-from attnviz.core.maths.scenario import Scenario
-from attnviz.ui.background import Background
-from attnviz.ui.compute import computes_at_once
+from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Result
+from attnviz.core.scheduler import Results
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -145,13 +144,9 @@ class InspectorPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.view)
-        # A cell of the Masks comparison lives in the scenario under another mask:
-        # (result it came from, mask) -> (that scenario, its result), computed off-thread.
-        self._other: tuple[Result, str, Scenario, Result] | None = None
-        self.worker = Background(self)
-        self.worker.done.connect(self._other_ready)
         ws.view_state.selectionChanged.connect(lambda _: self.refresh())
-        ws.compute.resultChanged.connect(self._on_result)
+        ws.compute.resultChanged.connect(lambda _: self.refresh())
+        ws.compute.answered.connect(self._answered)
         self.refresh()
 
     def _show(self, html: str) -> None:
@@ -161,45 +156,37 @@ class InspectorPanel(QWidget):
             self._html = html
             self.view.setHtml(html)
 
-    def _on_result(self, result: Result) -> None:
-        if result.complete:
-            self.refresh()
-
-    def _other_ready(self, other: tuple[Result, str, Scenario, Result]) -> None:
-        self._other = other
-        self.refresh()
-
-    def _result_for(self, sel: Selection) -> tuple[Scenario, Result] | None:
-        """The scenario and result the selected cell belongs to; None while computing."""
-        s, r = self.compute.result_scenario, self.compute.result
-        if sel.mask is None or sel.mask == s.settings.mask:
-            return s, r
-        if self._other is not None and self._other[0] is r and self._other[1] == sel.mask:
-            return self._other[2], self._other[3]
-        other, mask = s.with_settings(mask=sel.mask), sel.mask
-        if computes_at_once(other):
-            self._other = (r, mask, other, self.compute.result_for(other))
-            return other, self._other[3]
-        self.worker.run(lambda: (r, mask, other, self.compute.result_for(other)))
-        return None
-
     def refresh(self) -> None:
+        """Ask for the selected cell's arithmetic in the newest complete result (a cell
+        of the Masks comparison: in the scenario under that mask)."""
         sel = self.view_state.selection
-        if sel is None or not self.compute.result.complete:
-            if sel is None:
-                self._show(EMPTY)
+        if sel is None:
+            self._show(EMPTY)
             return
-        found = self._result_for(sel)
-        if found is None:
-            self._show("<p style='color:#666'>computing…</p>")
-            return
-        scenario, result = found
         head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
-        try:
-            e = explain(scenario, result, sel.view, head, sel.row, sel.col)
-        except KeyError:
-            self._show(EMPTY)  # the cell is gone (the matrix shrank)
+
+        def job(r: Results) -> tuple[Selection, Result, Explanation | None]:
+            mask = sel.mask or r.scenario.settings.mask
+            result = r.layer(mask=mask)
+            try:
+                return (
+                    sel,
+                    result,
+                    explain(r.under(mask=mask), result, sel.view, head, sel.row, sel.col),
+                )
+            except KeyError:  # the cell is gone (the matrix shrank)
+                return sel, result, None
+
+        self.compute.ask("inspector", job, needs_layer=True)
+
+    def _answered(self, name: str, value: object) -> None:
+        if name != "inspector":
             return
+        sel, result, e = cast(tuple[Selection, Result, Explanation | None], value)
+        if e is None or sel != self.view_state.selection:
+            self._show(EMPTY if e is None else self._html)
+            return
+        head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
         tokens, keys = result.tokens, result.keys
         rows = keys if sel.view in ("K", "V", "K_rot") else tokens
         parts = [nbsp(f"head {head + 1}")] if head is not None else []

@@ -55,9 +55,9 @@ from attnviz.core.figures.lines import (
     weight_text,
 )
 from attnviz.core.io.files import printable
-from attnviz.core.maths.engine import Result
+from attnviz.core.maths.forward import Result
 from attnviz.ui.export import ask_image_path, export_error, save_svg
-from attnviz.ui.panels.common import PaintWatch, ResultPanel
+from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
 
@@ -451,8 +451,6 @@ def swatch(color: str) -> QIcon:
 class LinesPanel(ResultPanel):
     """The lines view of the shown head, or of the heads ticked; export as SVG or PNG."""
 
-    heads_alone = True
-
     message = Signal(str)
     exported = Signal(str, str)  # path, '' or why it failed (from the export thread)
 
@@ -481,8 +479,6 @@ class LinesPanel(ResultPanel):
         self.note = QLabel()
         self.note.setStyleSheet("color: #555555")
         self.canvas = LinesCanvas()
-        self.paints = PaintWatch(ws.compute)
-        self.paints.watch(self.canvas, self.canvas.painted)
         self.canvas.isolatedChanged.connect(self._isolated)
         self.canvas.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.canvas.customContextMenuRequested.connect(self._context_menu)
@@ -565,9 +561,7 @@ class LinesPanel(ResultPanel):
             switch.blockSignals(False)
         self.shown_button.setEnabled(not self.follow)
         weights = tuple(head.weights for head in result.heads)  # (no stack: 25 MB at n = 512)
-        redrawn = self.canvas.set_data(tuple(result.tokens), tuple(result.keys), weights, heads)
-        # (every head before the mix: the mix waits for the lines to be on screen)
-        self.paints.hold(result, [self.canvas] if redrawn else [])
+        self.canvas.set_data(tuple(result.tokens), tuple(result.keys), weights, heads)
         self.note.setText(self.canvas.note or "Tick a head to see its lines.")
 
     def title(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -24,13 +25,12 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, mask_marks, spec_for
 from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, probe
-from attnviz.core.maths.engine import Result
+from attnviz.core.maths.forward import Computed
 from attnviz.core.maths.scenario import MASKS, Scenario
-from attnviz.ui.background import Background
-from attnviz.ui.compute import computes_at_once, previews_at_once
-from attnviz.ui.heatmap import HeatmapView, RowBars
+from attnviz.core.scheduler import Results
+from attnviz.ui.heatmap import HeatmapView, RowBars, on_screen
 from attnviz.ui.matrix_model import Index
-from attnviz.ui.panels.common import PaintWatch, ResultPanel
+from attnviz.ui.panels.common import ScreenPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
@@ -49,7 +49,7 @@ DIFF_TEXT = (
 )
 
 
-class MasksPanel(ResultPanel):
+class MasksPanel(ScreenPanel):
     """Compares strategy A (default causal −∞) with B (default causal-zero).
 
     For each strategy: the scores softmax sees and the weights, masked cells hatched and
@@ -57,14 +57,15 @@ class MasksPanel(ResultPanel):
     """
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
-        super().__init__(ws, parent)
+        super().__init__(parent)
+        self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.comparison: MaskComparison | None = None
-        self._asked: object = None  # the shown head (under A) of the last comparison asked for
+        self._asked: object = None  # (version, head, masks, busy) of the last question
         self.probes: tuple[Probe, Probe] | None = None
-        self.worker = Background(self)
-        self.paints = PaintWatch(ws.compute)
-        self.worker.done.connect(self._show)
-        self.worker.failed.connect(self.note_error)
+        ws.compute.headReady.connect(lambda _: self.redraw())
+        ws.compute.resultChanged.connect(lambda _: self.redraw())
+        ws.compute.answered.connect(self._answered)
+        ws.compute.queryFailed.connect(self._failed)
 
         self.mask_a, self.mask_b = QComboBox(), QComboBox()
         for box, default in ((self.mask_a, "causal"), (self.mask_b, "causal-zero")):
@@ -95,8 +96,6 @@ class MasksPanel(ResultPanel):
                 view.square_cells = True  # rows and keys alike
                 view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
         self.views["diff"].square_cells = True
-        for view in self.views.values():
-            self.paints.watch(view, view.painted)
         diff_text = QLabel(DIFF_TEXT)
         diff_text.setWordWrap(True)
 
@@ -161,73 +160,73 @@ class MasksPanel(ResultPanel):
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.selectionChanged.connect(lambda _: self._mark())
 
-    def _draws(self, result: Result) -> bool:
-        """A complete result; before it, one in which the shown head is new (a preview,
-        or every head before the mix, unless that head is the one compared already)."""
-        if result.complete:
-            return True
-        head = self.view_state.head
-        return head in result.fresh and result.heads[head] is not self._asked
+    def redraw(self) -> None:
+        """Ask for the comparison of the newest version and the shown head: that head
+        alone first (the maps and the head's columns) while the layer is being made,
+        then the whole layers (the output's column)."""
+        self._stale = not on_screen(self)
+        if self._stale:
+            return
+        head, a, b = self.view_state.head, self.mask_a.currentText(), self.mask_b.currentText()
+        asked = (self.compute.version, head, a, b, self.compute.busy)
+        if asked == self._asked:
+            return
+        self._asked = asked
+        self._show_tokens(self.compute.scenario.tokens)
 
-    def show_result(self, r: Result) -> None:
-        """Recompute the comparison for the current scenario and head: from a result
-        with that head current (a preview: the maps and the head's columns), then from
-        the complete one (the output's column)."""
-        self.probes = None
-        s, head = self.compute.result_scenario, self.view_state.head
-        self._asked = r.heads[head]
-        if r.complete:
-            self.paints.forget()
-        else:  # the rest waits until the head is drawn (release_after, in _show)
-            self.compute.hold_partial()
-        a, b = self.mask_a.currentText(), self.mask_b.currentText()
-        tokens = list(s.tokens)
-        if s.tokens != self._probe_tokens:  # (not read back from the box: 512 calls)
-            self._probe_tokens = s.tokens
-            current = self.token.currentIndex()
-            self.token.clear()
-            self.token.addItems(tokens)
-            self.token.setCurrentIndex(
-                min(max(current, 1 if len(tokens) > 1 else 0), len(tokens) - 1)
+        def under(results: Results, whole: bool) -> Callable[[Scenario], Computed]:
+            def of(s: Scenario) -> Computed:
+                mask = s.settings.mask
+                return results.layer(mask=mask) if whole else results.head(head, mask=mask)
+
+            return of
+
+        if self.compute.busy:
+            self.compute.ask(
+                "masks:head",
+                lambda r: (compare_masks(r.scenario, head, a, b, under(r, False)), None),
             )
-
-        def head_first(scenario: Scenario) -> Result:
-            """r for s; under the other mask, the shown head alone (the rest later)."""
-            return r if scenario is s else self.compute.head_result(scenario, head)
-
-        results = self.compute.result_for if r.complete else head_first
-        earlier = self.comparison
-        # (the head alone is a fraction of a frame's work wherever the preview is: made
-        # here too, with no hand-off to the worker and back before it is drawn; not when
-        # nothing near is cached under the other mask: that is a whole computation)
-        others = (s.with_settings(mask=mask) for mask in (a, b) if mask != s.settings.mask)
-        now = computes_at_once(s) or (
-            not r.complete and previews_at_once(s) and all(map(self.compute.has_near, others))
+        self.compute.ask(
+            "masks",
+            lambda r: (compare_masks(r.scenario, head, a, b, under(r, True)), None),
+            needs_layer=True,
         )
-        self.worker.run(lambda: (compare_masks(s, head, a, b, results, earlier), None), now=now)
+
+    def _show_tokens(self, tokens: tuple[str, ...]) -> None:
+        """The probe's tokens (not read back from the box: 512 calls)."""
+        if tokens == self._probe_tokens:
+            return
+        self._probe_tokens = tokens
+        current = self.token.currentIndex()
+        self.token.clear()
+        self.token.addItems(list(tokens))
+        self.token.setCurrentIndex(min(max(current, 1 if len(tokens) > 1 else 0), len(tokens) - 1))
 
     def run_probe(self) -> None:
-        s = self.compute.result_scenario
         token, amount = self.token.currentIndex(), self.amount.value()
         a, b = self.mask_a.currentText(), self.mask_b.currentText()
         head = self.view_state.head
 
-        def job() -> tuple[MaskComparison, tuple[Probe, Probe]]:
-            return compare_masks(s, head, a, b, self.compute.result_for), (
-                probe(s.with_settings(mask=a), token, amount),
-                probe(s.with_settings(mask=b), token, amount),
+        def job(r: Results) -> tuple[MaskComparison, tuple[Probe, Probe]]:
+            c = compare_masks(r.scenario, head, a, b, lambda s: r.layer(mask=s.settings.mask))
+            return c, (
+                probe(r.under(mask=a), token, amount, r.layer(mask=a)),
+                probe(r.under(mask=b), token, amount, r.layer(mask=b)),
             )
 
-        self.worker.run(job, now=computes_at_once(self.doc.scenario))
+        self.compute.ask("masks:probe", job, needs_layer=True)
 
-    def note_error(self, text: str) -> None:
-        self.verdict.setText(f"<span style='color:#b00'>{text}</span>")
-        self.paints.release_after(())  # (nothing to wait for)
+    def _answered(self, name: str, value: object) -> None:
+        if name in ("masks:head", "masks", "masks:probe"):
+            self._show(value)  # type: ignore[arg-type]
+
+    def _failed(self, name: str, text: str) -> None:
+        if name.startswith("masks"):
+            self.verdict.setText(f"<span style='color:#b00'>{text}</span>")
 
     def _show(self, answer: tuple[MaskComparison, tuple[Probe, Probe] | None]) -> None:
         c, probes = answer
         self.comparison, self.probes = c, probes
-        redrawn: list[QWidget] = []
         tokens = c.result_a.tokens
         nudged = probes[0].token if probes else None
         strategies = (
@@ -247,23 +246,20 @@ class MasksPanel(ResultPanel):
                 weights, title=title, caption=f"{key}: {mask} · weights", leaked=leaked
             )
             views = (self.views[f"{key}-scores"], self.views[key])
-            specs = zip(views, (scores, weights), strict=True)
-            redrawn += [view for view, spec in specs if view.set_spec(spec)]
-            row_sum = result.heads[c.head].row_sum
-            if views[1].set_row_bars(self._bars(leak, row_sum, p, probes)):
-                redrawn.append(views[1])
-            redrawn += [view for view in views if view.mark_column(nudged)]
+            for view, spec in zip(views, (scores, weights), strict=True):
+                view.set_spec(spec)
+                view.mark_column(nudged)
+            views[1].set_row_bars(self._bars(leak, result.head(c.head).row_sum, p, probes))
         diff_title = f"head {c.head + 1} · weights B − A ({c.mask_b} − {c.mask_a})"
         keys = c.result_a.keys  # (the key tokens under cross-attention)
         spec = make_spec(diff_title, c.difference, tokens, keys, "query", "key", caption="B − A")
         diff = self.views["diff"]
         shift = c.output_shift
         bars = [RowBars("Δ out", shift, float(shift.max()), (GREY,) * len(shift))]
-        redrawn += [diff] if diff.set_spec(spec) | diff.set_row_bars(bars) else []
+        diff.set_spec(spec)
+        diff.set_row_bars(bars)
         self._fill_table(c, probes)
         self.verdict.setText(self._verdict(c, probes))
-        if c.final_shift is None:  # the head first: the rest of the edit once it is drawn
-            self.paints.release_after(redrawn)
 
     @staticmethod
     def _bars(

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
-from attnviz.core.maths.engine import Result
-from attnviz.core.models.provenance import Provenance, VsModel, vs_model
+from attnviz.core.maths.forward import Result
+from attnviz.core.provenance import Provenance, VsModel, vs_model
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.model_import import ModelImports
 from attnviz.ui.panels.common import ResultPanel

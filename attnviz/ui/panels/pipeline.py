@@ -9,15 +9,15 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
-from attnviz.core.maths.engine import HEAD_MATRICES, TURNED_MATRICES, Result
+from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed
 from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView, on_screen
-from attnviz.ui.panels.common import PaintWatch, ScreenPanel
+from attnviz.ui.panels.common import ScreenPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
 
-def legend(result: Result, head: int) -> tuple[str, str]:
+def legend(result: Computed, head: int) -> tuple[str, str]:
     """What the heatmaps show: one line for the panel, and the long form for its tooltip."""
     st = result.settings
     n, d_k = len(result.tokens), result.d_k
@@ -83,7 +83,7 @@ ORDER = ("Q", "K", "V", *TURNED_MATRICES, "scores", "alibi", *HEAD_MATRICES[4:7]
 assert set(ORDER) == {*HEAD_MATRICES, *TURNED_MATRICES, "alibi", "sink"}
 
 
-def shown_views(result: Result) -> tuple[str, ...]:
+def shown_views(result: Computed) -> tuple[str, ...]:
     """The views this result has: Q and K turned only with QK-norm or RoPE, the sink's
     share only with sinks."""
     st = result.settings
@@ -97,11 +97,10 @@ def shown_views(result: Result) -> tuple[str, ...]:
     )
 
 
-def alibi_spec(result: Result, head: int) -> HeatmapSpec:
+def alibi_spec(result: Computed, head: int) -> HeatmapSpec:
     """The ALiBi term the head added to its scores, −slope·|i − j| (n × m): what the scaled
-    scores hold beyond the (soft-capped) scaled raw scores. The same array after every
-    edit (it depends on the positions alone): the view has nothing to redraw."""
-    st, h = result.settings, result.heads[head]
+    scores hold beyond the (soft-capped) scaled raw scores."""
+    st, h = result.settings, result.head(head)
     if h.rule is not None:
         bias = h.rule.alibi(h.index)
     else:  # (the torch engine's heads): the scaled scores less the scaled raw scores
@@ -121,9 +120,9 @@ def alibi_spec(result: Result, head: int) -> HeatmapSpec:
     )
 
 
-def sink_spec(result: Result, head: int) -> HeatmapSpec:
+def sink_spec(result: Computed, head: int) -> HeatmapSpec:
     """Each row's share of the softmax that went to the sink (a column beside the weights)."""
-    share = result.heads[head].sink[:, None]
+    share = result.head(head).sink[:, None]
     spec = make_spec(
         f"head {head + 1} · sink share",
         share,
@@ -138,8 +137,9 @@ def sink_spec(result: Result, head: int) -> HeatmapSpec:
 
 
 class PipelinePanel(ScreenPanel):
-    """Q, K, V, scores, scaled, masked, weights, output for the selected head (previews
-    included; while off screen, nothing: the latest result when it is shown again)."""
+    """Q, K, V, scores, scaled, masked, weights, output for the selected head: the shown
+    head of the newest version as soon as it is made, then from the whole layer (while
+    off screen, nothing: the latest when it is shown again)."""
 
     cellClicked = Signal(str, int, int, int)  # view, head, row, col
 
@@ -148,14 +148,12 @@ class PipelinePanel(ScreenPanel):
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
-        self.paints = PaintWatch(ws.compute)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
         for name in ORDER:
             view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
-            self.paints.watch(view, view.painted)
             self.views[name] = view
         # One line, no word wrap: a wrapping label would make the dock's scroll area size
         # the panel by height-for-width from size hints, and the heatmaps would scroll.
@@ -171,17 +169,24 @@ class PipelinePanel(ScreenPanel):
         self.names: tuple[str, ...] = ()
         self._place(shown_views(ws.compute.result), 3)
         ws.view_state.selectionChanged.connect(self._mark)
+        ws.compute.headReady.connect(lambda _: self.redraw())
         ws.compute.resultChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
         self.show_result(ws.compute.result)
 
+    def latest(self) -> Computed:
+        """What shows the selected head newest: the newest version's shown head when it
+        is that head and the layer is not made yet, else the newest complete result."""
+        shown, head = self.compute.shown, self.view_state.head
+        if self.compute.busy and shown is not None and shown.index == head:
+            return shown
+        return self.compute.result
+
     def redraw(self) -> None:
-        if self.compute.result.complete:  # no preview waits to be drawn now
-            self.paints.forget()
         self._stale = not on_screen(self)
         if not self._stale:
-            self.show_result(self.compute.result)
+            self.show_result(self.latest())
 
     def _place(self, names: tuple[str, ...], columns: int) -> None:
         """Lay the named views out in reading order, columns wide; hide the others."""
@@ -202,13 +207,11 @@ class PipelinePanel(ScreenPanel):
         self._place(self.names, best_columns(size.width(), size.height(), len(self.names)))
         super().resizeEvent(event)
 
-    def show_result(self, result: Result) -> None:
+    def show_result(self, result: Computed) -> None:
         head = min(self.view_state.head, result.n_heads - 1)
-        if not result.complete and head not in result.fresh:
-            return  # a preview of another head: wait for the complete result
-        key = (result.heads[head], result.tokens)
+        key = (result.head(head), result.tokens)
         if key == self._shown:
-            return  # the complete result after a preview of this head: nothing new here
+            return  # the whole layer after its shown head, the same head: nothing new
         self._shown = key
         line, tip = legend(result, head)
         self.legend.setText(line)
@@ -217,14 +220,10 @@ class PipelinePanel(ScreenPanel):
         if names != self.names:
             size = self.size()
             self._place(names, best_columns(size.width(), size.height(), len(names)))
-        redrawn = set()
         for name in names:
             made = {"sink": sink_spec, "alibi": alibi_spec}.get(name)
             spec = made(result, head) if made else spec_for(result, name, head)
-            if self.views[name].set_spec(spec):
-                redrawn.add(name)
-        # (a preview: the document waits for it to be on screen before it goes on)
-        self.paints.hold(result, [self.views[n] for n in redrawn])
+            self.views[name].set_spec(spec)
 
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""

@@ -10,9 +10,7 @@ precision run it again. The pass itself is ``attnviz.core.maths.tiling``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,67 +27,20 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.figures import colors
-from attnviz.core.figures.figure import HeatmapSpec, spec_for
-from attnviz.core.maths.engine import Result
-from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
-from attnviz.core.maths.tiling import PRECISIONS, Tiling, check_supported, describe_step, tiles
-from attnviz.ui.background import Background
-from attnviz.ui.compute import computes_at_once
+from attnviz.core.figures.figure import HeatmapSpec
+from attnviz.core.figures.tiled_pass import Pass, prepare
+from attnviz.core.maths.forward import Result
+from attnviz.core.maths.scenario import LIMITS
+from attnviz.core.maths.tiling import PRECISIONS, Tiling, describe_step
+from attnviz.core.scheduler import Results
 from attnviz.ui.heatmap import HeatmapView, Overlay, RowBars
 from attnviz.ui.panels.common import ResultPanel, int_spin
 from attnviz.ui.workspace import Workspace
 
-MAX_TILES = 4096  # the stepper keeps every tile
-MAX_NUMBERS = 1 << 23  # numbers kept over all tiles (scores, P, O, m, l): 64 MB
 SPEEDS = {"slow": 1200, "medium": 500, "fast": 150}  # ms per step while playing
 ROWS_DESCRIBED = 8  # rows of the current tile written out; more are counted
 CURRENT = "#ff7f00"  # the current tile and the rows it just updated
 EARLIER = "#6baed6"  # rows updated by an earlier step
-
-
-@dataclass(frozen=True, eq=False)
-class Pass:
-    """A tiled pass and what the dock shows beside it."""
-
-    tiling: Tiling
-    exact: Tiling  # the same pass in float64 (itself when the precision is float64)
-    scores: HeatmapSpec  # the dense scores softmax sees, for display only
-    dense: np.ndarray  # the dense engine's output of the head
-    tokens: tuple[str, ...]
-    o_levels: tuple[float, float]  # one colour scale for O over the whole pass
-
-
-def prepare(
-    s: Scenario,
-    head: int,
-    block_q: int,
-    block_k: int,
-    precision: str,
-    reference: Callable[[Scenario], Result],
-) -> Pass:
-    """Run the pass (and the float64 one to compare with); refuse what it cannot step."""
-    check_supported(s)
-    d = s.d_k if s.settings.projections else s.d_model
-    count = math.ceil(s.n / block_q) * math.ceil(s.m / block_k)
-    if count > MAX_TILES:
-        raise ScenarioError(
-            f"B_r = {block_q}, B_c = {block_k} make {count:,} tiles of this {s.n} × {s.m} "
-            f"matrix; the stepper keeps every tile, up to {MAX_TILES:,}: raise B_r and B_c"
-        )
-    if 2 * s.n * s.m + count * block_q * (d + 6) > MAX_NUMBERS:
-        raise ScenarioError(
-            f"{s.n} × {s.m} scores are too many to keep every tile; `attnviz tiles` runs "
-            "the pass on the command line"
-        )
-    result = reference(s)
-    t = tiles(s, head, block_q, block_k, precision)
-    exact = t if precision == "float64" else tiles(s, head, block_q, block_k)
-    top = max((float(np.abs(x.O).max()) for x in t.steps if x.O.size), default=0.0)
-    spec = spec_for(result, "masked", head)
-    caption = f"head {head + 1} · scores S, tiles of {block_q} × {block_k}"
-    spec = dataclasses.replace(spec, caption=caption, title=caption)
-    levels = colors.levels(np.array([top]), "diverging")
-    return Pass(t, exact, spec, result.heads[head].output, result.tokens, levels)
 
 
 @dataclass(frozen=True)
@@ -216,9 +167,10 @@ class TilingPanel(ResultPanel):
         self.pass_: Pass | None = None
         self.position = 0  # steps done
         self._asked: tuple[object, ...] = ()
-        self.worker = Background(self)
-        self.worker.done.connect(self._shown)
-        self.worker.failed.connect(self._refused)
+        ws.compute.answered.connect(self._answered)
+        ws.compute.queryFailed.connect(
+            lambda name, text: self._refused(text) if name == "tiling" else None
+        )
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.step)
         controls = self._controls()
@@ -351,12 +303,26 @@ class TilingPanel(ResultPanel):
             spin.blockSignals(True)  # a smaller scenario clamps them: no second run
             spin.setMaximum(max(1, most))
             spin.blockSignals(False)
-        asked = (s, head, self.block_q.value(), self.block_k.value(), self.precision.currentText())
-        if self._asked and all(a is b for a, b in zip(asked, self._asked, strict=True)):
+        asked = (
+            self.compute.version,
+            head,
+            self.block_q.value(),
+            self.block_k.value(),
+            self.precision.currentText(),
+        )
+        if asked == self._asked:
             return
         self._asked = asked
-        args = (*asked, self.compute.result_for)
-        self.worker.run(prepare, *args, now=computes_at_once(s))
+        _, _, block_q, block_k, precision = asked
+
+        def job(r: Results) -> Pass:
+            return prepare(r.scenario, head, block_q, block_k, precision, lambda _: r.layer())
+
+        self.compute.ask("tiling", job, needs_layer=True)
+
+    def _answered(self, name: str, value: object) -> None:
+        if name == "tiling":
+            self._shown(value)  # type: ignore[arg-type]
 
     def _shown(self, p: Pass) -> None:
         old = self.pass_
