@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import reference as ref
 
-from attnviz.core.maths.forward import compute
 from attnviz.core.maths.explain import EXPLAINABLE, explain, format_text
+from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import Settings, from_heads
 from attnviz.core.presets import worked_example
 

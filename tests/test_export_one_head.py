@@ -8,8 +8,8 @@ import pytest
 from attnviz.cli import main
 from attnviz.core.figures.figure import spec_for, to_svg
 from attnviz.core.maths.forward import HEAD_MATRICES, compute, compute_head, dropout_keep
-from attnviz.core.maths.streaming import layer
 from attnviz.core.maths.scenario import MASKS, POSITIONALS
+from attnviz.core.maths.streaming import layer
 from attnviz.core.presets import make_preset
 
 FIELDS = (*HEAD_MATRICES, "leak", "row_sum", "entropy", "empty_rows", "keep")

@@ -20,6 +20,7 @@ from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import (
     HEAD_NAMES,
     MASKS,
+    POSITIONALS,
     Scenario,
     ScenarioError,
     insert_token,
@@ -95,7 +96,7 @@ def edit_settings(s: Scenario, rng: np.random.Generator) -> Scenario:
     H = s.n_heads
     choices = {
         "mask": lambda: {"mask": str(rng.choice(MASKS))},
-        "positional": lambda: {"positional": str(rng.choice(["none", "sinusoidal", "rope", "alibi"]))},
+        "positional": lambda: {"positional": str(rng.choice(POSITIONALS))},
         "scale": lambda: {"scale": not s.settings.scale},
         "softcap": lambda: {"softcap": None if s.settings.softcap else float(rng.uniform(0.5, 5))},
         "sinks": lambda: {"sinks": None if s.settings.sinks else tuple(rng.normal(size=H))},

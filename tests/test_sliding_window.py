@@ -12,10 +12,10 @@ import pytest
 from attnviz.core.figures.figure import mask_marks, spec_for
 from attnviz.core.io import files
 from attnviz.core.io.codegen import to_script
-from attnviz.core.maths.forward import compute, one_head
-from attnviz.core.maths.streaming import layer
 from attnviz.core.maths.explain import explain
+from attnviz.core.maths.forward import compute, one_head
 from attnviz.core.maths.scenario import ScenarioError, Settings
+from attnviz.core.maths.streaming import layer
 from attnviz.core.presets import make_preset, random_scenario, worked_example
 from tests.test_codegen import run_script
 

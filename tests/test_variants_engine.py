@@ -31,7 +31,6 @@ from variant_reference import (
 from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths import engine
 from attnviz.core.maths.scenario import (
-    MASKS,
     Scenario,
     ScenarioError,
     Settings,

@@ -5,7 +5,8 @@ turns into signals. The flow:
 
 - ``submit(Request(version, scenario, shown))`` after every change of the document. The
   newest request replaces a pending one; a running one is dropped at its next step
-  (between heads). A small scenario is computed at once, on the caller's thread.
+  (between heads). A small scenario is computed at once and whole, on the caller's
+  thread: the very numbers of ``forward.compute``.
 - A request is computed from the last complete result (``reuse.Plan``: exact reuse), the
   shown head first (``HeadReady``), then every other head and the mix (``LayerReady``).
   A ``HeadResult`` holds one head and no mix: it cannot pass for a complete result.
@@ -329,10 +330,10 @@ class Scheduler:
                 return query
         return None
 
-    def _new_job(self, request: Request) -> _Job:
-        with self._lock:
-            base = self._base
-        return _Job(request, Results(request.scenario, base))
+    @staticmethod
+    def _new_job(request: Request) -> _Job:
+        """A job made whole at once: small, so nothing is reused (compute()'s numbers)."""
+        return _Job(request, Results(request.scenario, None))
 
     def _begin(self, request: Request, base: Base | None) -> None:
         job = _Job(request, Results(request.scenario, base))

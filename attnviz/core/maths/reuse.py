@@ -77,6 +77,8 @@ class Plan:
         self.rule = Rule.of(s)
         self._keys: dict[int, KeyParts] = {}
         self._heads: dict[int, Head] = {}
+        self._queries: tuple[np.ndarray, np.ndarray] | None = None  # every head's, at once
+        self._all_keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """X with its positions, and the keys' input: the base's, edited rows made again."""
@@ -142,7 +144,11 @@ class Plan:
 
     def _query_parts(self, h: int) -> QueryParts:
         s, old, c = self.s, self._base_head(h), self.changes
-        if old is None or h in c.q_heads:
+        if old is None:  # every head's, as compute() makes them (one product)
+            if self._queries is None:
+                self._queries = queries(s, self.X, range(head_count(s)))
+            return self._queries[0][h], self._queries[1][h]
+        if h in c.q_heads:
             Q, Q_rot = queries(s, self.X, [h])
             return Q[0], Q_rot[0]
         rows = sorted(c.x_rows)
@@ -162,7 +168,12 @@ class Plan:
         s, c = self.s, self.changes
         reader = self._reader(g)
         old = self._base_head(reader) if reader is not None else None
-        if old is None or g in c.k_heads:
+        if old is None:  # every key/value head's, as compute() makes them
+            if self._all_keys is None:
+                self._all_keys = keys(s, self.X_kv, range(len(kv_heads(s))))
+            K, V, K_rot = self._all_keys
+            return K[g], V[g], K_rot[g]
+        if g in c.k_heads:
             K, V, K_rot = keys(s, self.X_kv, [g])
             return K[0], V[0], K_rot[0]
         rows = sorted(c.kv_rows if s.cross else c.x_rows)
@@ -199,6 +210,11 @@ class Plan:
         return Result(
             **context(s, self.X, self.rule.future), heads=tuple(heads), concat=concat, final=final
         )
+
+
+def kv_heads(s: Scenario) -> list[int]:
+    """The key/value heads the query heads read (one, Q = K = V = X, without projections)."""
+    return sorted(set(kv_of(s, range(head_count(s)))))
 
 
 def _with_rows(a: np.ndarray, rows: Sequence[int], new: np.ndarray) -> np.ndarray:
