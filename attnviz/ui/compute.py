@@ -53,6 +53,7 @@ class ComputeService(QObject):
         self._request = Request(0, doc.scenario)
         self._busy = False
         self._closed = False
+        self._traffic = 0  # questions asked and events received: wait() waits for quiet
         self._event.connect(self._on_event)
         self.scheduler = Scheduler(self._event.emit)
         self.scheduler.adopt(self._request, self.result)
@@ -81,6 +82,7 @@ class ComputeService(QObject):
         self.shown = None
         self._request = Request(self.version, self.doc.scenario, self.view.head, self.view.engine)
         self._set_busy(True)
+        self._traffic += 1
         self.scheduler.submit(self._request)
 
     def _on_head(self, head: int) -> None:
@@ -92,6 +94,7 @@ class ComputeService(QObject):
         """Have the scheduler run run(results) for the newest version; ``answered`` (or
         ``queryFailed``) follows, with this name. A newer question of this name replaces
         one not yet answered."""
+        self._traffic += 1
         self.scheduler.ask(Query(name, self.version, run, needs_layer))
 
     def complete_result(self) -> Result:
@@ -109,6 +112,7 @@ class ComputeService(QObject):
     # Events ----------------------------------------------------------------------------
 
     def _on_event(self, event: Event) -> None:
+        self._traffic += 1
         if self._closed or event.version != self.version:
             return  # (an older version's: superseded)
         if isinstance(event, HeadReady):
@@ -144,8 +148,10 @@ class ComputeService(QObject):
         emitted (tests and scripts)."""
         while True:
             self.scheduler.wait()
+            traffic = self._traffic
+            idle = self.scheduler.idle()  # (then all it sent is posted to this thread)
             QCoreApplication.processEvents()  # (a view may ask something more)
-            if self.scheduler.idle():
+            if idle and traffic == self._traffic:
                 return
 
     def close(self) -> None:

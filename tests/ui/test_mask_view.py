@@ -39,7 +39,7 @@ def pixels_near(view, row: int, col: int, corner: bool) -> set[int]:
 @pytest.fixture
 def window(shown_window, qtbot):
     w = shown_window()
-    qtbot.waitUntil(lambda: w.compute.result.complete)
+    qtbot.waitUntil(lambda: not w.compute.busy)
     return w
 
 

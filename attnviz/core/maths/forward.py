@@ -745,7 +745,7 @@ def compute_head(s: Scenario, h: int) -> Head:
 def check_head(s: Scenario, h: int) -> None:
     count = head_count(s)
     if not 0 <= h < count:
-        raise KeyError(f"head {h} does not exist ({count} head(s))")
+        raise KeyError(f"head {h + 1} does not exist ({count} head(s))")
 
 
 def _frozen(*arrays: np.ndarray) -> np.ndarray:

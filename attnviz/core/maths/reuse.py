@@ -33,6 +33,7 @@ from attnviz.core.maths.forward import (
     Result,
     Rule,
     attend,
+    check_head,
     compute,
     context,
     dropout_keep,
@@ -99,6 +100,7 @@ class Plan:
 
     def head(self, h: int, staged: bool = False) -> Head:
         """Query head h of s (its stages kept when staged)."""
+        check_head(self.s, h)
         head = self._heads.get(h)
         if head is None:
             head = self._heads[h] = self._make(h)
