@@ -5,7 +5,7 @@ import pytest
 import reference as ref
 
 from attnviz.core.maths.compare import compare_masks, head_contribution, probe
-from attnviz.core.maths.forward import compute, update
+from attnviz.core.maths.forward import compute, one_head
 from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.presets import worked_example
 
@@ -37,29 +37,16 @@ def test_comparison_computes_through_the_given_function():
     np.testing.assert_array_equal(c.weights_a, compute(s).weights[1])
 
 
-def test_a_head_compared_first_leaves_the_outputs_until_the_results_are_complete():
-    """Results with only the head current (previews after an edit): the head's numbers,
-    no final_shift; complete results of the very same heads afterwards: the earlier
-    difference kept, final_shift by hand."""
-    s = worked_example()
-    edited = s.with_cells("X", None, 1, 2, np.array([[0.9]]))
-    before = {m: compute(s.with_settings(mask=m)) for m in ("causal", "causal-zero")}
-
-    def preview(scenario):
-        return update(before[scenario.settings.mask], scenario, [1], preview_head=0)
-
-    first = compare_masks(edited, 0, results=preview)
+def test_a_head_compared_alone_leaves_the_outputs_until_the_whole_layers():
+    """Compared from results of the head alone (what the window shows first after an
+    edit): the head's numbers and no final_shift; from whole layers, final_shift by hand."""
+    edited = worked_example().with_cells("X", None, 1, 2, np.array([[0.9]]))
+    first = compare_masks(edited, 0, results=lambda s: one_head(s, 0))
     assert first.final_shift is None
     _, W_causal, _ = ref.head(edited.X, ref.W_Q[0], ref.W_K[0], ref.W_V[0], "causal")
     _, W_zero, _ = ref.head(edited.X, ref.W_Q[0], ref.W_K[0], ref.W_V[0], "causal-zero")
     np.testing.assert_allclose(first.difference, W_zero - W_causal, atol=1e-15)
-
-    def rest(scenario):
-        made = first.result_a if scenario.settings.mask == "causal" else first.result_b
-        return update(made, scenario, [1], current_heads=[0])
-
-    whole = compare_masks(edited, 0, results=rest, earlier=first)
-    assert whole.difference is first.difference  # the very same heads: not again
+    whole = compare_masks(edited, 0)
     finals = [
         ref.multi_head(edited.X, ref.W_Q, ref.W_K, ref.W_V, ref.W_O, mask)[2]
         for mask in ("causal", "causal-zero")

@@ -3,16 +3,14 @@
 import dataclasses
 import math
 from collections.abc import Iterable
-from unittest import mock
 
 import numpy as np
 import pytest
 import reference as ref
 from variant_reference import random_scenario
 
-from attnviz.core.maths import engine
-from attnviz.core.maths.changes import changes_between
-from attnviz.core.maths.forward import compute, sinusoidal, softmax_rows, update
+from attnviz.core.maths.forward import compute, sinusoidal, softmax_rows
+from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.presets import make_preset, worked_example
 
@@ -97,27 +95,25 @@ def test_sinusoidal_encoding_added_to_x():
 
 def test_sinusoidal_rows_are_the_tables_rows_and_an_x_edit_turns_only_its_own():
     """Any rows of the encoding are those rows of the whole table, bit for bit, each cell
-    by the formula; an X edit's update adds the encoding to the edited row alone and
-    equals a compute of the edited scenario."""
+    by the formula; after an X edit, a result made from the one before holds the edited
+    row plus its encoding and equals a compute of the edited scenario."""
     table = sinusoidal(50, 7)
-    p, i = np.meshgrid(np.arange(50), np.arange(7), indexing="ij")
-    angle = p / 10000.0 ** (2 * (i // 2) / 7)
-    np.testing.assert_allclose(
-        table, np.where(i % 2 == 0, np.sin(angle), np.cos(angle)), atol=1e-15
-    )
+    np.testing.assert_allclose(table, table_of(50, 7), atol=1e-15)
     np.testing.assert_array_equal(sinusoidal(50, 7, [3, 49, 0]), table[[3, 49, 0]])
     s = make_preset("gpt2-small", n=40).with_settings(positional="sinusoidal")
-    prev = compute(s)
     edited = s.with_cells("X", None, 17, 5, [[2.5]])
-    full = sinusoidal(40, s.d_model)
-    with mock.patch.object(engine, "sinusoidal", wraps=engine.sinusoidal) as encoding:
-        got = update(prev, edited, x_rows=[17])
-    assert encoding.call_args_list  # (the edited row's encoding, and nothing more)
-    assert all(call.args[2] == [17] for call in encoding.call_args_list)
-    np.testing.assert_array_equal(got.X[17], edited.X[17] + full[17])
+    got = Plan(edited, Base(s, compute(s))).result()
+    np.testing.assert_array_equal(got.X[17], edited.X[17] + table_of(40, s.d_model)[17])
     want = compute(edited)
     np.testing.assert_array_equal(got.X, want.X)
     np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=1e-12)
+
+
+def table_of(n: int, d: int) -> np.ndarray:
+    """The sinusoidal table by its formula, cell by cell."""
+    p, i = np.meshgrid(np.arange(n), np.arange(d), indexing="ij")
+    angle = p / 10000.0 ** (2 * (i // 2) / d)
+    return np.where(i % 2 == 0, np.sin(angle), np.cos(angle))  # type: ignore[no-any-return]
 
 
 def test_dropout_is_seeded_and_rescales():
@@ -202,8 +198,7 @@ def test_softmax_skipping_each_rows_trailing_minus_infinity_equals_the_whole(wit
     np.testing.assert_array_equal(got_m, m_safe)
 
 
-def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
-
+def test_the_mix_after_edits_of_single_heads_is_concat_times_w_o_by_hand():
     rng = np.random.default_rng(11)
     n, d_model, H, d_k = 5, 12, 8, 2
     # 8 query heads over 4 key/value heads: W_K and W_V edits change a group of two
@@ -215,38 +210,16 @@ def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
         kept = np.repeat([h not in s.settings.ablated for h in range(H)], d_k)
         return concat, concat[:, kept] @ s.W_O[kept] + s.b_O
 
-    prev = compute(s)
-    edits = [
-        ("W_V", 1, {"v_heads": [1]}),
-        ("W_Q", 3, {"heads": [3]}),
-        ("W_K", 0, {"kv_heads": [0]}),
-    ]
-    for k in range(engine.MIX_UPDATES + 2):
-        name, head, told = edits[k % 3]
-        edited = s.with_cells(name, head, k % d_model, k % d_k, [[0.3 * k - 1.0]])
-        shown = 2 * head if name != "W_Q" else head
-        preview = update(prev, edited, **told, preview_head=shown)
-        rest = update(preview, edited, **told, current_heads=[shown])
-        concat, final = by_hand(rest, edited)
-        np.testing.assert_allclose(rest.concat, concat, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rest.final, final, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rest.final, compute(edited).final, rtol=0, atol=1e-12)
-        # a rank update each time, until that many: then mixed whole again
-        assert rest.mix_updates == (k + 1) % (engine.MIX_UPDATES + 1)
-        prev, s = rest, edited
-    # An edit of X changes every head, in the edited row and (causal) those after it:
-    # the last row alone mixed again, the others kept as they were
-    edited = s.with_cells("X", None, n - 1, 3, [[2.5]])
-    late = update(prev, edited, [n - 1])
-    np.testing.assert_array_equal(late.final[: n - 1], prev.final[: n - 1])
-    np.testing.assert_allclose(late.final, by_hand(late, edited)[1], rtol=0, atol=1e-12)
-    assert late.mix_updates == prev.mix_updates
-    # the first row: every row changes, mixed whole
-    prev, s = late, edited
-    edited = s.with_cells("X", None, 0, 3, [[-2.5]])
-    whole = update(prev, edited, [0])
-    assert whole.mix_updates == 0
-    np.testing.assert_allclose(whole.final, by_hand(whole, edited)[1], rtol=0, atol=1e-12)
+    r = compute(s)
+    edits = [("W_V", 1), ("W_Q", 3), ("W_K", 0), ("W_O", None), ("X", None)]
+    for k in range(40):
+        name, head = edits[k % len(edits)]
+        shape = s.matrix(name, head).shape
+        edited = s.with_cells(name, head, k % shape[0], k % shape[1], [[0.3 * k - 1.0]])
+        r, s = Plan(edited, Base(s, r)).result(), edited
+        concat, final = by_hand(r, s)
+        np.testing.assert_allclose(r.concat, concat, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(r.final, final, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -255,9 +228,9 @@ def test_an_edit_of_one_head_updates_the_mix_by_rank_and_equals_the_whole_mix():
 )
 @pytest.mark.parametrize("mask", ["causal", "causal-zero", "none"])
 def test_a_large_value_set_and_taken_back_leaves_no_rounding_error(name, head, mask):
-    """Updates add what changed; after a cell of 1e5 is set and put back, old + change
-    cancels and kept an error the size of the change (1.7e-10 in final after W_Q, 6.5e-10
-    after W_O, 5.4e-12 after X): such an update is computed whole instead."""
+    """A cell of 1e5 set and put back, each result made from the one before: nothing is
+    carried from the large value (an engine that added changes kept an error the size of
+    the change: 1.7e-10 in final after W_Q, 6.5e-10 after W_O)."""
     rng = np.random.default_rng(3)
     s = random_scenario(rng, 8, 8, 8, 4, 2, 4, mask=mask, positional="rope")
     r = compute(s)
@@ -265,8 +238,7 @@ def test_a_large_value_set_and_taken_back_leaves_no_rounding_error(name, head, m
     row, col = min(2, shape[0] - 1), 1
     for value in (1e5, -3e4, 1e3, 0.25):
         new = s.with_cells(name, head, row, col, np.array([[value]]))
-        r = engine.update_with(r, new, changes_between(s, new))
-        s = new
+        r, s = Plan(new, Base(s, r)).result(), new
     want = compute(s)
     np.testing.assert_allclose(r.final, want.final, rtol=0, atol=1e-12)
     for got, expected in zip(r.heads, want.heads, strict=True):
@@ -300,53 +272,14 @@ def _softmax_by_hand(s: Scenario) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("new_value", [-30.0, 29.9])
-def test_a_key_that_held_a_rows_weight_patched_only_while_its_denominator_keeps_its_digits(
-    new_value,
-):
-    """After an X edit the other rows are patched: Z' = Z − e_old + e_new. Key 2 holds all
-    but 1e-12 of each later row's weight (logit 30 against 0.03); dropped to −30, Z − e_old
-    keeps only the 1e-12 that was left (and its rounding error of 1e-16, relative 1e-4):
-    the rows are computed whole. Nudged to 29.9, Z' loses no digits and the rows may be
-    patched. Both within 1e-12 (relative) of a plain NumPy softmax. (12 rows: more than 8
-    per edited row, so patched rather than all computed whole.)"""
-    s = _dominant_key().with_cells("X", None, 2, 0, [[30.0]])
-    edited = s.with_cells("X", None, 2, 0, [[new_value]])
-    got = update(compute(s), edited, [2])
-    want = _softmax_by_hand(edited)
-    np.testing.assert_allclose(got.weights[0], want, rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(got.output[0], want @ (edited.X * [0.0, 1.0]), rtol=0, atol=1e-15)
-
-
-def test_a_key_raised_above_a_rows_maximum_is_patched_with_a_new_offset(monkeypatch):
-    """Key 2's logit raised from 1 to 2, above every other logit of the rows after it
-    (0.03): those rows are patched (their offset becomes the new maximum, their other
-    weights shrink by e^(m − m') Z / Z'), and only the edited row is computed whole;
-    within 1e-12 (relative) of a plain NumPy softmax."""
-    s = _dominant_key().with_cells("X", None, 2, 0, [[1.0]])
-    edited = s.with_cells("X", None, 2, 0, [[2.0]])
-    prev = compute(s)
-    whole = []
-    softmax_of = engine._softmax_of
-    monkeypatch.setattr(
-        engine, "_softmax_of", lambda *a, **k: whole.append(list(a[3])) or softmax_of(*a, **k)
-    )
-    got = update(prev, edited, [2])
-    assert whole == [[2]]
-    want = _softmax_by_hand(edited)
-    np.testing.assert_allclose(got.weights[0], want, rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(got.output[0], want @ (edited.X * [0.0, 1.0]), rtol=0, atol=1e-15)
-    np.testing.assert_array_equal(got.heads[0].m[3:], 2.0)
-
-
 def _set_key_2_step_by_step(s: Scenario, values: Iterable[float]) -> None:
-    """Key 2 of _dominant_key set to each value in turn, each by an update of the last
-    result: every step within 1e-12 (relative) of a plain NumPy softmax, the entropy of
+    """Key 2 of _dominant_key set to each value in turn, each result made from the one
+    before: every step within 1e-12 (relative) of a plain NumPy softmax, the entropy of
     the rows past key 2 too."""
     r = compute(s)
     for value in values:
         edited = s.with_cells("X", None, 2, 0, [[value]])
-        r, s = update(r, edited, [2]), edited
+        r, s = Plan(edited, Base(s, r)).result(), edited
         want = _softmax_by_hand(s)
         np.testing.assert_allclose(r.weights[0], want, rtol=1e-12, atol=1e-300)
         p = want[3:]  # −Σ p log p by hand
@@ -355,89 +288,21 @@ def _set_key_2_step_by_step(s: Scenario, values: Iterable[float]) -> None:
 
 
 def test_a_key_raised_then_lowered_step_by_step_keeps_every_row_exact():
-    """Key 2's logit raised by 0.6 a step from 0.03 to 40 (each step a new maximum of the
-    later rows: their offset moves up with it), then lowered to −5."""
+    """Key 2's logit raised by 0.6 a step from 0.03 to 40, then lowered to −5: the steps
+    where rescaling other rows lost digits (a key that held a row's weight, taken back)."""
     _set_key_2_step_by_step(
         _dominant_key(), [*np.arange(0.6, 40.0, 0.6), *np.arange(39.4, -5.0, -0.6)]
     )
 
 
-def test_a_dominant_key_lowered_step_by_step_keeps_every_row_exact():
-    """Each step lowers key 2's logit by 0.6, from 40 to −5: no single step halves a row's
-    denominator, but together they take it from 1 to 1e-17 if the row keeps its offset
-    (40) all the way, and the error Z carried grows as much (weights wrong by 150 at the
-    end). A row is patched only while Z' ≥ 1 (its offset within ln 2n of the maximum)."""
-    s = _dominant_key().with_cells("X", None, 2, 0, [[40.0]])
-    _set_key_2_step_by_step(s, np.arange(39.4, -5.0, -0.6))
-
-
-@pytest.mark.parametrize("settings", [{}, {"positional": "rope"}, {"qk_norm": "rms"}])
-def test_after_an_x_edit_q_and_k_as_the_scores_see_them_are_shared_unless_turned(settings):
-    """Without RoPE or QK-norm, Q_rot and K_rot are Q and K: an update stacks them once
-    (they were copied twice, 6 MB more at GPT-2 size); with either they are their own,
-    and every one is compute()'s."""
-    s = random_scenario(np.random.default_rng(3), 20, 20, 8, 4, 2, 2, mask="causal", **settings)
-    edited = s.with_cells("X", None, 4, 1, [[2.5]])
-    got, want = update(compute(s), edited, [4]), compute(edited)
-    turned = bool(settings)
-    for head, expected in zip(got.heads, want.heads, strict=True):
-        assert np.shares_memory(head.Q_rot, head.Q) != turned
-        assert np.shares_memory(head.K_rot, head.K) != turned
-        for name in ("Q", "K", "Q_rot", "K_rot"):
-            np.testing.assert_allclose(getattr(head, name), getattr(expected, name), atol=1e-14)
-
-
 @pytest.mark.parametrize("mask", ["drop-after-softmax", "causal"])
 def test_a_dominant_key_raised_under_reweighting_keeps_its_rows_exact(mask):
-    """Key 3 holds the later rows' weight (logits ~1e3) and is raised further: the rows
-    are patched with the new logit as their offset, and Z − e_old is the small rest of the
-    row. Under drop-after-softmax e_old was recomputed from the old logits, a few ulps
-    away at 1e3 from the ones the weights came from (weights off by 5e-14); it comes
-    from the kept weight times Z, as without reweighting: within 2e-14 of compute()."""
+    """Key 3 holds the later rows' weight (logits ~1e3) and is raised further: within
+    2e-14 of compute()."""
     rng = np.random.default_rng(32)
     s = random_scenario(rng, 16, 16, 6, 1, 1, 4, mask=mask)
     col = int(rng.integers(6))
     before = s.with_cells("X", None, 3, col, [[200.0]])
     after = before.with_cells("X", None, 3, col, [[201.0]])
-    got, want = update(compute(before), after, [3]), compute(after)
+    got, want = Plan(after, Base(before, compute(before))).result(), compute(after)
     np.testing.assert_allclose(got.weights, want.weights, rtol=0, atol=2e-14)
-
-
-@pytest.mark.parametrize("settings", [{}, {"positional": "rope"}])
-def test_an_x_edit_moves_each_heads_rows_by_the_change_and_projects_them_every_so_often(
-    settings,
-):
-    """After an edit of a few cells of X alone, the edited rows of every head's Q, K and V
-    are the old rows plus ΔX · W (a row of each W read, not all of it); such moves round,
-    so a row moved ROW_UPDATES times in a row is projected whole again. Each step against
-    X · W + b by hand, under GQA (4 query heads over 2 key/value heads)."""
-    rng = np.random.default_rng(8)
-    s = random_scenario(rng, 10, 10, 6, 4, 2, 3, mask="causal", **settings)
-    r = compute(s)
-    projected = []  # the rows the whole projections were asked for
-    real_queries, real_keys = engine._queries, engine._keys
-
-    def queries(s, X, heads, rows=slice(None)):
-        projected.append(rows)
-        return real_queries(s, X, heads, rows)
-
-    def keys(s, X_kv, kv, rows=slice(None)):
-        projected.append(rows)
-        return real_keys(s, X_kv, kv, rows)
-
-    counts = []
-    with mock.patch.object(engine, "_queries", queries), mock.patch.object(engine, "_keys", keys):
-        for step in range(engine.ROW_UPDATES + 3):
-            col = step % 6  # (nudged: a move never many times the row it leaves)
-            edited = s.with_cells("X", None, 3, col, [[s.X[3, col] + 0.1 * rng.normal()]])
-            r, s = update(r, edited, [3]), edited
-            counts.append(int(r.row_updates[3]))
-            for h, head in enumerate(r.heads):
-                g = s.kv_head_of(h)
-                for got, W, b in ((head.Q, s.W_Q[h], s.b_Q[h]), (head.K, s.W_K[g], s.b_K[g])):
-                    np.testing.assert_allclose(got, s.X @ W + b, rtol=0, atol=1e-12)
-                np.testing.assert_allclose(head.V, s.X @ s.W_V[g] + s.b_V[g], rtol=0, atol=1e-12)
-    n = engine.ROW_UPDATES
-    assert counts == [*range(1, n + 1), 0, 1, 2]  # moved, then projected whole, then moved
-    assert len(projected) == 2  # queries and keys once, at the step projected whole
-    assert all(int(c) == 0 for i, c in enumerate(r.row_updates) if i != 3)

@@ -17,7 +17,7 @@ values = st.floats(-2, 2, allow_nan=False, allow_infinity=False)
 def scenarios(draw, masks=MASKS, positional=("none", "sinusoidal")):
     n = draw(st.integers(1, 6))
     d_model = draw(st.integers(1, 6))
-    h = draw(st.integers(1, 5))  # (from 4 an edit of one head updates the mix by rank)
+    h = draw(st.integers(1, 5))
     d_k = draw(st.integers(1, 4))
 
     def mat(*shape):
@@ -130,12 +130,10 @@ def test_explanation_recomputes_the_cell(s, data):
 
 @settings(max_examples=100, deadline=None)
 @given(scenarios(), st.data())
-def test_incremental_update_matches_full_compute(s, data):
-    from attnviz.core.maths.forward import update
+def test_a_result_made_from_the_one_before_an_edit_matches_a_full_compute(s, data):
+    from attnviz.core.maths.reuse import Base, Plan
 
     prev = compute(s)
-    rows, heads, w_o = set(), set(), False
-    kv_heads, v_heads = set(), set()  # (these scenarios have a key/value head per head)
     edited = s
     for _ in range(data.draw(st.integers(1, 4))):
         name = data.draw(st.sampled_from(["X", "W_Q", "W_K", "W_V", "W_O"]))
@@ -146,29 +144,15 @@ def test_incremental_update_matches_full_compute(s, data):
         edited = edited.with_cells(
             name, head if name != "W_O" else None, i, j, [[data.draw(values)]]
         )
-        if name == "X":
-            rows.add(i)
-        elif name == "W_O":
-            w_o = True
-        else:
-            {"W_Q": heads, "W_K": kv_heads, "W_V": v_heads}[name].add(head)
     full = compute(edited)
-    # In one step, or as a preview of one head followed by the rest.
-    first = data.draw(st.integers(0, s.n_heads - 1))
-    told = {"kv_heads": kv_heads, "v_heads": v_heads}
-    preview = update(prev, edited, rows, heads, w_o, **told, preview_head=first)
-    # (a preview falls back to a complete result where update cannot be incremental)
-    assert preview.complete or preview.fresh == (first,)
-    shown = first if not preview.complete else 0
+    # The shown head first, as the window asks, then the whole layer.
+    plan = Plan(edited, Base(s, prev))
+    first = data.draw(st.integers(0, full.n_heads - 1))
+    shown = plan.head_result(first)
     for name in ("Q", "weights", "output"):
-        np.testing.assert_allclose(
-            preview.matrix(name, shown), full.matrix(name, shown), atol=1e-12
-        )
-    done = [] if preview.complete else [first]
-    rest = update(preview, edited, rows, heads, w_o, **told, current_heads=done)
-    for fast in (update(prev, edited, rows, heads, w_o, **told), rest):
-        assert fast.complete
-        for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
-            a, b = getattr(fast, name), getattr(full, name)
-            np.testing.assert_allclose(a, b, atol=1e-12, err_msg=name)
-        np.testing.assert_array_equal(np.isneginf(fast.masked), np.isneginf(full.masked))
+        np.testing.assert_allclose(shown.matrix(name, first), full.matrix(name, first), atol=1e-12)
+    fast = plan.result()
+    for name in ("Q", "K", "V", "weights", "output", "final", "leak", "entropy"):
+        a, b = getattr(fast, name), getattr(full, name)
+        np.testing.assert_allclose(a, b, atol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(np.isneginf(fast.masked), np.isneginf(full.masked))

@@ -1,7 +1,7 @@
 """The engine with what current models add (biases, GQA/MQA, cross-attention, QK-norm,
 RoPE, ALiBi, soft-cap, sinks, scale_value, causal alignment, sliding-window and custom
 masks), alone and together, against a plain reference written here from the spec's order
-of operations; incremental updates, one head and the layer against compute; torch's own
+of operations; one head and the layer against compute; torch's own
 attention through cross_check; and the Scenario helpers and messages for these fields.
 
 The reference (variant_reference.py) shares no code with attnviz: loops over heads, rows
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -29,7 +27,9 @@ from variant_reference import (
 )
 
 from attnviz.core.figures.figure import spec_for
-from attnviz.core.maths import engine
+from attnviz.core.maths import forward as engine
+from attnviz.core.maths.forward import Stages
+from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import (
     Scenario,
     ScenarioError,
@@ -43,6 +43,7 @@ from attnviz.core.maths.scenario import (
     with_cross_attention,
     with_kv_heads,
 )
+from attnviz.core.maths.streaming import layer
 
 RANDOM = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -321,18 +322,18 @@ def test_one_head_and_the_layer_equal_compute(s, data):
     full = engine.compute(s)
     h = data.draw(st.integers(0, full.n_heads - 1))
     alone = engine.one_head(s, h)
-    assert alone.n_heads == 1
+    assert alone.index == h and alone.n_heads == full.n_heads
     # bit for bit, as one_head promises, except where a product is matrix × vector: see
     # test_one_head_is_bit_for_bit_with_a_single_token_or_d_k_1
     exact = not (s.settings.projections and min(s.n, s.m, s.d_k) == 1)
-    for got in (alone.heads[0], engine.compute_head(s, h)):
+    for got in (alone.one, engine.compute_head(s, h)):
         for name in (*FIELDS, "empty_rows"):
             a, b = getattr(got, name), getattr(full.heads[h], name)
             if exact or name == "empty_rows":
                 np.testing.assert_array_equal(a, b, err_msg=name)
             else:
                 assert_close(a, b, name)
-    whole = engine.layer(s, block=data.draw(st.integers(1, 4)))
+    whole = layer(s, block=data.draw(st.integers(1, 4)))
     assert whole.heads == ()
     np.testing.assert_allclose(whole.concat, full.concat, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(whole.final, full.final, rtol=1e-12, atol=1e-13)
@@ -364,50 +365,27 @@ def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask,
     assert_matches_reference(s, full)
     for h in range(2):
         np.testing.assert_allclose(
-            engine.one_head(s, h).heads[0].output, full.heads[h].output, rtol=1e-12, atol=1e-14
+            engine.one_head(s, h).one.output, full.heads[h].output, rtol=1e-12, atol=1e-14
         )
-    np.testing.assert_allclose(
-        engine.layer(s, block=100).concat, full.concat, rtol=1e-12, atol=1e-13
-    )
+    np.testing.assert_allclose(layer(s, block=100).concat, full.concat, rtol=1e-12, atol=1e-13)
     edited = s.with_cells("W_V", 0, 2, 1, [[1.5]])
-    assert_matches_reference(edited, engine.update(full, edited, v_heads=[0]))
+    assert_matches_reference(edited, Plan(edited, Base(s, full)).result())
 
 
-@pytest.mark.parametrize(
-    "extras", [{"dropout": 0.3}, {"mask": "drop-after-softmax"}, {"mask": "causal-zero"}]
-)
-def test_an_edit_of_w_v_keeps_the_weights_even_when_they_are_not_the_softmax(extras):
-    """Dropout and drop-after-softmax change the weights after the softmax; an edit of
-    W_V still leaves them as they are (no head is computed again) and multiplies them by
-    the new V: every field equals a full compute."""
-    s = make(n=12, d_model=6, H=4, G=2, d_k=3, **extras)
-    prev = engine.compute(s)
-    edited = s.with_cells("W_V", 1, 4, 2, [[2.5]])
-    with mock.patch.object(engine, "_attend", wraps=engine._attend) as whole:
-        got = engine.update(prev, edited, v_heads=[1])
-    assert whole.call_count == 0
-    for h in (2, 3):  # the heads reading key/value head 2: the very same weights
-        assert got.heads[h].weights is prev.heads[h].weights
-    assert_same_result(got, engine.compute(edited))
-
-
-@pytest.mark.parametrize("kept", [True, False])
-def test_alibi_distances_kept_or_made_per_block_give_the_reference(kept, monkeypatch):
-    """ALiBi's |i − j| kept whole by the rule (small sizes) or made for each block asked
-    for (past KEPT_DISTANCES cells): compute, layer and an X edit's patch all equal the
-    reference; the term a view shows is one array while it is held."""
-    if not kept:
-        monkeypatch.setattr(engine, "KEPT_DISTANCES", 0)
+def test_alibi_under_cross_attention_gives_the_reference():
+    """ALiBi's −slope·|i − j| with the queries from m − n: compute, layer and an X edit
+    made from the result before all equal the reference; the term a view shows is the
+    paper's slope times the distance."""
     s = make(n=30, m=40, d_model=6, H=4, G=2, d_k=3, positional="alibi",
              causal_alignment="bottom-right")  # fmt: skip
     full = engine.compute(s)
     assert_matches_reference(s, full)
-    np.testing.assert_allclose(engine.layer(s, block=7).final, full.final, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(layer(s, block=7).final, full.final, rtol=1e-12, atol=1e-13)
     edited = s.with_cells("X", None, 4, 2, [[1.5]])
-    assert_matches_reference(edited, engine.update(full, edited, x_rows=[4]))
+    assert_matches_reference(edited, Plan(edited, Base(s, full)).result())
     rule = full.heads[0].rule
     term = rule.alibi(2)
-    assert rule.alibi(2) is term and not term.flags.writeable
+    assert not term.flags.writeable
     i, j = np.arange(30)[:, None] + 10, np.arange(40)[None, :]  # queries from m − n = 10
     np.testing.assert_array_equal(term, -paper_slopes(4)[2] * np.abs(i - j))
 
@@ -436,405 +414,6 @@ def test_one_head_is_bit_for_bit_with_a_single_token_or_d_k_1(n, d_k):
         full = engine.compute(s)
         for h in range(4):
             np.testing.assert_array_equal(engine.compute_head(s, h).Q, full.heads[h].Q)
-
-
-@st.composite
-def edits(draw: st.DrawFn) -> tuple[Scenario, Scenario, dict[str, Any]]:
-    """A scenario with projections, one edited copy, and what update is told changed."""
-    s = draw(scenarios().filter(lambda s: s.settings.projections))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    told: dict[str, Any] = {"x_rows": set(), "kv_rows": set(), "heads": set(), "kv_heads": set()}
-    told["v_heads"] = set()
-    told["w_o"] = False
-    edited = s
-    names = draw(
-        st.lists(
-            st.sampled_from(
-                (
-                    *("X", "X_kv", "W_Q", "b_Q", "q_norm"),
-                    *("W_K", "W_V", "b_K", "b_V", "k_norm", "W_O", "b_O"),
-                )
-            ),
-            min_size=1,
-            max_size=4,
-        )
-    )
-    for name in names:
-        if name == "X_kv" and not s.cross:
-            continue
-        head = None
-        if name in ("W_Q", "b_Q", "q_norm"):
-            head = draw(st.integers(0, s.n_heads - 1))
-            told["heads"].add(head)
-        elif name in ("W_K", "W_V", "b_K", "b_V", "k_norm"):
-            head = draw(st.integers(0, s.kv_heads - 1))
-            told["v_heads" if name in ("W_V", "b_V") else "kv_heads"].add(head)
-        target = edited.matrix(name, head)
-        row = draw(st.integers(0, target.shape[0] - 1))
-        edited = edited.with_cells(name, head, row, 0, rng.normal(size=(1, target.shape[1])))
-        if name == "X":
-            told["x_rows"].add(row)
-        elif name == "X_kv":
-            told["kv_rows"].add(row)
-        elif name in ("W_O", "b_O"):
-            told["w_o"] = True
-    return s, edited, told
-
-
-def assert_same_result(got: engine.Result, want: engine.Result, atol: float = 1e-12) -> None:
-    """Every field of every head, concat and final, to 1e-12 (relative and absolute)."""
-    for h in range(want.n_heads):
-        for name in FIELDS:
-            np.testing.assert_allclose(
-                getattr(got.heads[h], name),
-                getattr(want.heads[h], name),
-                rtol=1e-12,
-                atol=atol,
-                err_msg=f"head {h + 1} {name}",
-            )
-    np.testing.assert_allclose(got.concat, want.concat, rtol=1e-12, atol=atol)
-    np.testing.assert_allclose(got.final, want.final, rtol=1e-12, atol=atol)
-
-
-@RANDOM
-@given(case=edits())
-def test_incremental_updates_equal_compute(case):
-    before, after, told = case
-    got = engine.update(engine.compute(before), after, **told)
-    assert got.complete
-    assert_same_result(got, engine.compute(after), atol=1e-13)
-    assert_matches_reference(after, got)
-
-
-@RANDOM
-@given(
-    s=scenarios(tokens=(8, 24)).filter(lambda s: s.settings.projections),
-    data=st.data(),
-)
-def test_row_edits_update_rows_and_columns_and_equal_compute(s, data):
-    """Three edits of one to three rows of X (or X_kv), each updated from the last
-    result: the rows and columns of the scores they touch are patched (no head is
-    recomputed whole while few rows changed, under drop-after-softmax and dropout too),
-    and every field equals a full compute."""
-    result = engine.compute(s)
-    for _ in range(3):
-        name = "X_kv" if s.cross and data.draw(st.booleans()) else "X"
-        rows, cols = s.matrix(name, None).shape
-        count = data.draw(st.integers(1, 3))
-        row = data.draw(st.integers(0, rows - count))
-        block = data.draw(st.lists(st.floats(-3, 3), min_size=count * cols, max_size=count * cols))
-        s = s.with_cells(name, None, row, 0, np.reshape(block, (count, cols)))
-        edited = set(range(row, row + count))
-        told = {"x_rows": edited} if name == "X" else {"kv_rows": edited}
-        with mock.patch.object(engine, "_attend", wraps=engine._attend) as whole:
-            result = engine.update(result, s, **told)
-        if 8 * count <= max(s.n, s.m):
-            assert whole.call_count == 0
-        assert_same_result(result, engine.compute(s))
-
-
-SCORE_MATRICES = ("scores", "scaled", "masked")
-
-
-@RANDOM
-@given(case=edits(), data=st.data())
-def test_a_drawn_heads_score_matrices_follow_every_update(case, data):
-    """A head a view has drawn (its scores, scaled and masked made) gets them made with
-    each update, patched by rows and columns after an edit of X, copied on the way when
-    its scores are computed again; no other head gets them. They equal compute's, and
-    when an edit of a few rows of X alone patched them, every other cell is the very
-    same number as before."""
-    before, after, told = case
-    prev = engine.compute(before)
-    drawn = data.draw(st.integers(0, prev.n_heads - 1))
-    old = [getattr(prev.heads[drawn], name) for name in SCORE_MATRICES]
-    preview = data.draw(st.booleans())
-    got = engine.update(prev, after, **told, preview_head=drawn if preview else None)
-    want = engine.compute(after)
-    for h, head in enumerate(got.heads):
-        made = [name for name in SCORE_MATRICES if name in head.__dict__]
-        assert made == (list(SCORE_MATRICES) if h == drawn else []), f"head {h + 1}"
-    head = got.heads[drawn]
-    for name in SCORE_MATRICES:
-        np.testing.assert_allclose(
-            getattr(head, name),
-            getattr(want.heads[drawn], name),
-            rtol=1e-12,
-            atol=1e-13,
-            err_msg=name,
-        )
-    rows = sorted(told["x_rows"])
-    cols = sorted(told["kv_rows"] if after.cross else told["x_rows"])
-    weights_edited = told["heads"] or told["kv_heads"]
-    few = 8 * len(set(rows) | set(cols)) <= max(after.n, after.m)
-    if (rows or cols) and not weights_edited and few:
-        untouched = np.ones(head.scores.shape, dtype=bool)
-        untouched[rows] = False
-        untouched[:, cols] = False
-        for name, before_edit in zip(SCORE_MATRICES, old, strict=True):
-            now = getattr(head, name)
-            np.testing.assert_array_equal(now[untouched], before_edit[untouched], err_msg=name)
-
-
-@RANDOM
-@given(s=scenarios(tokens=(8, 20)).filter(lambda s: s.settings.projections), data=st.data())
-def test_a_patched_head_tells_which_lines_of_its_matrices_changed(s, data):
-    """After an edit of a row of X (or X_kv), a head patched row by row names, for its
-    Q, K, V, Q_rot, K_rot and the score matrices a view drew, the head's array it came
-    from and the only rows and columns where it differs (so views recolour just those);
-    its weights and output, rescaled row by row, may differ anywhere (recoloured whole,
-    not compared)."""
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    prev = engine.compute(s)
-    drawn = data.draw(st.integers(0, s.n_heads - 1))
-    for name in SCORE_MATRICES:
-        getattr(prev.heads[drawn], name)  # as a view does
-    name = "X_kv" if s.cross and data.draw(st.booleans()) else "X"
-    row = data.draw(st.integers(0, s.matrix(name, None).shape[0] - 1))
-    after = s.with_cells(name, None, row, 0, rng.normal(size=(1, s.d_model)))
-    got = engine.update(prev, after, **{"x_rows" if name == "X" else "kv_rows": {row}})
-    assert_same_result(got, engine.compute(after))
-    patched = after.settings.mask != "drop-after-softmax" and after.settings.dropout == 0
-    for h, head in enumerate(got.heads):
-        for matrix in ("weights", "output"):
-            told = engine.unchanged_outside(head, matrix)
-            assert told is not None and told[1] is None, matrix
-            assert told[0]() is getattr(prev.heads[h], matrix), matrix
-        for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
-            known = engine.unchanged_outside(head, matrix)
-            if known is None:
-                assert not patched or (matrix in SCORE_MATRICES and h != drawn), matrix
-                continue
-            ref, lines = known
-            before = ref()
-            assert before is getattr(prev.heads[h], matrix)
-            if lines is None:  # computed anew (not patched): any cell may differ
-                assert matrix in SCORE_MATRICES and h == drawn, matrix
-                continue
-            rows, cols = lines
-            same = np.ones(before.shape, dtype=bool)
-            same[rows] = False
-            same[:, cols] = False
-            np.testing.assert_array_equal(getattr(head, matrix)[same], before[same], matrix)
-
-
-def test_a_heatmap_told_what_changed_keeps_no_earlier_matrix_alive():
-    """The claim a patched head hands its heatmaps holds the earlier matrices weakly: once
-    nothing else holds the earlier result, its score matrices are gone (at n = 4096 each
-    is 128 MiB)."""
-    import gc
-    import weakref
-
-    from attnviz.core.figures.figure import spec_for
-
-    s = make(n=24, H=4, G=2, seed=5)
-    prev = engine.compute(s)
-    earlier = weakref.ref(prev.heads[1].scores)
-    after = s.with_cells("X", None, 3, 0, np.ones((1, 5)))
-    got = engine.update(prev, after, x_rows={3})
-    spec = spec_for(got, "scores", 1)
-    assert spec.since is not None and spec.since[0]() is earlier()
-    del prev
-    gc.collect()
-    assert earlier() is None and spec.since[0]() is None
-
-
-CHAIN_CONFIGS = (
-    {},
-    {"positional": "rope"},
-    {"qk_norm": "rms", "positional": "rope"},
-    {"mask": "none", "positional": "alibi"},
-    {"softcap": 0.7, "mask": "sliding-window", "window": 3},
-    {"sinks": (-1.0, 0.0, 2.0, 0.5), "causal_alignment": "bottom-right"},
-)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_edit_after_edit_with_previews_keeps_groups_whole_and_claims_true(data):
-    """Edits one after another, as the window makes them (the shown head previewed, then
-    the rest): every query head of a key/value group holds the same K, V and K_rot to the
-    last bit, what a patched head says did not change did not, and every result equals
-    compute's."""
-    config = data.draw(st.sampled_from(CHAIN_CONFIGS))
-    cross = data.draw(st.booleans())
-    s = make(n=24, m=20 if cross else None, H=4, G=2, seed=data.draw(st.integers(0, 99)), **config)
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    prev = engine.compute(s)
-    kept = [prev]  # the arrays views hold
-    for _ in range(5):
-        for h in range(4):  # a view drew this head's score matrices
-            if rng.random() < 0.5:
-                for name in SCORE_MATRICES:
-                    getattr(prev.heads[h], name)
-        told: dict[str, Any] = {"x_rows": set(), "heads": set(), "kv_heads": set()}
-        told |= {"kv_rows": set(), "v_heads": set(), "w_o": False}
-        name = data.draw(st.sampled_from(("X", "X_kv", "W_Q", "W_K", "W_V", "k_norm", "W_O")))
-        name = "X" if name == "X_kv" and not cross else name
-        head = None if name in ("X", "X_kv", "W_O") else int(rng.integers(2))
-        row = int(rng.integers(s.matrix(name, head).shape[0]))
-        s = s.with_cells(name, head, row, 0, rng.normal(size=(1, 1)))
-        key = {"X": "x_rows", "X_kv": "kv_rows", "W_Q": "heads", "W_V": "v_heads"}
-        if name == "W_O":
-            told["w_o"] = True
-        else:
-            told[key.get(name, "kv_heads")].add(row if head is None else head)
-        shown = data.draw(st.none() | st.integers(0, 3))
-        if shown is not None:
-            preview = engine.update(prev, s, **told, preview_head=shown)
-            kept.append(preview)
-            done = [] if preview.complete else [shown]
-            got = engine.update(preview, s, **told, current_heads=done)
-        else:
-            got = engine.update(prev, s, **told)
-        assert_same_result(got, engine.compute(s))
-        for h, one in enumerate(got.heads):
-            other = got.heads[h ^ 1]  # the other query head of its group (G = 2 of H = 4)
-            for matrix in ("K", "V", "K_rot"):
-                np.testing.assert_array_equal(getattr(one, matrix), getattr(other, matrix))
-            for matrix in (*engine.ROW_MATRICES, *SCORE_MATRICES):
-                known = engine.unchanged_outside(one, matrix)
-                if known is not None and known[1] is not None:  # (None: any cell may differ)
-                    before, (rows, cols) = known[0](), known[1]
-                    same = np.ones(before.shape, dtype=bool)
-                    same[rows] = False
-                    same[:, cols] = False
-                    now = getattr(one, matrix)
-                    np.testing.assert_array_equal(now[same], before[same], matrix)
-        kept = [*kept[-3:], got]
-        prev = got
-
-
-def test_a_head_computed_again_keeps_the_values_its_output_was_made_from():
-    """After W_V moved V by a rank-one term, a paste over many rows of W_K projects K and
-    V again: the head then holds that V, the one its output is the weights times."""
-    s0 = make(n=24, d_model=12, H=2, G=2, d_k=4, seed=3)
-    s1 = s0.with_cells("W_V", 0, 0, 0, np.array([[0.7]]))
-    r1 = engine.update(engine.compute(s0), s1, v_heads={0})
-    s2 = s1.with_cells("W_K", 0, 0, 0, np.full((12, 4), 0.1))  # more rows than FEW_ROWS
-    head = engine.update(r1, s2, kv_heads={0}).heads[0]
-    np.testing.assert_array_equal(head.output, head.weights @ head.V)
-
-
-def test_an_edit_keeps_the_arrays_it_did_not_change():
-    """Views skip redrawing what is the same array, so an update hands back the very
-    arrays an edit did not change (and the same numbers as compute)."""
-    s = make(n=12, H=4, G=2, positional="rope", qk_norm="rms")
-    r = engine.compute(s)
-    # W_V of key/value head 1 (query heads 1 and 2): their weights stay, V and output move.
-    s2 = s.with_cells("W_V", 0, 2, 1, np.array([[0.5]]))
-    u = engine.update(r, s2, v_heads={0})
-    for h in (0, 1):
-        old, new = r.heads[h], u.heads[h]
-        assert all(getattr(new, f) is getattr(old, f) for f in ("weights", "Q", "K", "K_rot"))
-        assert new.V is not old.V and new.output is not old.output
-    assert u.heads[2] is r.heads[2] and u.heads[3] is r.heads[3]
-    assert_same_result(u, engine.compute(s2))
-    # W_Q of query head 2: its keys and values stay, its queries and weights move.
-    s3 = s2.with_cells("W_Q", 1, 0, 0, np.array([[2.0]]))
-    v = engine.update(u, s3, heads={1})
-    assert all(getattr(v.heads[1], f) is getattr(u.heads[1], f) for f in ("K", "V", "K_rot"))
-    assert v.heads[1].Q is not u.heads[1].Q and v.heads[0] is u.heads[0]
-    assert_same_result(v, engine.compute(s3))
-    # W_O: every head and concat stay; final gets a rank update.
-    s4 = s3.with_cells("W_O", None, 5, 2, np.array([[-1.0]]))
-    w = engine.update(v, s4, w_o=True)
-    assert w.heads == v.heads and w.concat is v.concat and w.final is not v.final
-    assert_same_result(w, engine.compute(s4))
-    # W_K of key/value head 2 (query heads 3 and 4): their values stay, keys move.
-    s5 = s4.with_cells("W_K", 1, 3, 0, np.array([[0.7]]))
-    x = engine.update(w, s5, kv_heads={1})
-    for h in (2, 3):
-        assert x.heads[h].V is w.heads[h].V and x.heads[h].K is not w.heads[h].K
-    assert x.heads[0] is w.heads[0]
-    assert_same_result(x, engine.compute(s5))
-
-
-def test_a_preview_then_the_rest_equals_compute():
-    s = make(H=4, G=2, positional="rope", sinks=(0.0, 1.0, 2.0, 3.0))
-    edited = s.with_cells("W_K", 1, 0, 0, np.ones((1, 4)))
-    prev = engine.compute(s)
-    preview = engine.update(prev, edited, kv_heads=[1], preview_head=2)
-    assert not preview.complete and preview.fresh == (2,)
-    final = engine.update(preview, edited, kv_heads=[1], current_heads=[2])
-    want = engine.compute(edited)
-    np.testing.assert_allclose(final.output, want.output, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(final.final, want.final, rtol=1e-13, atol=1e-14)
-
-
-@pytest.mark.parametrize("edit", ["X", "W_K"])
-def test_every_head_before_the_mix_then_the_mix_equals_compute(edit):
-    """update(mix=False) returns once the heads are current: they are compute's, the mix
-    still the previous one's; the mix from it then equals compute's."""
-    s = make(H=4, G=2, positional="rope", sinks=(0.0, 1.0, 2.0, 3.0))
-    prev = engine.compute(s)
-    if edit == "X":
-        edited, changes = s.with_cells("X", None, 2, 0, np.ones((1, 4))), {"x_rows": [2]}
-    else:
-        edited, changes = s.with_cells("W_K", 1, 0, 0, np.ones((1, 4))), {"kv_heads": [1]}
-    heads = engine.update(prev, edited, **changes, mix=False)
-    want = engine.compute(edited)
-    assert not heads.complete and heads.heads_current and heads.fresh == (0, 1, 2, 3)
-    np.testing.assert_allclose(heads.output, want.output, rtol=1e-13, atol=1e-14)
-    assert heads.final is prev.final and heads.concat is prev.concat
-    done = engine.update(heads, edited, **changes, current_heads=range(4))
-    assert done.complete
-    np.testing.assert_allclose(done.final, want.final, rtol=1e-13, atol=1e-14)
-    # a change of W_O alone touches no head: the whole result at once
-    w_o = edited.with_cells("W_O", None, 0, 0, np.ones((1, 4)))
-    assert engine.update(done, w_o, w_o=True, mix=False).complete
-
-
-def test_a_head_computed_anew_says_its_matrices_may_differ_anywhere():
-    """After an edit of its weights a drawn head is computed anew: its weights, output and
-    score matrices name the arrays they replace, with no lines (a view recolours them
-    whole, comparing nothing); what it reuses, and the heads the edit did not touch, say
-    nothing."""
-    s = make(H=4, G=2, positional="rope")
-    prev = engine.compute(s)
-    drawn = prev.heads[2]
-    for name in ("scores", "scaled", "masked"):
-        getattr(drawn, name)
-    new = engine.update(prev, s.with_cells("W_K", 1, 0, 0, np.array([[0.5]])), kv_heads=[1])
-    head = new.heads[2]
-    for name in ("scores", "scaled", "masked", "weights", "output"):
-        claim = engine.unchanged_outside(head, name)
-        assert claim is not None and claim[0]() is getattr(drawn, name) and claim[1] is None
-        assert not np.array_equal(getattr(head, name), getattr(drawn, name)), name
-    assert head.Q is drawn.Q and engine.unchanged_outside(head, "Q") is None
-    assert (
-        new.heads[0] is prev.heads[0] and engine.unchanged_outside(new.heads[0], "scores") is None
-    )
-
-
-@pytest.mark.parametrize("name", ["W_Q", "W_K", "W_V"])
-def test_an_edits_preview_does_not_stack_the_edited_weights(name):
-    """An edit copies one head of a weight stack; updates read the heads they need and
-    never stack the whole (a Llama-3-8B layer's W_Q is 134 MB)."""
-    s = make(H=4, G=2, positional="rope", qk_norm="rms")
-    prev = engine.compute(s)
-    head = 1
-    edited = s.with_cells(name, head, 2, 1, np.array([[0.9, -0.4]]))
-    told = (
-        {"heads": [head]}
-        if name == "W_Q"
-        else {("kv_heads" if name == "W_K" else "v_heads"): [head]}
-    )
-    shown = 2 if name != "W_Q" else head  # (query head 3 reads key/value head 2)
-    preview = engine.update(prev, edited, **told, preview_head=shown)
-    final = engine.update(preview, edited, **told, current_heads=[shown])
-    assert name not in vars(edited)  # not stacked by either
-    again = edited.with_cells(name, head, 0, 0, np.array([[0.3]]))
-    after = engine.update(final, again, **told)  # from a result of an edited scenario
-    assert name not in vars(again)
-    assert_same_result(after, engine.compute(again))
-    assert_same_result(final, engine.compute(edited))
-    # the same against a scenario built whole from the edited stack
-    rebuilt = dataclasses.replace(s, **{name: np.array(getattr(edited, name))})
-    assert_same_result(final, engine.compute(rebuilt))
-
-
-# torch: the torch engine and SDPA / flex_attention ----------------------------------------
 
 
 def expected_reference(s: Scenario) -> str:
@@ -1132,9 +711,9 @@ def test_a_heatmap_of_scores_past_the_largest_float_is_not_taken_for_finite():
     weights = np.array(head.weights)
     weights[2, 3] = np.nan  # a hidden key's weight: leaked
     m = masked.max(axis=1)  # the softmax's row maxima: ∞ and NaN there too
-    broken = head.with_fields(scores=scores, scaled=scaled, masked=masked, weights=weights, m=m)
     for a in (scores, scaled, masked, weights, m):
         a.flags.writeable = False
+    broken = dataclasses.replace(head, stages=Stages(scores, scaled, masked), weights=weights, m=m)
     result = dataclasses.replace(result, heads=[broken])
     top = float(np.abs(scaled[np.isfinite(scaled)]).max())
     for view in ("scores", "scaled", "masked", "weights"):
@@ -1146,30 +725,11 @@ def test_a_heatmap_of_scores_past_the_largest_float_is_not_taken_for_finite():
     # A head given every field (the torch engine's: no rule) is not known to leave hidden
     # keys at 0: its weight on one is looked for, with finite scores too.
     clean = engine.compute(make(n=4, d_model=3, H=1, G=1, d_k=2, seed=3, mask="causal")).heads[0]
-    for name in ("scores", "scaled", "masked"):
-        getattr(clean, name)
     weights = np.array(clean.weights)
     weights[0, 2] = 0.25
     weights.flags.writeable = False
-    given = clean.with_fields(weights=weights, rule=None)
+    stages, rows = clean.made_stages(), clean.row_stats()
+    given = dataclasses.replace(clean, weights=weights, rule=None, stages=stages, rows=rows)
     result = dataclasses.replace(result, heads=[given])
-    spec_for(result, "scaled", 0)  # as the pipeline does first: the scaled scores' extent
     spec = spec_for(result, "weights", 0)
-    assert spec.finite and spec.leaked is not None and spec.leaked[0, 2] and spec.leaked.sum() == 1
-
-
-def test_a_drawn_heads_scores_hold_no_other_heads_memory():
-    """Drawn heads computed together keep their own score matrices: none is a window on
-    an array of several heads, which a head left unedited later would keep alive whole."""
-    s = make(n=16, H=4, G=4, seed=2)
-    prev = engine.compute(s)
-    for h in (0, 1):
-        assert prev.heads[h].scores.shape == (16, 16)  # made, as a view does
-    one = s.with_cells("W_Q", 0, 0, 0, np.array([[0.5]]))
-    both = one.with_cells("W_Q", 1, 0, 0, np.array([[-0.5]]))
-    for edited, heads in ((both, {0, 1}), (one, {0})):
-        new = engine.update(prev, edited, heads=heads)
-        for h in heads:
-            scores = new.heads[h].scores
-            owner = scores if scores.base is None else scores.base
-            assert owner.size == scores.size, (heads, h)
+    assert spec.leaked is not None and spec.leaked[0, 2] and spec.leaked.sum() == 1

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 from test_entropy_stability import equal_tokens  # noqa: E402
 
-from attnviz.core.maths.forward import Result  # noqa: E402
+from attnviz.core.maths.forward import Result, RowStats  # noqa: E402
 from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
 from attnviz.ui.workspace import Workspace  # noqa: E402
 
@@ -20,15 +20,17 @@ from attnviz.ui.workspace import Workspace  # noqa: E402
 def with_entropy_off(r: Result, by: float) -> Result:
     entropy = np.array(r.heads[0].entropy)
     entropy[1] += by
-    head = r.heads[0].with_fields(entropy=entropy)
+    h = r.heads[0]
+    head = dataclasses.replace(h, rows=RowStats(h.leak, h.row_sum, entropy))
     return dataclasses.replace(r, heads=(head, *r.heads[1:]))
 
 
 def checked(qtbot, value: float) -> NumbersBadge:
-    badge = NumbersBadge(Workspace.create(equal_tokens(value)))
+    ws = Workspace.create(equal_tokens(value))
+    badge = NumbersBadge(ws)
     qtbot.addWidget(badge)
     badge.start()
-    badge.worker.wait()
+    ws.compute.wait()
     return badge
 
 

@@ -58,15 +58,12 @@ def test_edits_of_x_leave_every_picture_the_colour_map_of_its_values(window, qtb
             assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
 
 
-def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(
-    window, qtbot, monkeypatch
-):
+def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(window, qtbot):
     """Long enough that each view shows a sample of the rows (cells smaller than
     pixels), with RoPE and two heads sharing keys: after edits of X (of rows the pictures
     show, and of one they do not), each view is what drawing its matrix afresh gives, at
-    the rows its image holds. The engine told every view what changed: none compared."""
+    the rows its image holds."""
     from attnviz.core.maths.scenario import Settings
-    from attnviz.ui import heatmap, heatmap_parts
 
     tokens = tuple(f"w{i}" for i in range(700))
     s = small_model(tokens, 8, 2, 4, seed=5, kv_heads=1, settings=Settings(positional="rope"))
@@ -77,25 +74,6 @@ def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(
     shown = views["scores"].image.rows
     assert shown is not None  # sampled
     hidden = sorted(set(range(700)) - set(shown.tolist()))
-    compared, found = [], []
-    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: compared.append(1))
-
-    class Numpy:  # heatmap's numpy, its comparisons counted
-        def __getattr__(self, name):
-            return getattr(np, name)
-
-        @staticmethod
-        def array_equal(a, b):
-            compared.append(1)
-            return np.array_equal(a, b)
-
-    monkeypatch.setattr(heatmap, "np", Numpy())
-    real_at = heatmap_parts._at
-    monkeypatch.setattr(
-        heatmap_parts,
-        "_at",
-        lambda r, lines: found.append(len(real_at(r, lines))) or real_at(r, lines),
-    )
     model = window.inputs.model
     edits = [(int(shown[3]), 2, 3.0), (hidden[100], 0, -4.0), (int(shown[-2]), 7, 2.5)]
     for k, (row, col, value) in enumerate(edits):
@@ -104,8 +82,6 @@ def test_edits_of_x_leave_every_sampled_picture_the_colour_map_of_its_values(
         qtbot.wait(1)
         for name in window.pipeline.names:
             assert_drawn_as_a_whole(views[name], f"edit {k}: {name}")
-    assert not compared
-    assert any(found)  # some views recoloured just the pixels of the edited lines
 
 
 def test_changed_cells_are_found_exactly_unless_a_sample_shows_nearly_all_changed():
@@ -233,36 +209,6 @@ def test_an_edit_of_w_v_redraws_only_v_and_the_output(window, qtbot):
     np.testing.assert_allclose(views["output"].spec.values, weights @ (s.X @ s.W_V[0]), atol=1e-12)
 
 
-def test_a_preview_waits_only_for_the_views_it_redraws(shared_window, qtbot):
-    """The worker waits for the preview of the shown head to be on screen before it
-    computes the other heads: after a W_Q edit K and V are not redrawn, so they are not
-    waited for (they might never paint, and the rest would wait out the timeout)."""
-    from attnviz.core.presets import random_scenario
-
-    window = shared_window
-    window.doc.reset(random_scenario(n=96, d_model=16, heads=12, d_k=4, seed=2), None)
-    window.view_state.set_head(0)
-    window.bring_forward(("Pipeline",))
-    window.compute.wait()
-    qtbot.waitUntil(lambda: all(window.pipeline.views[n].isVisible() for n in ("K", "V")))
-    awaited: list[set[str]] = []
-    views = window.pipeline.views
-
-    def on_result(result):
-        if not result.complete:  # the views it waits for, by name
-            awaiting = window.pipeline.paints._awaiting
-            awaited.append({name for name, view in views.items() if view in awaiting})
-
-    window.compute.resultChanged.connect(on_result)
-    model = window.weights.grids[("W_Q", 0)].matrix_model()
-    assert model.setData(model.index(3, 1), "0.8")
-    window.compute.wait()
-    assert len(awaited) == 1
-    assert {"Q", "scores", "weights", "output"} <= awaited[0]
-    assert not awaited[0] & {"K", "V"}
-    window.doc.undo_stack.setClean()
-
-
 def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
     """The hatched cells after edits that turn cells of a row or a column to −∞, NaN or
     back to numbers (under a fixed mask), updated in the changed lines only or as a
@@ -303,72 +249,16 @@ def test_masked_marks_follow_edits_in_the_changed_rows_and_columns_only():
     assert partly > 30 and wholly_finite > 5
 
 
-def test_a_spec_that_names_the_lines_it_changed_is_recoloured_there_alone(qtbot, monkeypatch):
-    """A spec that says its values equal the drawn ones but in some rows and columns (as
-    a head patched after an edit of X says) is recoloured in those lines, with no
-    comparison, to the picture a fresh view draws; one that names no line and looks the
-    same is not redrawn."""
-    import weakref
-    from dataclasses import replace
-
-    from attnviz.core.figures.figure import HeatmapSpec
-    from attnviz.ui import heatmap
-
-    rng = np.random.default_rng(3)
-    labels = tuple(str(i) for i in range(200))
-    values = rng.standard_normal((200, 200))
-    first = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
-
-    view = drawn(qtbot, first)
-    new = values.copy()
-    new[17] += 1.0
-    new[:, 120] -= 1.0
-    lines = (np.array([17]), np.array([120]))
-    assert view.set_spec(replace(first, values=new, since=(weakref.ref(values), lines)))
-    np.testing.assert_array_equal(
-        view.image.pixels, drawn(qtbot, replace(first, values=new)).image.pixels
-    )
-    # Named lines are trusted: a change outside them is not looked for.
-    hidden = new.copy()
-    hidden[50, 50] = 5.0
-    assert view.set_spec(replace(first, values=hidden, since=(weakref.ref(new), lines)))
-    assert (
-        view.image.pixels[50, 50]
-        != drawn(qtbot, replace(first, values=hidden)).image.pixels[50, 50]
-    )
-    none = (np.array([], dtype=np.intp), np.array([], dtype=np.intp))
-    assert not view.set_spec(
-        replace(first, values=hidden.copy(), since=(weakref.ref(hidden), none))
-    )
-    # No lines: any cell may differ (a head computed anew): recoloured whole, comparing
-    # nothing.
-    view = drawn(qtbot, first)
-    anew = rng.standard_normal((200, 200))
-    compared = []
-    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: compared.append(1))
-    assert view.set_spec(replace(first, values=anew, since=(weakref.ref(values), None)))
-    np.testing.assert_array_equal(
-        view.image.pixels, drawn(qtbot, replace(first, values=anew)).image.pixels
-    )
-    assert not compared
-
-
 @pytest.mark.parametrize("size, partly", [(200, True), (120, False)])  # a pixel a cell
-def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
-    qtbot, monkeypatch, size, partly
-):
-    """Without named lines a view compares: a picture of more than WHOLE_UP_TO pixels is
-    recoloured in the rows and columns that changed, a smaller one whole (quicker than
-    finding them); either way it is then what a fresh view draws, and an equal matrix is
-    not redrawn."""
+def test_a_large_or_small_picture_after_edits_is_what_a_fresh_view_draws(qtbot, size, partly):
+    """A picture of more than WHOLE_UP_TO pixels (recoloured where it changed) or fewer
+    (recoloured whole): after edits of rows and columns it is what a fresh view draws, and
+    an equal matrix is not redrawn."""
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.ui import heatmap
 
-    found = []
-    real = heatmap.changed_cells
-    monkeypatch.setattr(heatmap, "changed_cells", lambda a, b: found.append(1) or real(a, b))
     labels = tuple(str(i) for i in range(size))
     values = np.random.default_rng(4).standard_normal((size, size))
     spec = HeatmapSpec("t", values, labels, labels, "q", "k", "diverging", (-6.0, 6.0))
@@ -383,14 +273,12 @@ def test_a_large_picture_is_recoloured_where_it_changed_and_a_small_one_whole(
         assert view.set_spec(spec)
         np.testing.assert_array_equal(view.image.pixels, drawn(qtbot, spec).image.pixels)
     assert not view.set_spec(replace(spec, values=spec.values.copy()))
-    assert bool(found) == partly
 
 
-def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view_draws(qtbot):
+def test_a_sampled_picture_is_recoloured_where_it_changed_to_what_a_fresh_view_draws(qtbot):
     """Cells smaller than pixels: the image holds a sample of the rows and columns; the
-    named lines are found among them (some shown, some not) and recoloured, and the
-    picture is what a fresh view draws."""
-    import weakref
+    changed lines (some shown, some not) are recoloured, and the picture is what a fresh
+    view draws."""
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
@@ -413,11 +301,10 @@ def test_a_sampled_picture_is_recoloured_in_the_named_lines_to_what_a_fresh_view
     new = values.copy()
     new[rows] += 1.5
     new[:, cols] -= 1.5
-    lines = (np.array(rows), np.array(cols))
-    assert view.set_spec(replace(spec, values=new, since=(weakref.ref(values), lines)))
+    assert view.set_spec(replace(spec, values=new))
     fresh = drawn(qtbot, replace(spec, values=new), small).image.pixels
     np.testing.assert_array_equal(view.image.pixels, fresh)
-    # The pixels that changed colour show the named lines (by hand, which those are).
+    # The pixels that changed colour show the changed lines (by hand, which those are).
     moved = np.isin(view.image.rows, rows)[:, None] | np.isin(view.image.cols, cols)[None, :]
     changed = view.image.pixels != drawn(qtbot, spec, small).image.pixels
     assert not (changed & ~moved).any() and changed.sum() > moved.sum() / 2
@@ -440,22 +327,15 @@ def test_the_named_lines_are_found_among_the_sampled_ones():
     assert _at(None, np.array([3, 9])).tolist() == [3, 9]
 
 
-def test_a_large_matrix_in_a_small_picture_is_compared_by_samples_first(qtbot, monkeypatch):
+def test_a_large_matrix_in_a_small_picture_is_what_a_fresh_view_draws(qtbot):
     """A 512 × 768 matrix (a head's contribution in the Mix dock) shown in a picture of
-    fewer than WHOLE_UP_TO pixels: a new matrix that changed almost everywhere is found
-    so from every 16th row (changed_cells) and recoloured whole, not compared in full
-    first; the picture is then what a fresh view draws, and an equal matrix is not
-    redrawn."""
+    fewer than WHOLE_UP_TO pixels, changed everywhere: the picture is then what a fresh
+    view draws, and an equal matrix is not redrawn."""
     from dataclasses import replace
 
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.ui import heatmap
 
-    found = []
-    real = heatmap.changed_cells
-    monkeypatch.setattr(
-        heatmap, "changed_cells", lambda a, b: found.append(real(a, b)) or found[-1]
-    )
     rows, cols = tuple(str(i) for i in range(512)), tuple(str(j) for j in range(768))
     values = np.random.default_rng(5).standard_normal((512, 768))
     spec = HeatmapSpec("t", values, rows, cols, "q", "f", "diverging", (-6.0, 6.0))
@@ -463,14 +343,13 @@ def test_a_large_matrix_in_a_small_picture_is_compared_by_samples_first(qtbot, m
     assert math.prod(view.image.pixels.shape) <= heatmap.WHOLE_UP_TO < values.size
     spec = replace(spec, values=values + 0.25)  # every cell changed
     assert view.set_spec(spec)
-    assert len(found) == 1 and found[0] is None  # (told from the sampled rows alone)
     np.testing.assert_array_equal(view.image.pixels, drawn(qtbot, spec, (220, 180)).image.pixels)
     assert not view.set_spec(replace(spec, values=spec.values.copy()))
 
 
-def test_a_view_scrolled_out_of_sight_is_coloured_when_it_comes_into_view(qtbot, monkeypatch):
-    """Off screen a new spec is neither compared nor coloured; scrolled into view, the
-    view paints the colour map of its latest values, every cell."""
+def test_a_view_scrolled_out_of_sight_is_coloured_when_it_comes_into_view(qtbot):
+    """A new spec given off screen; scrolled into view, the view paints the colour map of
+    its latest values, every cell."""
     from dataclasses import replace
 
     from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
@@ -505,18 +384,12 @@ def test_a_view_scrolled_out_of_sight_is_coloured_when_it_comes_into_view(qtbot,
     area.verticalScrollBar().setValue(0)
     qtbot.waitUntil(lambda: not heatmap.on_screen(view), timeout=5000)
 
-    compared, coloured = [], []
-    monkeypatch.setattr(heatmap, "changed_cells", lambda *a: compared.append(a))
-    colour = view.image.colour
-    monkeypatch.setattr(view.image, "colour", lambda *a: coloured.append(a) or colour(*a))
     new = values.copy()
     new[40:] *= -1.0
     assert view.set_spec(replace(spec, values=new))
-    assert not compared and not coloured
     painted = []
     view.painted.connect(painted.append)
     area.ensureWidgetVisible(view)
     qtbot.waitUntil(lambda: bool(painted), timeout=5000)
-    assert len(coloured) == 1  # whole, when painted
     assert_drawn_as_a_whole(view, "scrolled into view")
     np.testing.assert_array_equal(view.spec.values[40:], -values[40:])

@@ -27,9 +27,7 @@ def expected_shape(view: HeatmapView, s, heads: int) -> tuple[int, int] | None:
 
 def assert_whole_matrices_shown(window, qtbot) -> None:
     s, heads = window.doc.scenario, window.doc.n_heads
-    qtbot.waitUntil(
-        lambda: not window.compute.busy, timeout=10000
-    )
+    qtbot.waitUntil(lambda: not window.compute.busy, timeout=10000)
     for title in DOCKS:
         window.docks[title].raise_()
         panel = window.panel(title)

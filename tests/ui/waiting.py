@@ -6,11 +6,9 @@ from PySide6.QtWidgets import QApplication
 
 
 def settle(qtbot, window) -> None:
-    """Until the compute service is idle with a complete result, then a few event passes
-    (so that the views have painted it)."""
-    qtbot.waitUntil(
-        lambda: not window.compute.busy, timeout=10000
-    )
+    """Until the latest edit is computed and every view's question about it answered,
+    then a few event passes (so that the views have painted it)."""
+    window.compute.wait()
     for _ in range(5):
         QApplication.processEvents()
 

@@ -93,7 +93,7 @@ def member_writer(members: dict[str, np.ndarray]) -> Callable[[str, np.ndarray],
 def _neutral_bits(s: Scenario, name: str) -> bool:
     """Whether an optional array holds its neutral value (0.0, or 1.0 for norm weights)
     bit for bit, so that leaving it out loses nothing (−0.0 is not neutral here)."""
-    array = getattr(s, name)
+    array = np.asarray(getattr(s, name))
     return bool(array.tobytes() == np.full(array.shape, 1.0 if "norm" in name else 0.0).tobytes())
 
 
@@ -109,7 +109,7 @@ def scenario_to_npz_parts(s: Scenario) -> tuple[dict[str, Any], dict[str, np.nda
         nonlocal optional
         out = {}
         for name in names:
-            array = getattr(s, name)
+            array = np.asarray(getattr(s, name))
             if name not in WEIGHT_NAMES:
                 if not in_use(s, name) and _neutral_bits(s, name):
                     continue
