@@ -96,9 +96,9 @@ class _Entry(QStyledItemDelegate):
     a group heading as bold text on its own."""
 
     def _fonts(self, option: QStyleOptionViewItem) -> tuple[QFont, QFont]:
-        bold = QFont(option.font)  # type: ignore[attr-defined]
+        bold = QFont(option.font)
         bold.setBold(True)
-        return bold, QFont(option.font)  # type: ignore[attr-defined]
+        return bold, QFont(option.font)
 
     @staticmethod
     def _text_width(width: int) -> int:
@@ -109,7 +109,7 @@ class _Entry(QStyledItemDelegate):
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
         bold, plain = self._fonts(option)
-        width = option.rect.width() or 480  # type: ignore[attr-defined]
+        width = option.rect.width() or 480
         if index.data(NAME) is None:  # a group heading
             return QSize(width, QFontMetrics(bold).height() + 12)
         text_w = self._text_width(width)
@@ -126,8 +126,8 @@ class _Entry(QStyledItemDelegate):
         option: QStyleOptionViewItem,
         index: QModelIndex | QPersistentModelIndex,
     ) -> None:
-        rect: QRect = option.rect  # type: ignore[attr-defined]
-        palette = option.palette  # type: ignore[attr-defined]
+        rect: QRect = option.rect
+        palette = option.palette
         bold, plain = self._fonts(option)
         painter.save()
         if index.data(NAME) is None:
@@ -136,7 +136,7 @@ class _Entry(QStyledItemDelegate):
             painter.drawText(rect.adjusted(6, 6, -6, 0), Qt.AlignmentFlag.AlignLeft, index.data())
             painter.restore()
             return
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)  # type: ignore[attr-defined]
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
         if selected:
             painter.fillRect(rect, palette.highlight())
         text_role = palette.ColorRole.HighlightedText if selected else palette.ColorRole.Text

@@ -143,7 +143,7 @@ def _argb_words(kind: str) -> np.ndarray:
     c = lut(kind).astype(np.uint32)
     words = (c[:, 3] << 24) | (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]
     words.flags.writeable = False
-    return words  # type: ignore[no-any-return]
+    return words
 
 
 def argb(

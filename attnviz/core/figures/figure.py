@@ -90,7 +90,8 @@ class HeatmapSpec:
         """Cells drawn as masked: those the mask set, and any −∞ (of the cells at index,
         all by default)."""
         hatched = ~np.isfinite(self.values[index])
-        return hatched | self.masked[index] if self.masked is not None else hatched
+        shown: np.ndarray = hatched | self.masked[index] if self.masked is not None else hatched
+        return shown
 
 
 # Which views each mask strategy writes into: −∞ or 0 in the scores softmax sees, and

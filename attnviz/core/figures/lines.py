@@ -226,7 +226,7 @@ def lines_svg(
 def isolated_weights(weights: HeadWeights, head: int, isolated: Isolated) -> np.ndarray:
     """The isolated token's weights in one head: a query's row, or a key's column."""
     w = weights[head]
-    return w[isolated.index, :] if isolated.side == "query" else w[:, isolated.index]  # type: ignore[no-any-return]
+    return w[isolated.index, :] if isolated.side == "query" else w[:, isolated.index]
 
 
 def _weight_texts(

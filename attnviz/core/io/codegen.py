@@ -695,8 +695,6 @@ def _data(s: Scenario, flavor: str) -> str:
             return f"np.array({literal})"
         return f"torch.tensor({literal}, dtype=torch.float64)"
 
-    st = s.settings
-    ablated = tuple(h + 1 for h in st.ablated)
     lines = [
         "# The scenario ---------------------------------------------------------------",
         "",
@@ -759,11 +757,18 @@ def _data(s: Scenario, flavor: str) -> str:
             + (f"np.array({literal})" if flavor != "torch" else f"torch.tensor({literal})"),
             "",
         ]
+    return "\n".join([*lines, *_settings_lines(s, u)])
+
+
+def _settings_lines(s: Scenario, u: _Uses) -> list[str]:
+    """The settings as Python constants (the optional ones only when used)."""
+    st = s.settings
+    ablated = tuple(h + 1 for h in st.ablated)
     masks = [mask for mask in MASKS if mask != "custom" or u.custom]
     positionals = ["none", "sinusoidal"] + (
         [st.positional] if st.positional in ("rope", "alibi") else []
     )
-    lines += [
+    lines = [
         "# The settings ---------------------------------------------------------------",
         "",
         f"PROJECTIONS = {st.projections!r}  # False: one head with Q = K = V = X, no W_O",
@@ -816,7 +821,7 @@ def _data(s: Scenario, flavor: str) -> str:
         "# The computation ------------------------------------------------------------",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def to_script(

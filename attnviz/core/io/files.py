@@ -361,9 +361,9 @@ def _npy(data: bytes) -> np.ndarray:
         array = np.load(f, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise FileFormatError(f"cannot read the array: {reason(e)}") from None
-    array = array.astype(np.float64)
-    check_numbers("matrix", array)
-    return array
+    numbers: np.ndarray = array.astype(np.float64)
+    check_numbers("matrix", numbers)
+    return numbers
 
 
 def load_matrix(path: str | os.PathLike[str]) -> np.ndarray:

@@ -236,7 +236,7 @@ class _Archive:
         if len(local) < 30 or local[:4] != b"PK\x03\x04":
             raise FileFormatError(f"{_member_text(key)}: damaged (its zip entry is missing)")
         name_bytes, extra_bytes = struct.unpack_from("<HH", local, 26)
-        start = info.header_offset + 30 + name_bytes + extra_bytes
+        start: int = info.header_offset + 30 + name_bytes + extra_bytes
         if info.compress_size != info.file_size:
             raise FileFormatError(f"{_member_text(key)}: damaged (a stored entry of two sizes)")
         if start + info.compress_size > self.size:

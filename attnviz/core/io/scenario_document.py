@@ -145,14 +145,7 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     if not isinstance(value, dict):
         raise FileFormatError("settings: expected an object")
     if version < 2:
-        newer = sorted(set(value) & set(V2_SETTINGS))
-        if newer:
-            raise FileFormatError(f"settings.{newer[0]}: needs version 2 (the file says 1)")
-        for name, values in V2_VALUES.items():
-            if value.get(name) in values:
-                raise FileFormatError(
-                    f"settings.{name}: {value[name]!r} needs version 2 (the file says 1)"
-                )
+        _check_version_1(value)
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
@@ -161,28 +154,53 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
         )
     value = {k: v for k, v in value.items() if k != "mask_matrix"}
     if "ablated" in value:
-        heads = value["ablated"]
-        if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
-            raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
-        if len(set(heads)) != len(heads):
-            raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
-        value = {**value, "ablated": tuple(sorted(h - 1 for h in heads))}
+        value["ablated"] = _ablated(value["ablated"])
     for name in ("alibi_slopes", "sinks"):
         if name in value:
-            numbers = value[name]
-            if not isinstance(numbers, list) or not all(type(v) in (int, float) for v in numbers):
-                raise FileFormatError(f"settings.{name}: expected a list of numbers, one per head")
-            value = {**value, name: tuple(float(v) for v in numbers)}
+            value[name] = _per_head(name, value[name])
     for name in ("dropout", "rope_base", "scale_value", "qk_norm_eps", "softcap"):
         if name in value and type(value[name]) is int:
-            try:
-                value = {**value, name: float(value[name])}
-            except OverflowError:
-                raise FileFormatError(f"settings.{name}: the number is too large") from None
+            value[name] = _float(name, value[name])
     try:
         return Settings(**value)
     except ScenarioError as e:
         raise FileFormatError(str(e)) from None
+
+
+def _check_version_1(value: dict[str, Any]) -> None:
+    """Refuse what only version 2 may say in a file that says version 1."""
+    newer = sorted(set(value) & set(V2_SETTINGS))
+    if newer:
+        raise FileFormatError(f"settings.{newer[0]}: needs version 2 (the file says 1)")
+    for name, values in V2_VALUES.items():
+        if value.get(name) in values:
+            raise FileFormatError(
+                f"settings.{name}: {value[name]!r} needs version 2 (the file says 1)"
+            )
+
+
+def _ablated(heads: Any) -> tuple[int, ...]:
+    """Head numbers from 1 as saved, 0-based and in order."""
+    if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
+        raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
+    if len(set(heads)) != len(heads):
+        raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
+    return tuple(sorted(h - 1 for h in heads))
+
+
+def _per_head(name: str, numbers: Any) -> tuple[float, ...]:
+    """A list of numbers, one per head (sinks, ALiBi slopes)."""
+    if not isinstance(numbers, list) or not all(type(v) in (int, float) for v in numbers):
+        raise FileFormatError(f"settings.{name}: expected a list of numbers, one per head")
+    return tuple(_float(f"{name}[{h + 1}]", v) for h, v in enumerate(numbers))
+
+
+def _float(name: str, number: int | float) -> float:
+    """A saved number as a float; a whole number too large for one is refused."""
+    try:
+        return float(number)
+    except OverflowError:
+        raise FileFormatError(f"settings.{name}: the number is too large") from None
 
 
 def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any]:

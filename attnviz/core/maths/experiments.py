@@ -167,7 +167,7 @@ def scaling_variance(
 
 def _softmax(row: np.ndarray) -> np.ndarray:
     e = np.exp(row - row.max())  # the max subtracted first: no overflow, same weights
-    weights = e / e.sum()
+    weights: np.ndarray = e / e.sum()
     weights.flags.writeable = False
     return weights
 

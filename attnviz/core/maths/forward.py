@@ -47,7 +47,7 @@ def sinusoidal(n: int, d_model: int, rows: Any = slice(None)) -> np.ndarray:
     pos = np.arange(n)[rows][:, None]
     pair = np.arange(d_model) // 2
     angle = pos / np.power(10000.0, 2 * pair / d_model)
-    out = np.empty_like(angle)
+    out: np.ndarray = np.empty_like(angle)
     np.sin(angle[:, 0::2], out=out[:, 0::2])
     np.cos(angle[:, 1::2], out=out[:, 1::2])
     return out
@@ -121,7 +121,8 @@ def project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     """
     h, d, d_k = W.shape
     if X.shape[0] <= FEW_ROWS:
-        return np.matmul(X, W)
+        few: np.ndarray = np.matmul(X, W)
+        return few
     flat = X @ W.transpose(1, 0, 2).reshape(d, h * d_k)
     return np.ascontiguousarray(flat.reshape(X.shape[0], h, d_k).transpose(1, 0, 2))
 
@@ -561,7 +562,7 @@ class Result(Computed):
         return self.heads[h]
 
     def _layer_matrix(self, name: str) -> np.ndarray:
-        return self.X if name == "X" else getattr(self, name)  # type: ignore[no-any-return]
+        return self.X if name == "X" else self.concat if name == "concat" else self.final
 
     def stacked(self, name: str) -> np.ndarray | None:
         """One field of every head stacked on axis 0 (None for a field heads lack)."""

@@ -110,6 +110,14 @@ class Settings:
     sinks: tuple[float, ...] | None = None  # one logit per query head, in the denominator
 
     def __post_init__(self) -> None:
+        self._check_choices()
+        self._check_numbers()
+        for name in ("alibi_slopes", "sinks"):
+            _check_per_head(name, getattr(self, name))
+        _check_ablated(self.ablated)
+
+    def _check_choices(self) -> None:
+        """The switches and the named choices."""
         for name in ("projections", "scale"):
             if not isinstance(getattr(self, name), bool):
                 raise ScenarioError(f"settings.{name}: expected true or false")
@@ -125,35 +133,17 @@ class Settings:
                 raise ScenarioError(
                     f"settings.{name}: {value!r} is not one of {', '.join(allowed)}"
                 )
+
+    def _check_numbers(self) -> None:
+        """The numbers: bases, scales, RoPE's width, the window, the dropout."""
         _positive("rope_base", self.rope_base, above=1.0)
         _positive("qk_norm_eps", self.qk_norm_eps, above=0.0, most=1.0)
         for name in ("scale_value", "softcap"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name), above=0.0)
-        r = self.rope_dims
-        if r is not None and (
-            isinstance(r, bool) or not isinstance(r, int) or r < 2 or r % 2 or r > LIMITS.d_k
-        ):
-            raise ScenarioError(
-                f"settings.rope_dims: expected an even number from 2 to {LIMITS.d_k}, got {r!r}"
-            )
-        for name in ("alibi_slopes", "sinks"):
-            values = getattr(self, name)
-            if values is None:
-                continue
-            if not isinstance(values, tuple) or not values or len(values) > LIMITS.heads:
-                raise ScenarioError(f"settings.{name}: expected one number per query head")
-            for h, v in enumerate(values):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= 1e4:
-                    raise ScenarioError(
-                        f"settings.{name}[{h + 1}]: expected a number within ±10000, got {v!r}"
-                    )
-        w = self.window
-        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= LIMITS.tokens:
-            raise ScenarioError(
-                f"settings.window: expected a whole number of keys from 1 to {LIMITS.tokens}, "
-                f"got {w!r}"
-            )
+        if self.rope_dims is not None:
+            _whole("rope_dims", self.rope_dims, 2, LIMITS.d_k, "an even number", even=True)
+        _whole("window", self.window, 1, LIMITS.tokens, "a whole number of keys")
         p = self.dropout
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ScenarioError(f"settings.dropout: expected a probability in [0, 1), got {p!r}")
@@ -163,25 +153,49 @@ class Settings:
                 f"settings.dropout_seed: expected an integer in [0, 2^32), got {s!r}"
             )
 
-        a = self.ablated  # 0-based here; every message numbers heads from 1, as users do
-        if not isinstance(a, tuple):
-            raise ScenarioError(f"settings.ablated: expected head numbers, got {type(a).__name__}")
-        for i, h in enumerate(a):
-            if isinstance(h, bool) or not isinstance(h, int):
-                raise ScenarioError(
-                    f"settings.ablated: expected head numbers, got {type(h).__name__}"
-                )
-            if not 0 <= h < LIMITS.heads:
-                raise ScenarioError(
-                    f"settings.ablated: head {h + 1} is not between 1 and {LIMITS.heads}"
-                )
-            if i and h <= a[i - 1]:
-                problem = "repeats" if h == a[i - 1] else "is out of order"
-                raise ScenarioError(f"settings.ablated: head {h + 1} {problem}")
-
     def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed (validated)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _whole(name: str, value: object, low: int, high: int, what: str, even: bool = False) -> None:
+    """Check a setting is a whole number from low to high (even, if asked)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not low <= value <= high
+        or (even and value % 2)
+    ):
+        raise ScenarioError(f"settings.{name}: expected {what} from {low} to {high}, got {value!r}")
+
+
+def _check_per_head(name: str, values: object) -> None:
+    """One number within ±10000 per query head (sinks, ALiBi slopes), or None."""
+    if values is None:
+        return
+    if not isinstance(values, tuple) or not values or len(values) > LIMITS.heads:
+        raise ScenarioError(f"settings.{name}: expected one number per query head")
+    for h, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= 1e4:
+            raise ScenarioError(
+                f"settings.{name}[{h + 1}]: expected a number within ±10000, got {v!r}"
+            )
+
+
+def _check_ablated(heads: object) -> None:
+    """Heads switched off: 0-based, in order, each once (messages number them from 1)."""
+    if not isinstance(heads, tuple):
+        raise ScenarioError(f"settings.ablated: expected head numbers, got {type(heads).__name__}")
+    for i, h in enumerate(heads):
+        if isinstance(h, bool) or not isinstance(h, int):
+            raise ScenarioError(f"settings.ablated: expected head numbers, got {type(h).__name__}")
+        if not 0 <= h < LIMITS.heads:
+            raise ScenarioError(
+                f"settings.ablated: head {h + 1} is not between 1 and {LIMITS.heads}"
+            )
+        if i and h <= heads[i - 1]:
+            problem = "repeats" if h == heads[i - 1] else "is out of order"
+            raise ScenarioError(f"settings.ablated: head {h + 1} {problem}")
 
 
 def _positive(name: str, value: object, above: float, most: float = 1e9) -> None:

@@ -8,6 +8,7 @@ with the NumPy float64 reference, every quantity against its own rounding tolera
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +58,55 @@ def _torch_dtype(dtype: str) -> Any:
 
 
 def _frozen_numpy(t: Any) -> np.ndarray:
-    a = t.detach().to("cpu").double().numpy().copy()
+    a: np.ndarray = t.detach().to("cpu").double().numpy().copy()
     a.flags.writeable = False
     return a
+
+
+def _turn(st: Settings, A: Any, norm: Any, pos: np.ndarray, t: Callable[[Any], Any]) -> Any:
+    """Q or K (a tensor) as the scores see them: QK-norm, then RoPE (forward.turn)."""
+    import torch
+
+    if st.qk_norm == "rms":
+        A = A * torch.rsqrt((A * A).mean(dim=-1, keepdim=True) + st.qk_norm_eps)
+        A = A if norm is None else A * norm
+    dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
+    if st.positional == "rope" and dims:
+        angle = pos[:, None] * rope_frequencies(dims, st.rope_base)
+        cos, sin = t(np.cos(angle)), t(np.sin(angle))
+        idx = np.arange(dims)
+        half = st.rope_style == "half"
+        first, second = (idx[: dims // 2], idx[dims // 2 :]) if half else (idx[0::2], idx[1::2])
+        a, b = A[..., first], A[..., second]
+        A = A.clone()
+        A[..., first] = a * cos - b * sin
+        A[..., second] = a * sin + b * cos
+    return A
+
+
+def _softmax(masked: Any, sink: Any, dt: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(p, m, Z, empty, sink share, entropy) of masked scores (a tensor), as
+    forward.softmax_in_place and row_entropy make them."""
+    import torch
+
+    m = masked.amax(dim=-1, keepdim=True)
+    if sink is not None:
+        m = torch.maximum(m, sink)
+    empty = torch.isneginf(m[..., 0])
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(masked - m)
+    Z = e.sum(dim=-1, keepdim=True)
+    share = torch.zeros_like(Z[..., 0])
+    if sink is not None:
+        Z = Z + torch.exp(sink - m)
+        share = (torch.exp(sink - m) / Z)[..., 0]
+    p = e / torch.where(Z == 0, torch.ones_like(Z), Z)
+    # log Z + Σ p·(m − s): no cancellation at any score size (see forward.row_entropy).
+    gap = (m - masked).clamp(max=torch.finfo(dt).max)
+    entropy = torch.where(empty, 0.0, torch.log(Z[..., 0]) + (p * gap).sum(dim=-1))
+    if sink is not None:
+        entropy = entropy + share * (m - sink)[..., 0]
+    return p, m, Z, empty, share, entropy
 
 
 def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> Result:
@@ -85,31 +132,7 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     else:
         Q, K, V, q_norm, k_norm = X[None], X_kv[None], X_kv[None], None, None
 
-    def turn(A: Any, norm: Any, pos: np.ndarray) -> Any:
-        if st.qk_norm == "rms":
-            A = A * torch.rsqrt((A * A).mean(dim=-1, keepdim=True) + st.qk_norm_eps)
-            A = A if norm is None else A * norm
-        dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
-        if st.positional == "rope" and dims:
-            angle = pos[:, None] * rope_frequencies(dims, st.rope_base)
-            cos, sin = t(np.cos(angle)), t(np.sin(angle))
-            half = dims // 2
-            idx = np.arange(dims)
-            first, second = (
-                (idx[:half], idx[half:])
-                if st.rope_style == "half"
-                else (
-                    idx[0::2],
-                    idx[1::2],
-                )
-            )
-            a, b = A[..., first], A[..., second]
-            A = A.clone()
-            A[..., first] = a * cos - b * sin
-            A[..., second] = a * sin + b * cos
-        return A
-
-    Q_rot, K_rot = turn(Q, q_norm, qpos), turn(K, k_norm, kpos)
+    Q_rot, K_rot = _turn(st, Q, q_norm, qpos, t), _turn(st, K, k_norm, kpos, t)
     H = Q.shape[0]
     group = [h * K.shape[0] // H for h in range(H)]
     K, V, K_rot = K[group], V[group], K_rot[group]  # one per query head
@@ -130,25 +153,8 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     else:
         masked = scaled
 
-    m = masked.amax(dim=-1, keepdim=True)
-    sink = None
-    if st.sinks is not None:
-        sink = t(np.asarray(st.sinks)[:H, None, None])
-        m = torch.maximum(m, sink)
-    empty = torch.isneginf(m[..., 0])
-    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    e = torch.exp(masked - m)
-    Z = e.sum(dim=-1, keepdim=True)
-    share = torch.zeros_like(Z[..., 0])
-    if sink is not None:
-        Z = Z + torch.exp(sink - m)
-        share = (torch.exp(sink - m) / Z)[..., 0]
-    p = e / torch.where(Z == 0, torch.ones_like(Z), Z)
-    # log Z + Σ p·(m − s): no cancellation at any score size (see engine.row_entropy).
-    gap = (m - masked).clamp(max=torch.finfo(dt).max)
-    entropy = torch.where(empty, 0.0, torch.log(Z[..., 0]) + (p * gap).sum(dim=-1))
-    if sink is not None:
-        entropy = entropy + share * (m - sink)[..., 0]
+    sink = None if st.sinks is None else t(np.asarray(st.sinks)[:H, None, None])
+    p, m, Z, empty, share, entropy = _softmax(masked, sink, dt)
 
     weights = p.masked_fill(future, 0.0) if st.mask == "drop-after-softmax" else p
     keep = dropout_keep(st, tuple(weights.shape))
@@ -268,7 +274,10 @@ def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np
     EQ, EK, EV = (u * k_qkv * a for a in (Qa, Ka, Va))
     q_size, q_err = _turned_bounds(st, np.asarray(ref.Q), EQ, q_norm, u)
     k_size, k_err = _turned_bounds(st, np.asarray(ref.K), EK, k_norm, u)
-    Kt = lambda a: a.transpose(0, 2, 1)  # noqa: E731
+
+    def Kt(a: np.ndarray) -> np.ndarray:
+        return a.transpose(0, 2, 1)
+
     E_scores = u * (d_k + 2) * (q_size @ Kt(k_size)) + q_err @ Kt(k_size) + q_size @ Kt(k_err)
     factor = ref.scale_factor
     E_scaled = E_scores / factor + u * np.abs(np.asarray(ref.scores)) / factor

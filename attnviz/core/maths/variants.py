@@ -27,7 +27,10 @@ def rope_frequencies(dims: int, base: float = 10000.0) -> np.ndarray:
 
 def rope_angles(positions: np.ndarray, dims: int, base: float = 10000.0) -> np.ndarray:
     """(positions, dims/2): the angle by which each pair turns at each position."""
-    return np.asarray(positions, dtype=np.float64)[:, None] * rope_frequencies(dims, base)
+    angles: np.ndarray = np.asarray(positions, dtype=np.float64)[:, None] * rope_frequencies(
+        dims, base
+    )
+    return angles
 
 
 def _cos_sin(positions: np.ndarray, dims: int, base: float) -> tuple[np.ndarray, np.ndarray]:
@@ -108,7 +111,8 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
     def geometric(count: int) -> np.ndarray:
         start = 2.0 ** (-8.0 / count)
-        return start ** np.arange(1, count + 1, dtype=np.float64)
+        slopes: np.ndarray = start ** np.arange(1, count + 1, dtype=np.float64)
+        return slopes
 
     p = 1 << (heads.bit_length() - 1)  # the largest power of two ≤ heads
     if p == heads:
@@ -150,7 +154,8 @@ def visible(
     if mask == "custom":
         if custom is None or np.shape(custom) != (n, m):
             raise ValueError(f"custom mask: expected an {n}×{m} matrix of 0 and 1")
-        return np.asarray(custom) != 0
+        seen: np.ndarray = np.asarray(custom) != 0
+        return seen
     if mask == "none":
         return np.ones((n, m), dtype=bool)
     i = np.arange(n)[:, None] + query_offset(n, m, alignment)
@@ -168,7 +173,8 @@ def rms_norm(x: np.ndarray, weight: np.ndarray | None = None, eps: float = 1e-6)
     """x / √(mean of x² over the last axis + eps), times weight (per feature) if given."""
     x = np.asarray(x, dtype=np.float64)
     out = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return out if weight is None else out * weight
+    weighted: np.ndarray = out if weight is None else out * weight
+    return weighted
 
 
 def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
@@ -236,7 +242,8 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 def _tanh_table() -> np.ndarray:
     """tanh at every step of 1/TANH_STEP from −TANH_END to TANH_END (made on first use)."""
     grid = np.arange(-TANH_END * TANH_STEP, TANH_END * TANH_STEP + 1, dtype=np.longdouble)
-    return np.tanh(grid / TANH_STEP).astype(np.float64)
+    table: np.ndarray = np.tanh(grid / TANH_STEP).astype(np.float64)
+    return table
 
 
 def softmax_with_sink(

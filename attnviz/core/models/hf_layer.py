@@ -60,7 +60,8 @@ def layer_count(config: Any) -> int:
 
 
 def _numpy(t: Any) -> np.ndarray:
-    return t.detach().to("cpu").double().numpy().copy()
+    array: np.ndarray = t.detach().to("cpu").double().numpy().copy()
+    return array
 
 
 def _heads(W: np.ndarray, b: np.ndarray | None, heads: int) -> tuple[np.ndarray, np.ndarray]:

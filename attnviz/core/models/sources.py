@@ -170,7 +170,7 @@ def _bar(progress: Progress | None, cancelled: Callable[[], bool] | None) -> typ
     """A tqdm class that reports bytes to ``progress`` and stops when ``cancelled``."""
     from tqdm.auto import tqdm
 
-    class Bar(tqdm):  # type: ignore[misc, valid-type]
+    class Bar(tqdm):  # type: ignore[misc]
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs["disable"] = False
             kwargs["file"] = open(os.devnull, "w")  # noqa: SIM115 (closed with the bar)
@@ -179,7 +179,7 @@ def _bar(progress: Progress | None, cancelled: Callable[[], bool] | None) -> typ
         def update(self, n: float | None = 1) -> bool | None:
             if cancelled is not None and cancelled():
                 raise Cancelled
-            shown = super().update(n)
+            shown: bool | None = super().update(n)
             if progress is not None and self.unit == "B":
                 progress(int(self.n), int(self.total or 0))
             return shown

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QObject, QProcess, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
@@ -354,7 +355,7 @@ class BenchPanel(QWidget):
             f" · SDPA backends here: {backends}"
         )
 
-    def _set_headings(self, config: dict) -> None:
+    def _set_headings(self, config: dict[str, Any]) -> None:
         """The columns ``attnviz bench`` prints for this sweep (decode: bandwidth)."""
         self.headings = table_headings(config)
         self.table.setColumnCount(len(self.headings))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -76,7 +77,7 @@ def legend_label(entries: list[tuple[str, str]] | None = None) -> QLabel:
     return label
 
 
-class IndexAxis(pg.AxisItem):
+class IndexAxis(pg.AxisItem):  # type: ignore[misc]  # (pyqtgraph has no types)
     """An axis of whole-number positions (bars, tokens): ticks at integers only, each named
     by its label, spaced so that no two labels overlap."""
 
@@ -92,7 +93,7 @@ class IndexAxis(pg.AxisItem):
         self.picture = None  # drawn anew
         self.update()
 
-    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[Any]:
         lo, hi = sorted((minVal, maxVal))
         first, last = max(0, math.ceil(lo)), min(len(self.labels) - 1, math.floor(hi))
         if last < first or size <= 0:

@@ -59,7 +59,7 @@ class OverviewGrid(QWidget):
         step = self.cell + GAP
         return QSize(MARGIN_LEFT + heads * step, MARGIN_TOP + layers * step)
 
-    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
+    def resizeEvent(self, event: object) -> None:
         heads = self._shape()[1]
         if heads:
             fit = (self.width() - MARGIN_LEFT) // heads - GAP
