@@ -483,7 +483,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never shows anything
             from PySide6.QtWidgets import QApplication
 
-            from attnviz.ui.export import write_png
+            from attnviz.ui.images import write_png
 
             # A QApplication (not a QGuiApplication), so that windows may follow in-process.
             _app = QApplication.instance() or QApplication(["attnviz"])

@@ -26,8 +26,9 @@ from attnviz.core.maths.forward import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
 from attnviz.core.session import UNTITLED
-from attnviz.ui.export import Figure, ImageExport, ask_image_path
 from attnviz.ui.grid import MatrixGrid
+from attnviz.ui.image_export import Figure, ImageExport
+from attnviz.ui.images import ask_image_path
 from attnviz.ui.workspace import Workspace
 
 JSON_FILTER = "attnviz scenario (*.attn.json)"

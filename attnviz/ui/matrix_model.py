@@ -1,4 +1,4 @@
-"""A table model over one editable matrix of a Document (X, X_kv, a head's weights,
+"""A table model over one editable matrix of the document (X, X_kv, a head's weights,
 biases or norm weights, W_O, b_O, the custom mask).
 
 Edits go through commands on the document's undo stack; the model only reports the
@@ -7,20 +7,43 @@ document's changes to its views (one ``dataChanged`` per edited rectangle).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QColor
 
 from attnviz.core.io.text import parse_number
-from attnviz.core.maths.scenario import ScenarioError, matrix_label
-from attnviz.core.session import SetCells, matrix_title
-from attnviz.ui.document import Document
+from attnviz.core.maths.scenario import Scenario, ScenarioError, matrix_label
+from attnviz.core.session import Command, Session, SetCells, matrix_title
 
 Index = QModelIndex | QPersistentModelIndex
 SEEN, HIDDEN = "#9ecae1", "#d9d9d9"  # custom mask cells: may attend (blue), hidden (grey)
 _ROLE = Qt.ItemDataRole
+
+
+class Editable(Protocol):
+    """What a matrix model needs of the document (attnviz.ui.document.Document): the
+    scenario, its session (commands are made against it), a way to push a command, and
+    the two signals of its changes."""
+
+    cellsChanged: Any  # name, head, row, col, rows, cols
+    scenarioChanged: Any
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def session(self) -> Session: ...
+
+    def push(self, command: Command) -> None: ...
 
 
 class MatrixModel(QAbstractTableModel):
@@ -29,8 +52,8 @@ class MatrixModel(QAbstractTableModel):
     refused = Signal(str)  # a message naming why an edit was refused
     edited = Signal()  # an edit went through (so an earlier refusal no longer applies)
 
-    def __init__(self, doc: Document, name: str, head: int | None = None):
-        super().__init__(doc)
+    def __init__(self, doc: Editable, name: str, head: int | None = None):
+        super().__init__(doc if isinstance(doc, QObject) else None)
         self.doc, self.name, self.head = doc, name, head
         self._shape = self.matrix().shape
         doc.cellsChanged.connect(self._on_cells)

@@ -35,7 +35,7 @@ def one(spec_path: str, out: str, scale: float) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from attnviz.ui.export import write_image
+    from attnviz.ui.images import write_image
 
     with open(spec_path, "rb") as f:
         spec = pickle.load(f)

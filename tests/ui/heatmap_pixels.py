@@ -13,7 +13,7 @@ from PySide6.QtGui import QImage
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec, is_raster, layout
-from attnviz.ui import export
+from attnviz.ui import images as export
 
 
 def image_array(path: Path | str) -> np.ndarray:

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from attnviz.core.figures.figure import HeatmapSpec
 from attnviz.core.maths.forward import HEAD_MATRICES
-from attnviz.ui.export import write_image
+from attnviz.ui.images import write_image
 
 SVG = "{http://www.w3.org/2000/svg}"
 # Never let a message box block the run: warnings are recorded (tests that expect one ask
@@ -251,7 +251,7 @@ def test_a_failed_export_names_the_image(window, tmp_path, warnings_shown):
 def test_window_exports_run_off_the_ui_thread_with_progress(window, tmp_path, monkeypatch, qtbot):
     import threading
 
-    from attnviz.ui import export
+    from attnviz.ui import images as export
 
     threads, messages = set(), []
     original = export.write_image
@@ -272,7 +272,7 @@ def test_window_exports_run_off_the_ui_thread_with_progress(window, tmp_path, mo
 
 
 def test_escape_stops_an_export(window, tmp_path, monkeypatch):
-    from attnviz.ui import export
+    from attnviz.ui import images as export
 
     original = export.write_image
 

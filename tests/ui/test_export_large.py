@@ -15,7 +15,7 @@ import pytest
 from heatmap_pixels import assert_cells_show, image_array, shaded
 from PySide6.QtGui import QImage
 
-import attnviz.ui.export as export
+import attnviz.ui.images as export
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import (
     HeatmapSpec,
@@ -26,7 +26,8 @@ from attnviz.core.figures.figure import (
     to_svg,
 )
 from attnviz.core.maths.forward import HEAD_MATRICES, compute, future_mask
-from attnviz.ui.export import ImageExport, write_image
+from attnviz.ui.image_export import ImageExport
+from attnviz.ui.images import write_image
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog
 
 from attnviz.core.figures.lines import Isolated
 from attnviz.core.presets import make_preset, random_scenario
-from attnviz.ui.export import png_size
+from attnviz.ui.images import png_size
 from attnviz.ui.panels.lines import LinesPanel
 
 pytestmark = pytest.mark.usefixtures("warnings_shown", "answers")

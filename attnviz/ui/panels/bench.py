@@ -39,7 +39,7 @@ from attnviz.bench.plots import report_charts
 from attnviz.bench.report import Record, Report, as_csv, table_cells, table_headings
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
-from attnviz.ui.export import save_svg
+from attnviz.ui.images import save_svg
 from attnviz.ui.panels.common import int_spin
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
+import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
@@ -37,6 +40,19 @@ def set_quietly(spin: QSpinBox, value: int) -> None:
     spin.blockSignals(True)
     spin.setValue(value)
     spin.blockSignals(False)
+
+
+class LayerImports(Protocol):
+    """What the model panels ask of the window's model imports (attnviz.ui.model_import):
+    the layer before or after, another layer, and the overview of every layer's heads."""
+
+    overviewChanged: Any  # a signal, after each import with an overview
+    overview: np.ndarray | None  # (layers, heads, n, n)
+    overview_source: Any  # what the overview belongs to
+
+    def step(self, delta: int) -> None: ...
+
+    def load_layer(self, layer: int, head: int | None = None) -> None: ...
 
 
 class ScreenPanel(QWidget):

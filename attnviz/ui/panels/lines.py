@@ -56,7 +56,7 @@ from attnviz.core.figures.lines import (
 )
 from attnviz.core.io.files import printable
 from attnviz.core.maths.forward import Result
-from attnviz.ui.export import ask_image_path, export_error, save_svg
+from attnviz.ui.images import ask_image_path, export_error, save_svg
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace

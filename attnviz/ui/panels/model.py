@@ -18,8 +18,7 @@ from attnviz.core.figures.figure import HeatmapSpec
 from attnviz.core.maths.forward import Result
 from attnviz.core.provenance import Provenance, VsModel, vs_model
 from attnviz.ui.heatmap import HeatmapView
-from attnviz.ui.model_import import ModelImports
-from attnviz.ui.panels.common import ResultPanel
+from attnviz.ui.panels.common import LayerImports, ResultPanel
 from attnviz.ui.workspace import Workspace
 
 ROUNDING = 1e-12  # what float64 rounding leaves between attnviz and the model
@@ -34,7 +33,7 @@ NOT_IMPORTED = (
 class ModelPanel(ResultPanel):
     """Provenance, previous/next layer, and the distance from the model after edits."""
 
-    def __init__(self, ws: Workspace, imports: ModelImports, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, imports: LayerImports, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.imports = imports
         self.about = QLabel(NOT_IMPORTED)

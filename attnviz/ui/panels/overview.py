@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
 from attnviz.ui.heatmap_parts import image_over
-from attnviz.ui.model_import import ModelImports
+from attnviz.ui.panels.common import LayerImports
 from attnviz.ui.workspace import Workspace
 
 MARGIN_LEFT, MARGIN_TOP, GAP = 46, 22, 4
@@ -124,7 +124,7 @@ RGB32 = QImage.Format.Format_RGB32
 class OverviewPanel(QWidget):
     """Every layer and head of the last import; click one to load it."""
 
-    def __init__(self, ws: Workspace, imports: ModelImports, parent: QWidget | None = None):
+    def __init__(self, ws: Workspace, imports: LayerImports, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.imports = ws.doc, ws.view_state, imports
         self.note = QLabel()
