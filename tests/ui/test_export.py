@@ -251,7 +251,7 @@ def test_a_failed_export_names_the_image(window, tmp_path, warnings_shown):
 def test_window_exports_run_off_the_ui_thread_with_progress(window, tmp_path, monkeypatch, qtbot):
     import threading
 
-    from attnviz.ui import images as export
+    from attnviz.ui import image_export as export
 
     threads, messages = set(), []
     original = export.write_image
@@ -272,7 +272,7 @@ def test_window_exports_run_off_the_ui_thread_with_progress(window, tmp_path, mo
 
 
 def test_escape_stops_an_export(window, tmp_path, monkeypatch):
-    from attnviz.ui import images as export
+    from attnviz.ui import image_export as export
 
     original = export.write_image
 

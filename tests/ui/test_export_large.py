@@ -15,6 +15,7 @@ import pytest
 from heatmap_pixels import assert_cells_show, image_array, shaded
 from PySide6.QtGui import QImage
 
+import attnviz.ui.image_export as image_export
 import attnviz.ui.images as export
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import (
@@ -120,7 +121,7 @@ def test_a_png_of_the_wrong_size_is_an_error_not_a_file(qapp, tmp_path, monkeypa
 def run_export(jobs) -> tuple[list, list, set[str]]:
     """Run jobs through ImageExport; (progress, finished, threads that wrote)."""
     threads: set[str] = set()
-    real = export.write_image
+    real = image_export.write_image
 
     def recording(*args):
         threads.add(threading.current_thread().name)
@@ -131,12 +132,12 @@ def run_export(jobs) -> tuple[list, list, set[str]]:
     finished: list = []
     worker.progress.connect(lambda done, total: progress.append((done, total)))
     worker.finished.connect(lambda written, error: finished.append((written, error)))
-    export.write_image = recording
+    image_export.write_image = recording
     try:
         worker.start(jobs)
         worker.wait()
     finally:
-        export.write_image = real
+        image_export.write_image = real
         worker.close()
     return progress, finished, threads
 
