@@ -656,6 +656,12 @@ def open_window(path: str | None) -> int:
                 file=sys.stderr,
             )
         return EXIT_USAGE
+    from attnviz.ui.platform_check import problem
+
+    why = problem()
+    if why:
+        print(why, file=sys.stderr)
+        return 1
     from attnviz.ui.app import run
 
     return run(path)
