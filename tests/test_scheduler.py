@@ -49,6 +49,14 @@ def scheduler(events):
     made.close()
 
 
+@pytest.fixture
+def on_the_worker(events):
+    """A scheduler that makes even the shown head on its worker."""
+    made = Scheduler(events, head_inline=lambda s: False)
+    yield made
+    made.close()
+
+
 def large(n: int = 96, seed: int = 0):
     """Big enough for the worker (not computed inline)."""
     return random_scenario(n=n, seed=seed)
@@ -58,9 +66,14 @@ def close(a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_the_shown_head_comes_first_then_the_whole_layer(scheduler, events):
+@pytest.mark.parametrize("where", ["here", "worker"])
+def test_the_shown_head_comes_first_then_the_whole_layer(scheduler, on_the_worker, events, where):
     s = large()
+    scheduler = on_the_worker if where == "worker" else scheduler
     scheduler.submit(Request(1, s, shown=5))
+    if where == "here":  # (a head a fraction of a frame's work: made before submit returns)
+        assert [type(e) for e in events] == [HeadReady]
+        assert events.threads == [threading.current_thread().name]
     scheduler.wait()
     assert [type(e) for e in events] == [HeadReady, LayerReady]
     first, whole = events[0].result, events[1].result
@@ -69,7 +82,7 @@ def test_the_shown_head_comes_first_then_the_whole_layer(scheduler, events):
     close(first.one.weights, want.heads[5].weights)
     close(first.one.scores, want.heads[5].scores)  # (the stages of the head drawn first)
     close(whole.final, want.final)
-    assert all(name == "attnviz-scheduler" for name in events.threads)
+    assert events.threads[-1] == "attnviz-scheduler"
 
 
 def test_a_head_result_cannot_pass_for_the_layer(scheduler, events):
@@ -125,7 +138,7 @@ def test_a_superseded_request_stops_between_heads(events):
             started.set()
             release.wait(5)
 
-    scheduler = Scheduler(deliver)
+    scheduler = Scheduler(deliver, head_inline=lambda s: False)
     try:
         scheduler.submit(Request(1, s1))
         assert started.wait(5)
@@ -223,5 +236,23 @@ def test_a_computation_that_fails_is_reported_and_the_next_one_runs(events):
         scheduler.submit(Request(2, worked_example()))
         scheduler.wait()
         assert events.of(LayerReady)[-1].version == 2
+    finally:
+        scheduler.close()
+
+
+def test_the_rest_waits_until_the_caller_hands_it_over(events):
+    """With ``later``, the worker takes the other heads up only when the caller runs the
+    work it was given (the window: once its event loop turns, after drawing the head)."""
+    given: list = []
+    scheduler = Scheduler(events, later=given.append)
+    try:
+        s = large(seed=9)
+        scheduler.submit(Request(1, s, shown=2))
+        scheduler.wait()
+        assert [type(e) for e in events] == [HeadReady] and not scheduler.idle()
+        given.pop()()
+        scheduler.wait()
+        assert [type(e) for e in events] == [HeadReady, LayerReady] and scheduler.idle()
+        close(events[-1].result.final, compute(s).final)
     finally:
         scheduler.close()

@@ -173,14 +173,32 @@ def small(s: Scenario) -> bool:
     )
 
 
+# A scenario whose one head is this small has it made on the caller's thread first.
+HEAD_INLINE_SCORE_CELLS = 1 << 18
+HEAD_INLINE_WEIGHTS = 1 << 23
+
+
+def one_head_small(s: Scenario) -> bool:
+    """Whether one head's computation is a fraction of a frame's work (up to 512 × 512
+    scores, a GPT-2-sized layer's weights)."""
+    return s.n * s.m <= HEAD_INLINE_SCORE_CELLS and s.weight_count <= HEAD_INLINE_WEIGHTS
+
+
 class Scheduler:
     """Computes requests and queries on one worker thread (small ones inline) and tells
     ``deliver`` of each result, on the thread that made it."""
 
     def __init__(
-        self, deliver: Callable[[Event], None], inline: Callable[[Scenario], bool] = small
+        self,
+        deliver: Callable[[Event], None],
+        inline: Callable[[Scenario], bool] = small,
+        head_inline: Callable[[Scenario], bool] = one_head_small,
+        later: Callable[[Callable[[], None]], None] = lambda work: work(),
     ):
-        self._deliver, self._inline = deliver, inline
+        """``later(work)``: runs work once the caller has done with what it is doing (the
+        window: when its event loop next turns, after the drawing); at once by default."""
+        self._deliver, self._inline, self._head_inline = deliver, inline, head_inline
+        self._later = later
         self._lock = threading.Condition()
         self._pending: Request | None = None
         self._job: _Job | None = None
@@ -188,6 +206,7 @@ class Scheduler:
         self._base: Base | None = None
         self._closed = False
         self._busy = False  # the worker is running a step
+        self._handing = 0  # jobs whose first head is made, waiting for `later` to hand over
         self._thread: threading.Thread | None = None
 
     # What callers do ------------------------------------------------------------------
@@ -204,9 +223,49 @@ class Scheduler:
             current = self._job
             if current is not None and current.version == request.version:
                 current.request = request  # the same version: another head shown first
-            else:
-                self._pending = request
+                self._lock.notify_all()
+                return
+            base = self._base
+        if request.engine == "numpy" and self._head_inline(request.scenario):
+            self._first_head_here(request, base)
+            return
+        with self._lock:
+            self._pending = request
             self._lock.notify_all()
+        self._start()
+
+    def _first_head_here(self, request: Request, base: Base | None) -> None:
+        """The shown head made on the caller's thread (a fraction of a frame: no hand-off
+        to the worker and back before it can be drawn), then the rest on the worker."""
+        job = _Job(request, Results(request.scenario, base))
+        with self._lock:
+            self._pending = None
+        head = min(request.shown, head_count(request.scenario) - 1)
+        try:
+            first = job.results.head(head)
+        except Exception:  # e.g. out of memory: the worker tries it all, and says why
+            with self._lock:
+                self._pending = request
+            self._start()
+            return
+        job.heads[head], job.shown_sent = first.one, True
+        self._send(HeadReady(job.version, first))
+        # The worker takes the rest up once the caller has done with this edit (drawn it):
+        # meanwhile its work would hold the interpreter the caller's drawing needs.
+        with self._lock:
+            self._handing += 1
+        self._later(lambda: self._hand_over(job))
+
+    def _hand_over(self, job: _Job) -> None:
+        """The worker goes on with job (unless a newer one came meanwhile)."""
+        with self._lock:
+            self._handing -= 1
+            newer = self._pending is not None or (
+                self._job is not None and self._job.version > job.version
+            )
+            if not newer:
+                self._job = job
+                self._lock.notify_all()
         self._start()
 
     def ask(self, query: Query) -> None:
@@ -250,12 +309,13 @@ class Scheduler:
                 self._base = Base(request.scenario, layer)
 
     def idle(self) -> bool:
-        """Whether nothing submitted is left to do."""
+        """Whether nothing submitted is left to do (nor to hand over to the worker)."""
         with self._lock:
-            return not self._busy and not self._has_work()
+            return not self._busy and not self._has_work() and not self._handing
 
     def wait(self) -> None:
-        """Block until every request and query submitted so far is done (tests, scripts)."""
+        """Block until the worker has done every request and query it has (tests,
+        scripts; a job still to be handed over waits for the caller's ``later``)."""
         with self._lock:
             while self._busy or self._has_work():
                 self._lock.wait()
@@ -338,7 +398,10 @@ class Scheduler:
     def _begin(self, request: Request, base: Base | None) -> None:
         job = _Job(request, Results(request.scenario, base))
         with self._lock:
-            if self._pending is None:  # (else a newer one came meanwhile: it goes next)
+            newer = self._pending is not None or (
+                self._job is not None and self._job.version > request.version
+            )
+            if not newer:  # (else a newer one came meanwhile: it goes next, or is here)
                 self._job = job
 
     def _current(self, job: _Job) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
 from attnviz.core.maths.forward import HeadResult, Result
 from attnviz.core.maths.reuse import compute_from
@@ -55,7 +55,7 @@ class ComputeService(QObject):
         self._closed = False
         self._traffic = 0  # questions asked and events received: wait() waits for quiet
         self._event.connect(self._on_event)
-        self.scheduler = Scheduler(self._event.emit)
+        self.scheduler = Scheduler(self._event.emit, later=lambda work: QTimer.singleShot(0, work))
         self.scheduler.adopt(self._request, self.result)
         doc.session.subscribe(self._on_change)
         view.engineChanged.connect(lambda _: self.refresh())

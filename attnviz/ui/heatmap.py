@@ -37,6 +37,7 @@ from attnviz.ui.heatmap_parts import (
     CellImage,
     CellMarks,
     ColorBar,
+    Lines,
     RowBars,
     RowStrip,
     Samples,
@@ -120,29 +121,21 @@ class HeatmapView(QWidget):
 
     # The data ----------------------------------------------------------------------------
 
-    def set_spec(self, spec: HeatmapSpec) -> bool:
+    def set_spec(self, spec: HeatmapSpec, changed: Lines | None = None) -> bool:
         """Redraw from a new spec (the values, labels and levels of one matrix); nothing is
         redrawn when it looks exactly like the last one. Returns whether it will repaint.
-        A view off screen (scrolled out of sight, say) neither compares nor colours: its
-        image is coloured whole when it next paints."""
+        ``changed``: the rows and columns outside which the values are those drawn last,
+        when the caller knows (from the edit's record); else the view compares. A view off
+        screen (scrolled out of sight, say) neither compares nor colours: its image is
+        coloured whole when it next paints."""
         before = self.spec
         reshaped = before is None or before.values.shape != spec.values.shape
-        changed = None  # where the values differ from those drawn (compared once)
-        same = False
+        same, found = False, None
         seen = on_screen(self)
-        if before is not None and not reshaped:
-            if spec.values is before.values:
-                same = True
-            elif not seen:
-                pass  # (not compared: coloured whole if it is painted)
-            elif spec.values.size <= WHOLE_UP_TO:
-                # A small matrix is recoloured whole: quicker than finding what changed.
-                # (Not a large one in a small picture: changed_cells samples its rows
-                # first, where one comparison would pass over it all, 3 MB at GPT-2 size.)
-                same = np.array_equal(before.values, spec.values)
-            else:
-                changed = changed_cells(before.values, spec.values)
-                same = changed is not None and not changed.any()
+        if before is not None and not reshaped and changed is None:
+            found, same = self._compare(before.values, spec.values, seen)
+        elif before is not None and not reshaped and changed is not None:
+            same = not (len(changed[0]) or len(changed[1]))
         if same and before is not None and before.looks_like(spec):
             self.spec = spec
             return False
@@ -168,8 +161,8 @@ class HeatmapView(QWidget):
         # the colour scale stayed, only the rows and columns whose values changed.
         same_scale = before is not None and (before.kind, before.levels) == (spec.kind, spec.levels)
         lines = None
-        if same_scale and changed is not None:
-            lines = changed_lines(changed)
+        if same_scale and not reshaped:
+            lines = changed if found is None else changed_lines(found)
         if seen:
             self.image.colour(spec, *self._samples(), lines)
         else:
@@ -177,6 +170,20 @@ class HeatmapView(QWidget):
         self.marks.set_data(spec, lines)
         self.update()
         return True
+
+    @staticmethod
+    def _compare(old: np.ndarray, new: np.ndarray, seen: bool) -> tuple[np.ndarray | None, bool]:
+        """(where new differs from old, when found; whether nothing does)."""
+        if new is old:
+            return None, True
+        if not seen:
+            return None, False  # (not compared: coloured whole if it is painted)
+        if new.size <= WHOLE_UP_TO:
+            # A small matrix is recoloured whole: quicker than finding what changed. (Not
+            # a large one in a small picture: changed_cells samples its rows first.)
+            return None, bool(np.array_equal(old, new))
+        found = changed_cells(old, new)
+        return found, found is not None and not found.any()
 
     def set_row_bars(self, columns: list[RowBars]) -> bool:
         """Per-row bars beside the matrix (none by default); nothing is redrawn when they

@@ -30,6 +30,7 @@ under 2 s), then edits (target p95 ≤ 100 ms: the shown head first, the rest af
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -98,8 +99,6 @@ def timed_edits(
     else:
         index = None if target == "W_O" else scenario.kv_head_of(head) if target != "W_Q" else head
         model = window.weights.grids[(target, index)].matrix_model()
-    published: list[object] = []
-    window.compute.resultChanged.connect(published.append)
     changed: set[int] = set()  # views on screen whose picture an edit changed
     painted: dict[int, float] = {}  # when each view last finished painting
     # Every heatmap (its matrix and the bars beside its rows), and the Lines dock's lines:
@@ -124,38 +123,32 @@ def timed_edits(
     times = []
     for k in range(edits):
         row, col = k % model.rowCount(), (3 * k) % model.columnCount()
-        published.clear()
         changed.clear()
         painted.clear()
         t0 = time.perf_counter()
         model.setData(model.index(row, col), str(0.25 + (k % 7) * 0.1))
-        while not published or (dock and not published[-1].complete):  # type: ignore[attr-defined]
-            # Sleep until the worker's result arrives, rather than spin against it.
+        while not up_to_date(window, dock):
+            # Sleep until the scheduler's news arrives, rather than spin against it.
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
-        while dock == "Masks" and not compared(window, published[-1]):
-            app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
-        if dock == "Masks":  # (and painted: the table's cells, with anything else due)
-            app.processEvents()
-            COMPARED.append(time.perf_counter() - t0)
-        # Paint as the event loop does (dirty regions only) until every heatmap whose
-        # picture changed has painted, and the edited grid cell too.
+        # Deliver what is posted, then paint as the event loop does (dirty regions only)
+        # until every heatmap whose picture changed has painted, and the edited cell too.
         app.processEvents()
         while not changed <= painted.keys():
             app.processEvents()
         times.append(max((painted[name] for name in changed), default=time.perf_counter()) - t0)
         while window.compute.busy:  # a typist's next keystroke comes later; do not queue behind it
             app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
+        window.compute.wait()
     return times[3:]  # the first edits warm caches
 
 
-COMPARED: list[float] = []  # with the Masks dock: when each edit's comparison was complete
-
-
-def compared(window: MainWindow, result: object) -> bool:
-    """Whether the Masks dock shows its comparison for this result (made on its own
-    worker once the result is complete)."""
-    comparison = window.panel("Masks").comparison
-    return comparison is not None and comparison.result_a is result
+def up_to_date(window: MainWindow, dock: str | None) -> bool:
+    """Whether the screen can show the edit: the shown head (made first), or with a dock
+    raised, the whole layer and every question the dock asked about it answered."""
+    compute = window.compute
+    if dock is None:
+        return not compute.busy or compute.shown is not None
+    return not compute.busy and compute.scheduler.idle()
 
 
 def open_time(app: QApplication, scenario: Scenario) -> float:
@@ -169,11 +162,9 @@ def open_time(app: QApplication, scenario: Scenario) -> float:
     window.show()
     for _ in range(10):
         app.processEvents()
-    published: list[object] = []
-    window.compute.resultChanged.connect(published.append)
     t0 = time.perf_counter()
     window.files.open_path(path, ask=False)
-    while not any(getattr(r, "complete", False) for r in published):
+    while window.compute.busy:
         app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
     for _ in range(3):
         app.processEvents()
@@ -227,6 +218,7 @@ def percentiles(ms: list[float]) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--edits", type=int, default=40)
+    p.add_argument("--only", help="run only the cases whose label holds this text")
     p.add_argument("--n", type=int, nargs="+", default=[512, 1024])
     p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     p.add_argument(
@@ -269,21 +261,18 @@ def main() -> None:
             ("Llama-3-8B-shaped layer, W_Q cell", large, "W_Q", 100),
             ("Llama-3-8B-shaped layer, W_K cell", large, "W_K", 100),
         ]
+    if args.only:
+        cases = [case for case in cases if args.only in case[0]]
     for label, scenario, target, goal in cases:
         if args.dock:
             label += f", {args.dock} raised"
-        COMPARED.clear()
         ms = sorted(t * 1e3 for t in run_case(app, scenario, target, args.edits, args.dock))
         p50, p95 = percentiles(ms)
         verdict = (
             "" if goal is None else f" (target p95 ≤ {goal} ms: {'ok' if p95 <= goal else 'OVER'})"
         )
         print(f"{label}: p50 {p50:.1f} ms, p95 {p95:.1f} ms{verdict}")
-        if COMPARED:  # the maps come from the shown head first; the table's Δ output after
-            p50, p95 = percentiles(sorted(t * 1e3 for t in COMPARED[3:]))
-            print(
-                f"  … the comparison complete and painted (Δ output): p50 {p50:.1f}, p95 {p95:.1f}"
-            )
+        print("TIMES " + json.dumps({"case": label, "ms": ms}))
         sys.stdout.flush()
 
 

@@ -96,7 +96,7 @@ def changes_between(old: Scenario, new: Scenario) -> Changes:
     )
     for name in ("X", "X_kv"):
         a, b = getattr(old, name), getattr(new, name)
-        if not same(a, b):
+        if a is not b and a is not None and b is not None:
             changes.note(name, None, set(np.flatnonzero((a != b).any(axis=1)).tolist()))
     for name in HEAD_NAMES:
         for head in range(len(getattr(new, name))):

@@ -75,7 +75,8 @@ class Plan:
             changes.q_heads, changes.k_heads, changes.v_heads = set(), set(), set()
         self.base, self.changes = base, changes or Changes(reshaped=True)
         self.X, self.X_kv = self._inputs()
-        self.rule = Rule.of(s)
+        kept = None if base is None or self.changes.attention else base.result.heads[0].rule
+        self.rule = kept or Rule.of(s)  # (the same settings, sizes and mask: the same rule)
         self._keys: dict[int, KeyParts] = {}
         self._heads: dict[int, Head] = {}
         self._queries: tuple[np.ndarray, np.ndarray] | None = None  # every head's, at once
@@ -103,7 +104,7 @@ class Plan:
         check_head(self.s, h)
         head = self._heads.get(h)
         if head is None:
-            head = self._heads[h] = self._make(h)
+            head = self._heads[h] = self._make(h, staged)
         if staged and head.stages is None:
             head = self._heads[h] = replace(head, stages=head.made_stages())
         return head
@@ -114,28 +115,28 @@ class Plan:
             **context(self.s, self.X, self.rule.future), index=h, one=self.head(h, True)
         )
 
-    def _make(self, h: int) -> Head:
+    def _make(self, h: int, staged: bool) -> Head:
         g = kv_of(self.s, [h])[0]
         old = self._base_head(h)
         c = self.changes
         rows_changed = bool(c.x_rows or c.kv_rows)
         if old is not None and not (rows_changed or h in c.q_heads or g in c.k_heads):
             if g not in c.v_heads:
-                return old if not c.attention else self._attend(h, g)
+                return old if not c.attention else self._attend(h, g, staged)
             if not c.attention:
                 return revalued(old, self._key_parts(g)[1])
-        return self._attend(h, g)
+        return self._attend(h, g, staged)
 
     def _base_head(self, h: int) -> Head | None:
         if self.base is None:
             return None
         return self.base.result.heads[h]
 
-    def _attend(self, h: int, g: int) -> Head:
+    def _attend(self, h: int, g: int, staged: bool) -> Head:
         Q, Q_rot = self._query_parts(h)
         K, V, K_rot = self._key_parts(g)
-        keep = self._keep(h)
-        return attend(self.rule, [h], Q[None], Q_rot[None], K[None], V[None], K_rot[None], keep)[0]
+        parts = (Q[None], Q_rot[None], K[None], V[None], K_rot[None])
+        return attend(self.rule, [h], *parts, self._keep(h), [h] if staged else [])[0]
 
     def _keep(self, h: int) -> np.ndarray | None:
         """Head h's dropout mask: the base's when the dropout and sizes are as before."""

@@ -37,6 +37,7 @@ WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 Q_HEAD_NAMES = ("W_Q", "b_Q", "q_norm")  # one per query head
 KV_HEAD_NAMES = ("W_K", "W_V", "b_K", "b_V", "k_norm")  # one per key/value head
 HEAD_NAMES = Q_HEAD_NAMES + KV_HEAD_NAMES  # per-head stacks, (heads, rows, cols)
+OPTIONAL_NAMES = ("b_Q", "q_norm", "b_K", "b_V", "k_norm", "b_O")  # neutral when left out
 MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix")
 
 
@@ -310,11 +311,12 @@ class Scenario:
         for name in WEIGHT_NAMES:
             set_field(name, head_stack(name, getattr(self, name)))
         self._check_shape()
-        for name, value in self._neutral().items():
-            if getattr(self, name) is None:
-                set_field(name, value)
+        for name in OPTIONAL_NAMES:
+            value = getattr(self, name)
+            if value is None:
+                set_field(name, self._neutral(name))
             elif name in HEAD_NAMES:
-                set_field(name, head_stack(name, getattr(self, name)))
+                set_field(name, head_stack(name, value))
         if self.settings.mask == "custom" and self.mask_matrix is None:
             set_field("mask_matrix", causal_start(self.n, self.m, self.settings.causal_alignment))
         for name in ("b_O", "X_kv", "mask_matrix"):
@@ -322,17 +324,13 @@ class Scenario:
                 set_field(name, _frozen(np.asarray(getattr(self, name))))
         self._check()
 
-    def _neutral(self) -> dict[str, Any]:
-        """The neutral value of each optional matrix (zero biases, norm weights of one)."""
-        h, g, d_k = len(self.W_Q), len(self.W_K), self.W_Q.shape[2]
-        return {
-            "b_Q": HeadStack.of(np.zeros((h, 1, d_k)), _unchecked),
-            "q_norm": HeadStack.of(np.ones((h, 1, d_k)), _unchecked),
-            "b_K": HeadStack.of(np.zeros((g, 1, d_k)), _unchecked),
-            "b_V": HeadStack.of(np.zeros((g, 1, d_k)), _unchecked),
-            "k_norm": HeadStack.of(np.ones((g, 1, d_k)), _unchecked),
-            "b_O": np.zeros((1, self.X.shape[1])),
-        }
+    def _neutral(self, name: str) -> Any:
+        """The neutral value of an optional matrix (zero biases, norm weights of one)."""
+        if name == "b_O":
+            return np.zeros((1, self.X.shape[1]))
+        count = len(self.W_Q) if name in Q_HEAD_NAMES else len(self.W_K)
+        value = 1.0 if name.endswith("norm") else 0.0
+        return HeadStack.of(np.full((count, 1, self.W_Q.shape[2]), value), _unchecked)
 
     def _check_shape(self) -> None:
         """X, the heads and their widths: what the neutral matrices are made from."""
@@ -588,6 +586,10 @@ def _check_labels(where: str, labels: tuple[str, ...] | None, count: int) -> Non
     if len(labels) != count:
         rows = "rows of X" if where == "tokens" else "rows of X_kv"
         raise ScenarioError(f"{where}: {len(labels)} labels for {count} {rows}")
+    if all(isinstance(token, str) for token in labels):  # (all at once, then one by one)
+        clean = _BAD_LABEL_CHARS.search("".join(labels)) is None
+        if clean and max(map(len, labels), default=0) <= LIMITS.token_chars:
+            return
     for i, token in enumerate(labels):
         if not isinstance(token, str):
             raise ScenarioError(f"{where}[{i + 1}]: expected text, got {token!r}")

@@ -8,8 +8,11 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from attnviz.core.figures.edits import changed_in
 from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
-from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed
+from attnviz.core.maths.changes import changes_between
+from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed, Result
+from attnviz.core.maths.scenario import Scenario
 from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView, on_screen
 from attnviz.ui.panels.common import ScreenPanel
@@ -148,6 +151,7 @@ class PipelinePanel(ScreenPanel):
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.views: dict[str, HeatmapView] = {}
         self._shown: tuple[object, ...] = ()
+        self._drawn: tuple[Scenario, int] | None = None  # the scenario and head drawn
         self.grid = QGridLayout()
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
@@ -173,20 +177,21 @@ class PipelinePanel(ScreenPanel):
         ws.compute.resultChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
-        self.show_result(ws.compute.result)
+        self.show_result(ws.compute.result, ws.compute.result_scenario)
 
-    def latest(self) -> Computed:
-        """What shows the selected head newest: the newest version's shown head when it
-        is that head and the layer is not made yet, else the newest complete result."""
-        shown, head = self.compute.shown, self.view_state.head
-        if self.compute.busy and shown is not None and shown.index == head:
-            return shown
-        return self.compute.result
+    def latest(self) -> tuple[Computed, Scenario]:
+        """What shows the selected head newest, and its scenario: the newest version's
+        shown head when it is that head and the layer is not made yet, else the newest
+        complete result."""
+        c, head = self.compute, self.view_state.head
+        if c.busy and c.shown is not None and c.shown.index == head:
+            return c.shown, c.scenario
+        return c.result, c.result_scenario
 
     def redraw(self) -> None:
         self._stale = not on_screen(self)
         if not self._stale:
-            self.show_result(self.latest())
+            self.show_result(*self.latest())
 
     def _place(self, names: tuple[str, ...], columns: int) -> None:
         """Lay the named views out in reading order, columns wide; hide the others."""
@@ -207,12 +212,16 @@ class PipelinePanel(ScreenPanel):
         self._place(self.names, best_columns(size.width(), size.height(), len(self.names)))
         super().resizeEvent(event)
 
-    def show_result(self, result: Computed) -> None:
+    def show_result(self, result: Computed, s: Scenario) -> None:
         head = min(self.view_state.head, result.n_heads - 1)
         key = (result.head(head), result.tokens)
         if key == self._shown:
             return  # the whole layer after its shown head, the same head: nothing new
         self._shown = key
+        # What changed since the views drew (the same head of another scenario): the
+        # lines the edits touched, from their record; else each view compares.
+        drawn, self._drawn = self._drawn, (s, head)
+        changes = changes_between(drawn[0], s) if drawn and drawn[1] == head else None
         line, tip = legend(result, head)
         self.legend.setText(line)
         self.legend.setToolTip(tip)
@@ -223,7 +232,11 @@ class PipelinePanel(ScreenPanel):
         for name in names:
             made = {"sink": sink_spec, "alibi": alibi_spec}.get(name)
             spec = made(result, head) if made else spec_for(result, name, head)
-            self.views[name].set_spec(spec)
+            lines = None if changes is None else changed_in(changes, s, name, head)
+            if self.views[name].set_spec(spec, lines) and not isinstance(result, Result):
+                # The head first: painted now, before the rest of the edit is computed
+                # (which would take the cores from the painting).
+                self.views[name].repaint()
 
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
