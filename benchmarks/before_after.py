@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import commit, describe  # noqa: E402
+from machine import commit, describe
 
 HERE = Path(__file__).resolve().parents[1]
 UI_LINE = re.compile(r"^(?P<case>.+): p50 (?P<p50>[\d.]+) ms, p95 (?P<p95>[\d.]+) ms")

@@ -44,9 +44,9 @@ def plain(s: Scenario) -> np.ndarray:
     n, H, G, d = s.n, s.n_heads, s.kv_heads, s.d_k
     W = np.concatenate(
         [
-            s.W_Q.transpose(1, 0, 2).reshape(s.d_model, H * d),
-            s.W_K.transpose(1, 0, 2).reshape(s.d_model, G * d),
-            s.W_V.transpose(1, 0, 2).reshape(s.d_model, G * d),
+            np.asarray(s.W_Q).transpose(1, 0, 2).reshape(s.d_model, H * d),
+            np.asarray(s.W_K).transpose(1, 0, 2).reshape(s.d_model, G * d),
+            np.asarray(s.W_V).transpose(1, 0, 2).reshape(s.d_model, G * d),
         ],
         axis=1,
     )
@@ -70,9 +70,9 @@ def plain(s: Scenario) -> np.ndarray:
 def einsums(s: Scenario) -> np.ndarray:
     """The same maths as einsums (for reference; not a target)."""
     H, G, n = s.n_heads, s.kv_heads, s.n
-    Q = np.einsum("nd,hdk->hnk", s.X, s.W_Q, optimize=True)
-    K = np.einsum("nd,gdk->gnk", s.X, s.W_K, optimize=True)
-    V = np.einsum("nd,gdk->gnk", s.X, s.W_V, optimize=True)
+    Q = np.einsum("nd,hdk->hnk", s.X, np.asarray(s.W_Q), optimize=True)
+    K = np.einsum("nd,gdk->gnk", s.X, np.asarray(s.W_K), optimize=True)
+    V = np.einsum("nd,gdk->gnk", s.X, np.asarray(s.W_V), optimize=True)
     if s.settings.positional == "rope":
         Q, K = _turn(Q, np.arange(n)), _turn(K, np.arange(n))
     group = np.arange(H) * G // H
