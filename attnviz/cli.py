@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     import numpy as np
 
     from attnviz.core.figures.figure import HeatmapSpec
-    from attnviz.core.maths.forward import Result
+    from attnviz.core.maths.results import Result
     from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
@@ -296,7 +296,7 @@ def format_result(s: Scenario, r: Result) -> str:
 def head_fields(st: Settings) -> tuple[str, ...]:
     """The per-head matrices the text and JSON give: Q_rot and K_rot too when QK-norm or
     RoPE turn Q and K."""
-    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES
+    from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES
 
     turned = st.qk_norm == "rms" or st.positional == "rope"
     return HEAD_MATRICES[:3] + (TURNED_MATRICES if turned else ()) + HEAD_MATRICES[3:]
@@ -422,7 +422,8 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from attnviz.core.maths.explain import EXPLAINABLE, explain, format_text
-    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, compute
+    from attnviz.core.maths.forward import compute
+    from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES
 
     s = load_source(args)
     r = compute(s)
@@ -457,7 +458,7 @@ def cmd_code(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.figures.figure import VIEWS, spec_for, svg_size, to_svg
     from attnviz.core.io.files import atomic_write
-    from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES
+    from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES
     from attnviz.core.maths.streaming import layer
 
     if args.view not in VIEWS:

@@ -9,9 +9,11 @@ import pytest
 import reference as ref
 from variant_reference import random_scenario
 
-from attnviz.core.maths.forward import compute, sinusoidal, softmax_rows
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.positions import sinusoidal
 from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import Scenario, Settings
+from attnviz.core.maths.scoring import softmax_rows
 from attnviz.core.presets import make_preset, worked_example
 
 
@@ -169,7 +171,7 @@ def test_ablated_head_leaves_the_mix():
 def test_softmax_skipping_each_rows_trailing_minus_infinity_equals_the_whole(with_sink):
     """Rows in blocks, each cut where its −∞ begin (a causal mask, a row hidden whole):
     the weights and statistics of the plain softmax, computed here in a few lines."""
-    from attnviz.core.maths.forward import softmax_in_place
+    from attnviz.core.maths.scoring import softmax_in_place
 
     rng = np.random.default_rng(4)
     n = 300  # more than two blocks of rows

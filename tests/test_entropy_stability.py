@@ -15,7 +15,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from attnviz.core.maths.forward import Result, RowStats, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import Result, RowStats
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.presets import random_scenario, worked_example
 
@@ -119,7 +120,7 @@ def test_entropy_of_the_engines_own_scores_at_the_value_limit(name: str, seed: i
 
 
 def test_a_fully_masked_row_has_entropy_zero() -> None:
-    from attnviz.core.maths.forward import row_entropy, softmax_rows
+    from attnviz.core.maths.scoring import row_entropy, softmax_rows
 
     S = np.array([[1e6, -np.inf], [-np.inf, -np.inf]])
     p, m, Z, empty = softmax_rows(S)

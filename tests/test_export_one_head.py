@@ -7,7 +7,9 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.core.figures.figure import spec_for, to_svg
-from attnviz.core.maths.forward import HEAD_MATRICES, compute, compute_head, dropout_keep
+from attnviz.core.maths.forward import compute, compute_head
+from attnviz.core.maths.positions import dropout_keep
+from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.core.maths.scenario import MASKS, POSITIONALS
 from attnviz.core.maths.streaming import layer
 from attnviz.core.presets import make_preset

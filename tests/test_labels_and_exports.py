@@ -35,7 +35,8 @@ from attnviz.core.io.files import (
     save_snapshot,
     scenario_to_dict,
 )
-from attnviz.core.maths.forward import compute, future_mask
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.positions import future_mask
 from attnviz.core.maths.scenario import Scenario, ScenarioError, insert_token
 from attnviz.core.presets import make_preset, worked_example
 

@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnviz.core.maths.explain import explain
-from attnviz.core.maths.forward import HEAD_MATRICES, LAYER_MATRICES, compute, softmax_rows
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import HEAD_MATRICES, LAYER_MATRICES
 from attnviz.core.maths.scenario import MASKS, Scenario, Settings, permute_tokens
+from attnviz.core.maths.scoring import softmax_rows
 
 values = st.floats(-2, 2, allow_nan=False, allow_infinity=False)
 

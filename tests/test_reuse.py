@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from scenario_strategies import VARIANTS, make, scenarios
 from variant_reference import FIELDS, assert_matches_reference
 
-from attnviz.core.maths.forward import Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import (
     HEAD_NAMES,

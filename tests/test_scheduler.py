@@ -8,7 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from attnviz.core.maths.forward import HeadResult, Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import HeadResult, Result
 from attnviz.core.maths.scenario import with_kv_heads
 from attnviz.core.presets import random_scenario, worked_example
 from attnviz.core.scheduler import (

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnviz.core.maths import variants as V
-from attnviz.core.maths.forward import Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, Settings
 
 RNG = np.random.default_rng(7)

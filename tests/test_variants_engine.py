@@ -28,7 +28,8 @@ from variant_reference import (
 
 from attnviz.core.figures.figure import spec_for
 from attnviz.core.maths import forward as engine
-from attnviz.core.maths.forward import Stages
+from attnviz.core.maths import scoring
+from attnviz.core.maths.results import Stages
 from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import (
     Scenario,
@@ -348,7 +349,7 @@ def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask,
     an edit of W_V (the weights kept, times the new V) all equal the reference; also with
     fewer or more keys than queries (bottom-right), and under a custom mask whose first
     block of rows sees no key at all and whose later blocks stop at different keys."""
-    n = engine.SOFTMAX_ROWS * 2 + 44
+    n = scoring.SOFTMAX_ROWS * 2 + 44
     keys = n if m is None else m
     s = make(
         n=n, m=m, d_model=6, H=2, G=1, d_k=3, mask=mask, window=40, **extras,
@@ -357,10 +358,10 @@ def test_past_a_block_of_rows_each_block_is_multiplied_by_the_keys_it_sees(mask,
     if mask == "custom":
         rng = np.random.default_rng(1)
         seen = np.tril(rng.random((n, keys)) < 0.8, k=keys - n - 30)  # ends 30 keys early
-        seen[: engine.SOFTMAX_ROWS] = False  # a whole block of rows that sees nothing
+        seen[: scoring.SOFTMAX_ROWS] = False  # a whole block of rows that sees nothing
         s = dataclasses.replace(s, mask_matrix=seen.astype(float))
-        ends = engine.Rule.of(s, engine.hidden_keys(s)).ends
-        assert ends[: engine.SOFTMAX_ROWS].max() == 0 and ends[-1] < keys
+        ends = scoring.Rule.of(s).ends
+        assert ends[: scoring.SOFTMAX_ROWS].max() == 0 and ends[-1] < keys
     full = engine.compute(s)
     assert_matches_reference(s, full)
     for h in range(2):

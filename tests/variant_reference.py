@@ -15,6 +15,7 @@ import numpy as np
 import reference as plain
 
 from attnviz.core.maths import forward as engine
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, Settings
 
 FIELDS = (
@@ -195,7 +196,7 @@ def assert_close(got: Any, want: Any, what: str) -> None:
     )
 
 
-def assert_matches_reference(s: Scenario, result: engine.Result | None = None) -> None:
+def assert_matches_reference(s: Scenario, result: Result | None = None) -> None:
     """Every head field, empty_rows, concat and final of compute(s) against reference(s)."""
     got = engine.compute(s) if result is None else result
     keep = None if got.heads[0].keep is None else np.asarray(got.keep)

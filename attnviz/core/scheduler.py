@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from attnviz.core.maths.forward import HeadResult, Result, head_count
+from attnviz.core.maths.forward import head_count
+from attnviz.core.maths.results import HeadResult, Result
 from attnviz.core.maths.reuse import Base, Plan, compute_from
 from attnviz.core.maths.scenario import Scenario
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
-from attnviz.core.maths.forward import HeadResult, Result
+from attnviz.core.maths.results import HeadResult, Result
 from attnviz.core.maths.reuse import compute_from
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.scheduler import (

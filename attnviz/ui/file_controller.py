@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QMenu, QMessageBox, QWidget
 from attnviz.core.examples import Example
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
-from attnviz.core.maths.forward import HEAD_MATRICES
+from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
 from attnviz.core.session import UNTITLED

@@ -322,17 +322,6 @@ class HeatmapView(QWidget):
             )
         return self._sampled
 
-    def _image_shape(self) -> tuple[int, int]:
-        """The pixels of the cells' image in the view as it is now: a cell each, or the
-        samples along an axis where cells are smaller than pixels."""
-        assert self.spec is not None
-        rows, cols = self.spec.values.shape
-        along_rows, along_cols = self._samples()
-        return (
-            rows if along_rows is None else len(along_rows.cells),
-            cols if along_cols is None else len(along_cols.cells),
-        )
-
     def _transform(self) -> QTransform:
         """Cell units to widget pixels."""
         shown, plot = self._range, self._plot

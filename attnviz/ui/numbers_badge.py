@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QToolButton, QWidget
 
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario
 from attnviz.ui.workspace import Workspace
 

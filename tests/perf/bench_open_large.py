@@ -7,8 +7,8 @@ heads sharing 8 key/value heads, d_k 128, RoPE, causal (W_Q 32×4096×128, W_K a
 8×4096×128, W_O 4096×4096: 336 MB of float64). Prints the median save time, the file
 size, the median open time (target: under 2 s), where the open time goes (reading the
 arrays, checking the scenario's values), the time of compute(), and of one cell edit of
-W_Q followed by the engine's incremental update and by a full compute (what the window
-runs for a scenario this small in n: see attnviz/ui/compute.py, computes_at_once).
+W_Q followed by a result made from the one before (exact reuse: the edited head
+projected again) and by a full compute.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.io.files import load_scenario, save_scenario
-from attnviz.core.maths.forward import compute, update
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.reuse import Base, Plan
 from attnviz.core.maths.scenario import Scenario, Settings, check_values
 
 N, D_MODEL, HEADS, KV_HEADS, D_K = 16, 4096, 32, 8, 128
@@ -86,7 +87,7 @@ def main() -> None:
 
     def check_all() -> None:
         for name in ("X", "W_O", "b_O", "W_Q", "W_K", "W_V"):
-            for block in np.atleast_3d(getattr(back, name)):
+            for block in np.atleast_3d(np.asarray(getattr(back, name))):
                 check_values(name, block)
 
     checks, _, _ = timed(check_all, args.repeats)
@@ -97,12 +98,12 @@ def main() -> None:
     print(f"compute(scenario)              {ms(*full)}")
     *edit, edited = timed(lambda: back.with_cells("W_Q", 0, 0, 0, np.array([[1.0]])), args.repeats)
     print(f"with_cells W_Q[1] (1 cell)     {ms(*edit)}")
-    *inc, _ = timed(lambda: update(result, edited, heads={0}), args.repeats)
-    print(f"  then update(heads={{0}})       {ms(*inc)}")
+    *inc, _ = timed(lambda: Plan(edited, Base(back, result)).result(), args.repeats)
+    print(f"  then reuse (the window)      {ms(*inc)}")
     *again, _ = timed(lambda: compute(edited), args.repeats)
-    print(f"  then compute (the window)    {ms(*again)}")
+    print(f"  then compute                 {ms(*again)}")
     print(
-        f"edit + update {(edit[0] + inc[0]) * 1e3:.0f} ms; "
+        f"edit + reuse {(edit[0] + inc[0]) * 1e3:.0f} ms; "
         f"edit + compute {(edit[0] + again[0]) * 1e3:.0f} ms (medians)"
     )
 

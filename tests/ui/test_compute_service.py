@@ -9,7 +9,8 @@ import pytest
 from PySide6.QtWidgets import QApplication
 from test_export import check_cells, svg_root
 
-from attnviz.core.maths.forward import HEAD_MATRICES, HeadResult, Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import HEAD_MATRICES, HeadResult, Result
 from attnviz.core.presets import random_scenario
 from attnviz.ui.heatmap import on_screen
 

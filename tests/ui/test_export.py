@@ -19,7 +19,7 @@ from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from attnviz.core.figures.figure import HeatmapSpec
-from attnviz.core.maths.forward import HEAD_MATRICES
+from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.ui.images import write_image
 
 SVG = "{http://www.w3.org/2000/svg}"

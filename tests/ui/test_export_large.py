@@ -26,7 +26,9 @@ from attnviz.core.figures.figure import (
     svg_size,
     to_svg,
 )
-from attnviz.core.maths.forward import HEAD_MATRICES, compute, future_mask
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.positions import future_mask
+from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.ui.image_export import ImageExport
 from attnviz.ui.images import write_image
 

@@ -11,7 +11,7 @@ from waiting import look_at_pipeline, settle
 
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.experiments import scaling_variance
-from attnviz.core.maths.forward import softmax_rows
+from attnviz.core.maths.scoring import softmax_rows
 from attnviz.core.presets import make_preset
 from attnviz.core.session import SetCells
 from attnviz.ui.view_state import Selection

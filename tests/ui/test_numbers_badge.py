@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 from test_entropy_stability import equal_tokens  # noqa: E402
 
-from attnviz.core.maths.forward import Result, RowStats  # noqa: E402
+from attnviz.core.maths.results import Result, RowStats  # noqa: E402
 from attnviz.ui.numbers_badge import GREEN, RED, NumbersBadge  # noqa: E402
 from attnviz.ui.workspace import Workspace  # noqa: E402
 

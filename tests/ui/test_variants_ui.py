@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 from variant_reference import paper_slopes
 from waiting import look_at_pipeline
 
-from attnviz.core.maths.forward import HEAD_MATRICES, Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import HEAD_MATRICES, Result
 from attnviz.core.presets import make_preset, worked_example
 from attnviz.core.session import SetCells
 

@@ -19,7 +19,8 @@ from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 import attnviz.ui.main_window as main_window
-from attnviz.core.maths.forward import HEAD_MATRICES, Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import HEAD_MATRICES, Result
 from attnviz.core.session import SetCells
 
 # Never let a message box block the run: warnings are recorded (tests that expect one ask

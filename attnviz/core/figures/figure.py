@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.figures import colors
-from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed, future_mask
+from attnviz.core.maths.positions import future_mask
+from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Computed
 from attnviz.core.maths.scenario import MINUS_INF_MASKS
 
 VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES, "X", "concat", "final")

@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.tiling import Tiling, check_supported, tiles
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.forward import Computed, Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import Computed, Result
 from attnviz.core.maths.reuse import Base, compute_from
 from attnviz.core.maths.scenario import MASKS, Scenario, ScenarioError
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.forward import Result, compute
+from attnviz.core.maths.forward import compute
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, permute_tokens
 
 MAX_PAIRS = 1_000_000

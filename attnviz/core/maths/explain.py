@@ -16,15 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.forward import (
-    HEAD_MATRICES,
-    LAYER_MATRICES,
-    TURNED_MATRICES,
-    Result,
-    positions,
-    rope_width,
-    sinusoidal,
-)
+from attnviz.core.maths.positions import positions, rope_width, sinusoidal
+from attnviz.core.maths.results import HEAD_MATRICES, LAYER_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.maths.variants import alibi_slopes, rope_frequencies, tanh
 

@@ -19,7 +19,9 @@ from types import MappingProxyType
 import numpy as np
 
 from attnviz.core.maths.cost import BYTES_PER
-from attnviz.core.maths.forward import Result, compute, kept_columns, rope_width, sinusoidal
+from attnviz.core.maths.forward import compute, kept_columns
+from attnviz.core.maths.positions import rope_width, sinusoidal
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.variants import alibi_slopes, rms_norm, rope, softcap, softmax_with_sink
 

@@ -28,15 +28,10 @@ import numpy as np
 
 from attnviz.core.maths.changes import Changes, changes_between
 from attnviz.core.maths.forward import (
-    Head,
-    HeadResult,
-    Result,
-    Rule,
     attend,
     check_head,
     compute,
     context,
-    dropout_keep,
     final_of,
     head_count,
     inputs,
@@ -44,11 +39,13 @@ from attnviz.core.maths.forward import (
     kv_of,
     queries,
     revalued,
-    sinusoidal,
     turns,
     values,
 )
+from attnviz.core.maths.positions import dropout_keep, sinusoidal
+from attnviz.core.maths.results import Head, HeadResult, Result
 from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scoring import Rule
 
 KeyParts = tuple[np.ndarray, np.ndarray, np.ndarray]  # K, V, K turned: one key/value head
 QueryParts = tuple[np.ndarray, np.ndarray]  # Q, Q turned: one query head

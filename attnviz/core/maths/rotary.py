@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.forward import compute_head, positions, rope_width
+from attnviz.core.maths.forward import compute_head
+from attnviz.core.maths.positions import positions, rope_width
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.maths.variants import rope, rope_angles, rope_frequencies
 

@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.core.maths.forward import (
-    Result,
-    Rule,
-    context,
-    dropout_keep,
-    head_count,
-    inputs,
-    keys,
-    kv_of,
-    mix,
-    queries,
-    softmax_in_place,
-    weighted,
-)
+from attnviz.core.maths.forward import context, head_count, inputs, keys, kv_of, mix, queries
+from attnviz.core.maths.positions import dropout_keep
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scoring import Rule, softmax_in_place, weighted
 
 
 def head_output(

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.maths.forward import head_inputs, hidden_keys, positions, scale_of
+from attnviz.core.maths.forward import head_inputs
+from attnviz.core.maths.positions import hidden_keys, positions, scale_of
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.variants import alibi_slopes, softcap
 

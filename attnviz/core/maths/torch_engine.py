@@ -14,23 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.forward import (
-    Head,
-    Result,
-    RowStats,
-    Stages,
-    compute,
-    context,
+from attnviz.core.maths.forward import compute, context
+from attnviz.core.maths.head_stack import HeadStack
+from attnviz.core.maths.positions import (
     dropout_keep,
     hidden_keys,
     positions,
     rope_width,
     scale_of,
     sinusoidal,
-    softmax_rows,
 )
-from attnviz.core.maths.head_stack import HeadStack
+from attnviz.core.maths.results import Head, Result, RowStats, Stages
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
+from attnviz.core.maths.scoring import softmax_rows
 from attnviz.core.maths.variants import alibi_slopes, rope_frequencies
 
 DTYPES = ("float32", "float64")

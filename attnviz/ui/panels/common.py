@@ -9,7 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QSpinBox, QWidget
 
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.ui.heatmap import on_screen
 from attnviz.ui.workspace import Workspace
 

@@ -8,7 +8,7 @@ import math
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz.core.figures.figure import spec_for
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection

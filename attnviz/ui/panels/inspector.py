@@ -13,7 +13,7 @@ from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.maths.explain import Explanation, explain
-from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Result
+from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.scheduler import Results
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace

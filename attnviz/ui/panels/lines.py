@@ -55,7 +55,7 @@ from attnviz.core.figures.lines import (
     weight_text,
 )
 from attnviz.core.io.files import printable
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.ui.images import ask_image_path, export_error, save_svg
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.workers import SerialQueue

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, mask_marks, spec_for
 from attnviz.core.maths.compare import MaskComparison, Probe, compare_masks, probe
-from attnviz.core.maths.forward import Computed
+from attnviz.core.maths.results import Computed
 from attnviz.core.maths.scenario import MASKS, Scenario
 from attnviz.core.scheduler import Results
 from attnviz.ui.heatmap import HeatmapView, RowBars, on_screen

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, spec_for
 from attnviz.core.maths.compare import Contributions, contributions
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.core.provenance import Provenance, VsModel, vs_model
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import LayerImports, ResultPanel

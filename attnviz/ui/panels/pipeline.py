@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWi
 from attnviz.core.figures.edits import changed_in
 from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
 from attnviz.core.maths.changes import changes_between
-from attnviz.core.maths.forward import HEAD_MATRICES, TURNED_MATRICES, Computed, Result
+from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Computed, Result
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.maths.variants import softcap
 from attnviz.ui.heatmap import HeatmapView, on_screen

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.figures.figure import make_spec
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair, width
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel, int_spin

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
 from attnviz.core.figures.tiled_pass import Pass, prepare
-from attnviz.core.maths.forward import Result
+from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import LIMITS
 from attnviz.core.maths.tiling import PRECISIONS, Tiling, describe_step
 from attnviz.core.scheduler import Results
