@@ -100,6 +100,24 @@ class Head:
         """leak, row_sum and entropy: given, or made from the weights and the stages."""
         if self.rows is not None:
             return self.rows
+        return RowStats(self.leak, self.row_sum, self.entropy)
+
+    @property
+    def leak(self) -> np.ndarray:
+        if self.rows is not None:
+            return self.rows.leak
+        assert self.rule is not None
+        future = self.rule.future.astype(np.float64)
+        return _frozen(np.einsum("ij,ij->i", self.weights, future))
+
+    @property
+    def row_sum(self) -> np.ndarray:
+        return self.rows.row_sum if self.rows is not None else _frozen(self.weights.sum(axis=-1))
+
+    @property
+    def entropy(self) -> np.ndarray:
+        if self.rows is not None:
+            return self.rows.entropy
         assert self.rule is not None
         rule, masked = self.rule, self.masked
         p = self.weights
@@ -109,20 +127,7 @@ class Head:
         entropy = row_entropy(masked, p, self.m, self.Z, self.empty_rows)
         if rule.settings.sinks is not None:
             entropy += self.sink * (self.m - rule.settings.sinks[self.index])
-        leak = np.einsum("ij,ij->i", self.weights, rule.future.astype(np.float64))
-        return RowStats(_frozen(leak), _frozen(self.weights.sum(axis=-1)), _frozen(entropy))
-
-    @property
-    def leak(self) -> np.ndarray:
-        return self.row_stats().leak
-
-    @property
-    def row_sum(self) -> np.ndarray:
-        return self.row_stats().row_sum
-
-    @property
-    def entropy(self) -> np.ndarray:
-        return self.row_stats().entropy
+        return _frozen(entropy)
 
 
 @dataclass(frozen=True, eq=False)
