@@ -32,12 +32,12 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 
 from attnviz.core.figures import colors
+from attnviz.core.figures.edits import Lines
 from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, tick_label
 from attnviz.ui.heatmap_parts import (
     CellImage,
     CellMarks,
     ColorBar,
-    Lines,
     RowBars,
     RowStrip,
     Samples,

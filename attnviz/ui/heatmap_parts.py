@@ -26,9 +26,9 @@ from PySide6.QtGui import (
 )
 
 from attnviz.core.figures import colors
+from attnviz.core.figures.edits import Lines
 from attnviz.core.figures.figure import HeatmapSpec
 
-Lines = tuple[np.ndarray, np.ndarray]  # rows, columns of a matrix (what changed)
 MIN_HATCH_CELL = 5.0  # pixels; below this, masked cells are shaded, not hatched
 SHADE = np.uint32(0x6E3C3C3C)  # premultiplied ARGB: the hatch grey at 43 % over a cell
 

@@ -170,7 +170,7 @@ class Plan:
         old = self._base_head(reader) if reader is not None else None
         if old is None:  # every key/value head's, as compute() makes them
             if self._all_keys is None:
-                self._all_keys = keys(s, self.X_kv, range(len(kv_heads(s))))
+                self._all_keys = keys(s, self.X_kv, kv_heads(s))
             K, V, K_rot = self._all_keys
             return K[g], V[g], K_rot[g]
         if g in c.k_heads:
