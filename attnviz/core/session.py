@@ -9,6 +9,7 @@ and ``redo`` and no Qt at all.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,19 @@ class ReplaceScenario(Command):
 
 
 UNTITLED = "untitled"
+_PROPOSED = re.compile(r"(.+\.attn\.(?:json|npz)) \([a-z ]+\)")
+
+
+def untitled_name(file_name: str, origin: str) -> str:
+    """What a document with no path is called: the file name Save As proposes and where
+    the scenario came from, e.g. ``lesson-3.attn.json (lesson)``."""
+    return f"{file_name} ({origin})"
+
+
+def proposed_file_name(untitled: str) -> str | None:
+    """The file name an ``untitled_name`` proposes; None for a plain "untitled"."""
+    match = _PROPOSED.fullmatch(untitled)
+    return match.group(1) if match else None
 
 
 class LoadScenario(Command):

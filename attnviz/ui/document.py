@@ -93,6 +93,16 @@ class Document(QObject):
         """Open a scenario (from path, or untitled) as one undoable step."""
         self.push(LoadScenario(self.session, scenario, path, text, untitled))
 
+    def start_from(self, scenario: Scenario, text: str, untitled: str) -> None:
+        """Replace the whole scenario by one that is not the user's work (a lesson stage, a
+        preset) as one undoable step. The document becomes untitled, so Save asks for a
+        name and never writes over the file the user's work came from; it stays unsaved
+        if it was (closing still offers to save), else it starts clean."""
+        was_clean = self.undo_stack.isClean()
+        self.load(scenario, None, text, untitled)
+        if was_clean:
+            self.undo_stack.setClean()
+
     def reset(self, scenario: Scenario, path: Path | None) -> None:
         """Start over on a scenario with no undo history (restoring autosaved work)."""
         self.undo_stack.clear()

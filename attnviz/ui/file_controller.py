@@ -25,7 +25,7 @@ from attnviz.core.io import files
 from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
-from attnviz.core.session import UNTITLED
+from attnviz.core.session import UNTITLED, proposed_file_name, untitled_name
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.image_export import Figure, ImageExport
 from attnviz.ui.images import ask_image_path
@@ -39,7 +39,6 @@ OPEN_FILTER = ";;".join(
 SAVE_FILTER = ";;".join((JSON_FILTER, NPZ_FILTER, "JSON (*.json)", "All files (*)"))
 MATRIX_FILTER = "CSV (*.csv);;NumPy array (*.npy)"
 MAX_RECENT = 8
-EXAMPLE = " (example)"  # after an example's name, while it is untitled
 
 
 @dataclass(frozen=True)
@@ -136,9 +135,8 @@ class FileController(QObject):
         return True
 
     def open_examples(self) -> Example | None:
-        """File → Open Example…: the gallery, then the chosen example, untitled."""
-        if not self.maybe_save():
-            return None
+        """File → Open Example…: the gallery, then (unsaved work offered for saving once
+        an example is chosen) the chosen example, untitled."""
         from attnviz.ui.examples_dialog import ExampleGallery
 
         gallery = ExampleGallery(self.settings, self.parent_widget)
@@ -146,7 +144,9 @@ class FileController(QObject):
             chosen = gallery.chosen() if gallery.exec() == QDialog.DialogCode.Accepted else None
         finally:
             gallery.deleteLater()
-        return chosen if chosen is not None and self.open_example(chosen) else None
+        if chosen is None or not self.maybe_save():
+            return None
+        return chosen if self.open_example(chosen) else None
 
     def open_example(self, example: Example) -> bool:
         """Load a shipped example with no path, so that a save never writes into the
@@ -156,7 +156,8 @@ class FileController(QObject):
         except files.FileFormatError as e:
             self.error("Cannot open the example", str(e))
             return False
-        self.load(scenario, None, f"Open example {example.title}", example.path.name + EXAMPLE)
+        untitled = untitled_name(example.path.name, "example")
+        self.load(scenario, None, f"Open example {example.title}", untitled)
         self.saved()
         self.show_message(f"Opened the example {example.title} (untitled: Save asks where)")
         return True
@@ -169,8 +170,9 @@ class FileController(QObject):
     def save_as(self) -> bool:
         """Ask for a name; the form (text or binary) follows its suffix, else the filter."""
         doc = self.ws.doc
-        if doc.path is None and doc.name.endswith(EXAMPLE):  # proposed under its own name
-            name = doc.name.removesuffix(EXAMPLE)
+        proposed = proposed_file_name(doc.name) if doc.path is None else None
+        if proposed is not None:  # an example, a preset, a lesson stage, an import
+            name = proposed
         elif doc.path is not None and files.is_binary(doc.path):
             name = "scenario" + files.NPZ_SUFFIX
         else:

@@ -37,6 +37,7 @@ from attnviz.core.io import files
 from attnviz.core.lessons import STAGES
 from attnviz.core.maths.scenario import LIMITS, MASKS, POSITIONALS, Scenario
 from attnviz.core.presets import PRESETS, make_preset
+from attnviz.core.session import untitled_name
 from attnviz.ui.autosave import Autosave
 from attnviz.ui.background import Background
 from attnviz.ui.file_controller import FileController, Targets
@@ -65,6 +66,7 @@ from attnviz.ui.view_state import ENGINES
 from attnviz.ui.workspace import Workspace
 
 DEFAULT_SIZE = QSize(1400, 860)
+JSON_TOKENS = 256  # a preset with more tokens is proposed for saving as .attn.npz
 BUSY_AFTER_MS = 300  # work shorter than this shows no "computing…"
 DOCK_ORDER = (
     "Inputs",
@@ -497,7 +499,10 @@ class MainWindow(QMainWindow):
             if not ok:
                 self.preset_box.setCurrentIndex(0)
                 return
-        self.doc.replace(make_preset(name, n=n), f"Preset {preset.title}")
+        scenario = make_preset(name, n=n)
+        suffix = files.NPZ_SUFFIX if scenario.n > JSON_TOKENS else files.SUFFIX
+        untitled = untitled_name(f"{name}{suffix}", "preset")
+        self.doc.start_from(scenario, f"Preset {preset.title}", untitled)
         self.preset_box.setCurrentIndex(0)
         self.show_message(f"Loaded {preset.title}: {preset.summary}")
 

@@ -33,7 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core.io.files import NPZ_SUFFIX
 from attnviz.core.maths.scenario import ScenarioError
+from attnviz.core.session import untitled_name
 from attnviz.ui.background import Background
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
@@ -203,7 +205,8 @@ class ModelImports(QObject):
         self._close_progress()
         p = got.provenance
         name = Path(p.source).name or p.source
-        self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}")
+        untitled = untitled_name(f"{name}-layer{p.layer}{NPZ_SUFFIX}", "import")
+        self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}", untitled)
         self.overview, self.overview_source = got.overview, (p.source, p.text, p.layers)
         self.overviewChanged.emit()
         if self._head is not None:

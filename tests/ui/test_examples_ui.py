@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox
 from waiting import settle
 
 from attnviz.core.examples import examples, find, folder
@@ -204,12 +204,19 @@ def test_a_damaged_example_is_reported_and_changes_nothing(window, tmp_path, ans
     assert window.doc.undo_stack.count() == 0 and window.doc.name == "untitled"
 
 
-def test_unsaved_work_is_offered_for_saving_first_and_cancel_opens_nothing(window, answers, choose):
+def test_the_gallery_comes_first_and_unsaved_work_is_offered_for_saving_once_chosen(
+    window, answers, choose, monkeypatch
+):
     doc = window.doc
     doc.push(SetCells(doc.session, "X", None, 0, 0, np.array([[0.125]])))
     choose("softcap")
     answers.queue(QMessageBox.StandardButton.Cancel)
     assert window.files.open_examples() is None
+    assert choose.shown == ["softcap"]  # the gallery was shown before any question
     assert answers.texts == ["Save the changes to the untitled scenario?"]
-    assert choose.shown == [] and doc.scenario.X[0, 0] == 0.125 and doc.name == "untitled"
+    assert doc.scenario.X[0, 0] == 0.125 and doc.name == "untitled"
     assert not doc.undo_stack.isClean()
+
+    monkeypatch.setattr(ExampleGallery, "exec", lambda self: QDialog.DialogCode.Rejected)
+    assert window.files.open_examples() is None  # closing the gallery asks nothing
+    assert len(answers.texts) == 1 and doc.scenario.X[0, 0] == 0.125

@@ -13,8 +13,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core.io.files import SUFFIX
 from attnviz.core.lessons import STAGES, Stage
 from attnviz.core.presets import make_preset
+from attnviz.core.session import untitled_name
 from attnviz.ui.workspace import Workspace
 
 
@@ -79,7 +81,8 @@ class LessonPanel(QWidget):
         if not 0 <= index < len(STAGES):
             return
         stage = STAGES[index]
-        self.doc.replace(make_preset(stage.preset), f"Lesson stage {stage.number}")
+        name = untitled_name(f"lesson-{stage.number}{SUFFIX}", "lesson")
+        self.doc.start_from(make_preset(stage.preset), f"Lesson stage {stage.number}", name)
         self.view_state.set_head(0)
         self.show_stage(index)
 
