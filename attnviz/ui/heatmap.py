@@ -118,6 +118,7 @@ class HeatmapView(QWidget):
         self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # the last one clicked is exported
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.setMinimumSize(150, 120)
+        self.preferred = QSize(240, 200)  # a panel short of room asks for less
 
     # The data ----------------------------------------------------------------------------
 
@@ -589,7 +590,7 @@ class HeatmapView(QWidget):
         self._relayout()
 
     def sizeHint(self) -> QSize:
-        return QSize(240, 200)
+        return self.preferred
 
     def wheelEvent(self, event: QWheelEvent) -> None:
         """Zoom about the pointer, both axes alike, between one cell and the whole matrix."""

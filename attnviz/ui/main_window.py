@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QScrollArea,
-    QTabBar,
     QTabWidget,
     QWidget,
 )
@@ -64,6 +63,7 @@ from attnviz.ui.panels.variants import VariantsPanel
 from attnviz.ui.panels.weights import WeightsPanel
 from attnviz.ui.view_state import ENGINES
 from attnviz.ui.workspace import Workspace
+from attnviz.ui.workspaces import Workspaces
 
 DEFAULT_SIZE = QSize(1400, 860)
 JSON_TOKENS = 256  # a preset with more tokens is proposed for saving as .attn.npz
@@ -81,7 +81,7 @@ DOCK_ORDER = (
     "Mix",
     "Experiments",
     "Tiling",
-    "GPU timing",
+    "Timing",
     "Lesson",
     "Model",
     "Inspector",
@@ -104,7 +104,7 @@ LAZY_PANELS: dict[str, Callable[[Workspace], QWidget]] = {
     "Mix": MixPanel,
     "Experiments": ExperimentsPanel,
     "Tiling": TilingPanel,
-    "GPU timing": _bench_panel,
+    "Timing": _bench_panel,
     "Cost": CostPanel,
 }
 
@@ -143,9 +143,10 @@ class MainWindow(QMainWindow):
         }
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
+        self.workspaces = Workspaces(self, self.docks, settings)
         self.lesson.showDocks.connect(self.bring_forward)
         self.lesson.showTab.connect(self.open_tab)
-        self.default_state: QByteArray | None = None  # the layout is made when first shown
+        self._arranged = False  # the docks are arranged when the window is first shown
 
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
@@ -207,11 +208,6 @@ class MainWindow(QMainWindow):
         if (x, y) != (self.x(), self.y()):
             self.move(x, y)
 
-    @property
-    def compact(self) -> bool:
-        """Too narrow for three columns of docks side by side (1280 × 720 and smaller)."""
-        return self.width() < 1400
-
     def _dock(self, title: str) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock-{title}")
@@ -228,64 +224,13 @@ class MainWindow(QMainWindow):
         dock.visibilityChanged.connect(lambda visible: self._shown_again(title, visible))
         dock.setWidget(scroll)
         # a dock dropped beside another makes a new tab bar: give it whole titles too
-        dock.dockLocationChanged.connect(lambda _: QTimer.singleShot(0, self._whole_tab_titles))
+        dock.dockLocationChanged.connect(lambda _: self.workspaces.tidy_later())
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable
             | QDockWidget.DockWidgetFeature.DockWidgetFloatable
             | QDockWidget.DockWidgetFeature.DockWidgetClosable
         )
         return dock
-
-    def _default_layout(self) -> None:
-        d = self.docks
-        for dock in d.values():
-            dock.setFloating(False)
-            dock.show()
-        # Left: the inputs. Middle: the views, one tab each. Right: lesson and inspector.
-        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, d["Inputs"])
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d["Pipeline"])
-        self.splitDockWidget(d["Inputs"], d["Weights"], Qt.Orientation.Vertical)
-        self.splitDockWidget(d["Pipeline"], d["Lesson"], Qt.Orientation.Horizontal)
-        self.splitDockWidget(d["Lesson"], d["Inspector"], Qt.Orientation.Vertical)
-        for title in (
-            "Variants",
-            "Masks",
-            "Heads",
-            "Mix",
-            "RoPE",
-            "Experiments",
-            "GPU timing",
-            "Cost",
-        ):
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d[title])
-        self.tabifyDockWidget(d["Inspector"], d["Cost"])
-        self.tabifyDockWidget(d["Inspector"], d["Model"])  # its tab bar is there already
-        for title in (
-            "Variants",
-            "Masks",
-            "Heads",
-            "Lines",
-            "Overview",
-            "Mix",
-            "RoPE",
-            "Experiments",
-            "Tiling",
-            "GPU timing",
-        ):
-            self.tabifyDockWidget(d["Pipeline"], d[title])
-        d["Pipeline"].raise_()
-        d["Inspector"].raise_()
-        total = self.width()
-        right = 290 if not self.compact else 260
-        left = 400 if not self.compact else 380
-        self.resizeDocks(
-            [d["Inputs"], d["Pipeline"], d["Lesson"]],
-            [left, max(400, total - left - right), right],
-            Qt.Orientation.Horizontal,
-        )
-        inputs = 300 if not self.compact else 200  # four tokens need little room
-        self.resizeDocks([d["Inputs"], d["Weights"]], [inputs, 500], Qt.Orientation.Vertical)
-        self.resizeDocks([d["Lesson"], d["Inspector"]], [330, 470], Qt.Orientation.Vertical)
 
     def _build_if_shown(self, title: str, visible: bool) -> None:
         # Decided after the event, on the latest news: while the window first lays out its
@@ -340,14 +285,12 @@ class MainWindow(QMainWindow):
 
     def _imported(self, _got: object) -> None:
         """An imported layer opens on its heads, with where it came from beside them."""
-        self.bring_forward(("Model", "Heads"))
+        self.bring_forward(("Heads", "Model"))
 
     def bring_forward(self, titles: tuple[str, ...]) -> None:
-        """Show these docks and raise them over their tab neighbours (most important last)."""
-        for title in reversed(titles):
-            dock = self.docks[title]
-            dock.show()
-            dock.raise_()
+        """Show these docks, in the workspace that has them, over their tab neighbours
+        (the most important first)."""
+        self.workspaces.bring_forward(titles)
 
     def open_tab(self, title: str, tab: str) -> None:
         """Open a tab (by its label) of the panel in a dock."""
@@ -357,39 +300,19 @@ class MainWindow(QMainWindow):
             if tab in labels:
                 panel.setCurrentIndex(labels.index(tab))
 
-    def reset_layout(self) -> None:
-        if self.default_state is not None:
-            self.restoreState(self.default_state)
-        for dock in self.docks.values():
-            dock.setFloating(False)
-            dock.show()
-        self._whole_tab_titles()
-
     def showEvent(self, event: QShowEvent) -> None:
         # Docks are arranged once the window is shown: tabifying them earlier leaves
         # stale, visible tab bars behind (a Qt quirk).
-        if self.default_state is None:
+        if not self._arranged:
+            self._arranged = True
             self.fit_screen()  # the layout is made for the size the window will have
             QTimer.singleShot(0, self.fit_screen)  # and again once its frame is known
-            self._default_layout()
-            self.default_state = self.saveState()
-            state = self.settings.value("window/state")
-            if isinstance(state, QByteArray):
-                self.restoreState(state)
-            self._whole_tab_titles()
+            self.workspaces.start()
         super().showEvent(event)
-
-    def _whole_tab_titles(self) -> None:
-        """Dock tabs show their whole titles and scroll when they do not fit (Qt would cut
-        thirteen of them down to "Pipel…", "He…")."""
-        for bar in self.findChildren(QTabBar):
-            if bar.parent() is self:  # the dock areas' tab bars, not the panels' own
-                bar.setElideMode(Qt.TextElideMode.ElideNone)
-                bar.setUsesScrollButtons(True)
 
     def save_layout(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/state", self.saveState())
+        self.workspaces.remember()
 
     # Toolbar: the settings and the selected head ----------------------------------------------
 
@@ -564,7 +487,9 @@ class MainWindow(QMainWindow):
         )
         self._action(m, "Next Layer (imported model)", lambda: self.models.step(+1), "Ctrl+Alt+]")
         m.addSeparator()
-        self._action(m, "&Reset Layout", self.reset_layout)
+        for action in self.workspaces.actions.actions():
+            m.addAction(action)
+        self._action(m, "&Reset Workspace", self.workspaces.reset)
 
         m = self.menuBar().addMenu("&Presets")
         for preset in PRESETS.values():
@@ -587,6 +512,8 @@ class MainWindow(QMainWindow):
 
         m = self.menuBar().addMenu("&Help")
         self._action(m, "&About attnviz", self.about)
+        self.workspace_buttons = self.workspaces.buttons()  # (PySide would drop it otherwise)
+        self.menuBar().setCornerWidget(self.workspace_buttons, Qt.Corner.TopRightCorner)
 
     def open_example(self) -> None:
         """File → Open Example…; a lesson stage's example also shows that stage."""

@@ -351,7 +351,7 @@ def test_every_standard_redo_binding_redoes(shown_window, qtbot):
 # Docks and layout -----------------------------------------------------------------------------
 
 
-def test_docks_close_and_reopen_from_the_view_menu_and_reset_layout(shown_window, qtbot):
+def test_docks_close_and_reopen_from_the_view_menu_and_reset_workspace(shown_window, qtbot):
     window = shown_window()
     view_menu = menu(window, "View")
     for title in ("Inputs", "Weights", "Pipeline"):
@@ -368,7 +368,7 @@ def test_docks_close_and_reopen_from_the_view_menu_and_reset_layout(shown_window
     window.docks["Weights"].close()
     window.docks["Pipeline"].setFloating(True)
     assert window.docks["Pipeline"].isFloating()
-    action(view_menu, "Reset Layout").trigger()
+    action(view_menu, "Reset Workspace").trigger()
     for title in ("Inputs", "Weights", "Pipeline"):
         dock = window.docks[title]
         qtbot.waitUntil(dock.isVisible)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -41,11 +41,8 @@ LEGEND = (
     "<span style='background:#ddd'>&nbsp;╱╱&nbsp;</span> set by the mask (it reads what the "
     f"strategy put there) · <b style='color:{colors.LEAK}'>▢ red outline</b>: weight that "
     "leaked to a future key · bars beside each row: its leak, and after a probe how far "
-    "its output moved (red: an earlier row, so the future leaked)"
-)
-DIFF_TEXT = (
-    "<b>B − A</b>: how much each weight changes when strategy B replaces A. Red: B puts "
-    "more weight on that key, blue: less. The bars give how far the head's output row moved."
+    "its output moved (red: an earlier row, so the future leaked) · <b>B − A</b>: how much "
+    "each weight changes when B replaces A (red: more weight on that key, blue: less)"
 )
 
 
@@ -81,23 +78,21 @@ class MasksPanel(ScreenPanel):
         legend = QLabel(LEGEND)
         legend.setWordWrap(True)
 
-        # A and B share their colour scales (scores: the scaled scores' levels; weights: 0 to
-        # 1), so only B's views carry a colour bar.
+        # Every value is written in its cell, so only B − A carries a colour bar: the maps
+        # stay the same size and all of them fit beside each other at 1280 × 720.
         self.views = {
             "A-scores": HeatmapView("masked", colorbar=False),
-            "B-scores": HeatmapView("masked"),
+            "B-scores": HeatmapView("masked", colorbar=False),
             "A": HeatmapView("weights", colorbar=False),
-            "B": HeatmapView("weights"),
+            "B": HeatmapView("weights", colorbar=False),
             "diff": HeatmapView("difference"),
         }
         for key, view in self.views.items():
-            view.setMinimumSize(190, 170)
+            view.setMinimumSize(150, 140)
+            view.preferred = QSize(200, 150)
             if key != "diff":
                 view.square_cells = True  # rows and keys alike
                 view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
-        self.views["diff"].square_cells = True
-        diff_text = QLabel(DIFF_TEXT)
-        diff_text.setWordWrap(True)
 
         self.table_model = ColumnsModel(self)
         self.table = QTableView()
@@ -108,7 +103,9 @@ class MasksPanel(ScreenPanel):
             "the probed token was nudged (red: an earlier token moved, the future leaked)"
         )
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.table.setMinimumHeight(90)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.setMinimumHeight(110)
+        self.table.setMaximumHeight(125)  # more rows than four scroll inside it
 
         self.token = QComboBox()
         self._probe_tokens: tuple[str, ...] = ()  # the tokens the box offers
@@ -123,7 +120,6 @@ class MasksPanel(ScreenPanel):
         probe_row.addWidget(self.token)
         probe_row.addWidget(QLabel("+"))
         probe_row.addWidget(self.amount)
-        probe_row.addWidget(nudge)
         probe_row.addStretch(1)
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
@@ -133,23 +129,24 @@ class MasksPanel(ScreenPanel):
         )
         probe_text.setWordWrap(True)
         side = QVBoxLayout()
-        side.addWidget(diff_text)
         side.addWidget(probe_text)
         side.addLayout(probe_row)
+        side.addWidget(nudge, 0, Qt.AlignmentFlag.AlignLeft)
         side.addWidget(self.verdict)
         side.addStretch(1)
 
+        # Three columns, two rows: the whole comparison in sight at 1280 × 720.
         grid = QGridLayout()
         grid.addWidget(self.views["A-scores"], 0, 0)
         grid.addWidget(self.views["B-scores"], 0, 1)
+        grid.addWidget(self.views["diff"], 0, 2)
         grid.addWidget(self.views["A"], 1, 0)
         grid.addWidget(self.views["B"], 1, 1)
-        grid.addWidget(self.views["diff"], 2, 0)
-        grid.addLayout(side, 2, 1)
+        grid.addLayout(side, 1, 2)
         for k in range(3):
+            grid.setColumnStretch(k, 1)
+        for k in range(2):
             grid.setRowStretch(k, 1)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
