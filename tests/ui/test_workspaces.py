@@ -143,7 +143,7 @@ def test_at_1280x720_the_first_view_shows_all_of_x_and_the_masks_need_no_scrolli
     assert rows == 4
     for row in range(rows):  # every row of X whole in its grid
         top = grid.rowViewportPosition(row)
-        assert 0 <= top and top + grid.rowHeight(row) <= grid.viewport().height(), row
+        assert top >= 0 and top + grid.rowHeight(row) <= grid.viewport().height(), row
 
     window.docks["Masks"].raise_()
     settle(window)
@@ -153,4 +153,4 @@ def test_at_1280x720_the_first_view_shows_all_of_x_and_the_masks_need_no_scrolli
     table = window.masks.table
     for row in range(table.model().rowCount()):  # the summary table's rows in sight
         top = table.rowViewportPosition(row)
-        assert 0 <= top and top + table.rowHeight(row) <= table.viewport().height(), row
+        assert top >= 0 and top + table.rowHeight(row) <= table.viewport().height(), row
