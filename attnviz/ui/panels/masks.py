@@ -78,20 +78,20 @@ class MasksPanel(ScreenPanel):
         legend = QLabel(LEGEND)
         legend.setWordWrap(True)
 
-        # Every value is written in its cell, so only B − A carries a colour bar: the maps
-        # stay the same size and all of them fit beside each other at 1280 × 720.
+        # Every value is written in its cell, so no map carries a colour bar: they keep the
+        # same size and all fit beside each other at 1280 × 720.
         self.views = {
             "A-scores": HeatmapView("masked", colorbar=False),
             "B-scores": HeatmapView("masked", colorbar=False),
             "A": HeatmapView("weights", colorbar=False),
             "B": HeatmapView("weights", colorbar=False),
-            "diff": HeatmapView("difference"),
+            "diff": HeatmapView("difference", colorbar=False),
         }
         for key, view in self.views.items():
             view.setMinimumSize(150, 140)
             view.preferred = QSize(200, 150)
+            view.square_cells = True  # rows and keys alike
             if key != "diff":
-                view.square_cells = True  # rows and keys alike
                 view.cellClicked.connect(lambda name, i, j, key=key: self._select(key, name, i, j))
 
         self.table_model = ColumnsModel(self)
