@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
+SCENARIO_FILES = ".attn.json (text) or .attn.npz (binary)"
 
 
 class UsageError(Exception):
@@ -31,7 +32,7 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(f"{message}; see '{self.prog} --help'")
 
 
 def _whole(text: str, least: int, why: str) -> int:
@@ -61,7 +62,7 @@ def _seed(text: str) -> int:
 def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
     from attnviz.core.maths.scenario import MASKS, POSITIONALS
 
-    p.add_argument("file", nargs="?", metavar="FILE", help="a .attn.json scenario")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"a scenario, {SCENARIO_FILES}")
     p.add_argument(
         "--preset", metavar="NAME", help="a preset instead of a file (see 'attnviz presets')"
     )
@@ -88,12 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnviz",
         usage="%(prog)s [FILE]\n       %(prog)s [-h] [--version] COMMAND ...",
         description="A desktop lab for transformer attention. 'attnviz' alone opens the "
-        "window; 'attnviz FILE' opens it on a saved .attn.json scenario. The commands "
-        "below work without a window.",
+        f"window; 'attnviz FILE' opens it on a saved scenario, {SCENARIO_FILES}. The "
+        "commands below work without a window.",
         epilog="Run 'attnviz COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"attnviz {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # prog: each command's usage starts 'attnviz COMMAND', not with the two-line usage above
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, prog="attnviz")
 
     p = sub.add_parser("compute", help="compute every intermediate and print it")
     _add_source(p)
@@ -170,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         metavar="PATH",
-        help="the scenario to write (.attn.json, or .attn.npz for large layers); "
+        help="the scenario to write: .attn.json (text), or .attn.npz (binary, for large layers); "
         "default: named after the model and layer, in the current folder",
     )
     return parser
@@ -614,7 +616,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _check_out(out: str) -> None:
     """Before a long import: a scenario name, in a folder that exists."""
     if not out.lower().endswith((".json", ".npz")):
-        raise UsageError(f"--out {out}: name it .attn.json (text) or .attn.npz (binary)")
+        raise UsageError(f"--out {out}: name it {SCENARIO_FILES}")
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {out}: no folder {folder}")
@@ -703,7 +705,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named here, where the command is known, not by the top-level parser
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)}; see 'attnviz {args.command} --help'"
+            )
         return COMMANDS[args.command](args)
     except (UsageError, ScenarioError) as e:
         print(f"attnviz: {one_line(str(e))}", file=sys.stderr)
