@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` needs no numpy
     import numpy as np
@@ -583,19 +583,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     from attnviz.core.models.importer import Request, import_model_layer
     from attnviz.core.models.sources import Cancelled
 
-    def report(what: str, fraction: float) -> None:
-        if fraction < 1:
-            print(f"  {what}…", file=sys.stderr, flush=True)
-
     if args.out is not None:
         _check_out(args.out)
+    steps = StepPrinter(sys.stderr)
     try:
         got = import_model_layer(
-            Request(args.source, args.text, args.layer, args.dtype), report=report
+            Request(args.source, args.text, args.layer, args.dtype), report=steps
         )
     except (Cancelled, KeyboardInterrupt):
+        steps.close()
         print("attnviz: import cancelled", file=sys.stderr)
         return 130
+    finally:
+        steps.close()
     s, p = got.scenario, got.provenance
     out = args.out or default_import_name(args.source, args.layer, s.W_Q.size + s.W_O.size)
     try:
@@ -611,6 +611,41 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"wrote {out} ({os.path.getsize(out) / 2**20:.1f} MiB)"
     )
     return 0
+
+
+class StepPrinter:
+    """An import's progress on a stream: a line for each step ("Unpacking the model…"),
+    or, on a terminal, one line that each report rewrites, with the bytes done, and that
+    is cleared at the end."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self.step = ""
+        self.shown = 0  # characters on the terminal's line
+
+    def __call__(self, what: str, fraction: float) -> None:
+        if fraction >= 1:
+            return
+        step = what.partition(" (")[0]  # "Unpacking the model (3 of 91 MB)" is one step
+        if self.terminal:
+            self._rewrite(f"  {what}…")
+        elif step != self.step:
+            self.stream.write(f"  {step}…\n")
+        self.step = step
+        self.stream.flush()
+
+    def _rewrite(self, text: str) -> None:
+        self.stream.write("\r" + text.ljust(self.shown))
+        self.shown = len(text)
+
+    def close(self) -> None:
+        """Clear the terminal's progress line (the next message starts on a clean line)."""
+        if self.terminal and self.shown:
+            self._rewrite("")
+            self.stream.write("\r")
+            self.stream.flush()
+        self.shown = 0
 
 
 def _check_out(out: str) -> None:
