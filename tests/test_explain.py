@@ -238,7 +238,7 @@ def wide():
 def test_rope_turns_a_pair_by_the_angle_of_its_position(wide):
     s, r, Q = wide()  # "half": feature 4 pairs with feature 2, frequency 100^(−2/4) = 0.1
     theta = 2 * 0.1
-    e = explain(s, r, "Q_rot", 0, 2, 3)  # "the" is at position 2
+    e = explain(s, r, "Q_rot", 0, 2, 3)  # "the" is at position 3 (row 3): turned by 2 steps
     a, b = Q[2, 1], Q[2, 3]
     assert [t.factors for t in e.terms] == [
         pytest.approx((a, math.sin(theta))),
@@ -246,8 +246,9 @@ def test_rope_turns_a_pair_by_the_angle_of_its_position(wide):
     ]
     assert e.value == pytest.approx(a * math.sin(theta) + b * math.cos(theta))
     steps = {st.label: st.value for st in e.steps}
-    assert steps["position of the"] == 2
-    assert steps["θ = 2 × 100^(−2/4)"] == pytest.approx(theta)
+    assert steps["position of the"] == 3
+    assert steps["θ = (3 − 1) × 100^(−2/4)"] == pytest.approx(theta)
+    assert "θ = (position − 1) · 100^(−2/4)" in e.formula and "position 3" in e.note
     assert steps["cos θ"] == pytest.approx(math.cos(theta))
     assert "a·sin θ + b·cos θ" in e.formula and "turns with feature 2" in e.note
     s, r, Q = wide(rope_style="interleaved")  # feature 3 pairs with feature 4
@@ -268,13 +269,13 @@ def test_rope_turns_a_pair_by_the_angle_of_its_position(wide):
 
 def test_rope_positions_are_offset_under_bottom_right_alignment():
     st = Settings(positional="rope", causal_alignment="bottom-right")
-    s, r = variant(st, cross=True)  # 4 queries over 6 keys: queries start at position 2
-    e = explain(s, r, "Q_rot", 0, 1, 0)  # "saw" sits at position 3
+    s, r = variant(st, cross=True)  # 4 queries over 6 keys: queries start at position 3
+    e = explain(s, r, "Q_rot", 0, 1, 0)  # "saw" (row 2) sits at position 4: 3 turns
     a, b = ref.X[1] @ ref.W_Q[0]
     assert e.value == pytest.approx(a * math.cos(3) - b * math.sin(3))
     position = next(st for st in e.steps if st.label.startswith("position of saw"))
-    assert position.value == 3 and "1 + 2 (bottom-right" in position.label
-    e = explain(s, r, "K_rot", 0, 4, 1)  # keys keep positions 0 … 5: "la" is at 4
+    assert position.value == 4 and "2 + 2 (bottom-right" in position.label
+    e = explain(s, r, "K_rot", 0, 4, 1)  # keys keep positions 1 … 6: "la" is at 5
     a, b = X_KV[4] @ ref.W_K[0]
     assert e.value == pytest.approx(a * math.sin(4) + b * math.cos(4))
 
@@ -297,7 +298,7 @@ def test_alibi_subtracts_slope_times_distance():
     e = explain(s, r, "scaled", 1, 3, 1)
     steps = {st.label: st.value for st in e.steps}
     assert steps["ALiBi slope of head 2 (the paper's, for 2 heads)"] == 1 / 256
-    assert steps["ALiBi −0.00390625 × |3 − 1|"] == -2 / 256
+    assert steps["ALiBi −0.00390625 × |4 − 2|"] == -2 / 256
     assert e.value == pytest.approx(S - 2 / 256) and "− slope·|i − j|" in e.formula
     s, r = variant(Settings(positional="alibi", alibi_slopes=(0.5, 0.25)))
     e = explain(s, r, "masked", 1, 3, 0)
@@ -308,10 +309,10 @@ def test_alibi_subtracts_slope_times_distance():
 
 def test_masks_name_the_window_the_custom_cell_and_the_alignment():
     st = Settings(mask="sliding-window", window=2, causal_alignment="bottom-right")
-    s, r = variant(st, cross=True)  # "she" sits at key position 2: it sees keys 2 and 3
+    s, r = variant(st, cross=True)  # "she" sits at key position 3: it sees keys 2 and 3
     e = explain(s, r, "masked", 0, 0, 0)
     assert e.value == -math.inf and "le is more than 1 before she" in e.note
-    assert "0 + 2 = 2" in e.note and "bottom-right" in e.note
+    assert "1 + 2 = 3" in e.note and "bottom-right" in e.note
     assert "i + 2 − 2 < j ≤ i + 2" in e.formula
     e = explain(s, r, "masked", 0, 0, 3)
     assert e.value == -math.inf and "vu comes after she" in e.note
@@ -319,8 +320,8 @@ def test_masks_name_the_window_the_custom_cell_and_the_alignment():
     Q, K = ref.X @ ref.W_Q[0], X_KV @ ref.W_K[0]
     assert e.note == "not masked" and e.value == pytest.approx(Q[0] @ K[2] / math.sqrt(2))
     s, r = variant(Settings(causal_alignment="bottom-right"), cross=True)
-    e = explain(s, r, "masked", 0, 1, 4)  # "saw" at position 3 may not see "la" at 4
-    assert e.value == -math.inf and "la comes after saw" in e.note and "1 + 2 = 3" in e.note
+    e = explain(s, r, "masked", 0, 1, 4)  # "saw" at position 4 may not see "la" at 5
+    assert e.value == -math.inf and "la comes after saw" in e.note and "2 + 2 = 4" in e.note
     mask = np.tril(np.ones((4, 4)))
     mask[2, 0] = 0.0  # "the" may not see "she"
     s, r = variant(Settings(mask="custom"), mask_matrix=mask)
@@ -395,3 +396,69 @@ def test_every_cell_of_every_variant_recomputes_to_the_engine():
                 for i, j in np.ndindex(M.shape):
                     e = explain(s, r, name, head, i, j)
                     assert e.value == pytest.approx(M[i, j], abs=1e-12), (name, head, i, j)
+
+
+# Positions a learner reads count from 1, like the rows and columns. -------------------
+
+
+def alibi_reference(Q, K, slope, query_from):
+    """Scaled scores plus ALiBi, from NumPy: query i (1-based) at position query_from + i,
+    key j at position j; bias −slope·|p_q − p_k|, written here with 1-based positions."""
+    pq = query_from + np.arange(1, Q.shape[0] + 1)
+    pk = np.arange(1, K.shape[0] + 1)
+    bias = -slope * np.abs(pq[:, None] - pk[None, :])
+    return Q @ K.T / math.sqrt(Q.shape[1]) + bias, bias, pq, pk
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_alibi_weight_and_score_cells_name_1_based_positions(cross):
+    st = Settings(positional="alibi", mask="none", causal_alignment="bottom-right")
+    s, r = variant(st, cross=cross)
+    X_k = X_KV if cross else ref.X
+    keys = KV_TOKENS if cross else TOKENS
+    for h, slope in enumerate((2**-4, 2**-8)):  # the paper's slopes for 2 heads
+        Q, K = ref.X @ ref.W_Q[h], X_k @ ref.W_K[h]
+        scaled, bias, pq, pk = alibi_reference(Q, K, slope, len(keys) - 4)
+        for i in range(4):
+            for j in range(len(keys)):
+                e = explain(s, r, "scaled", h, i, j)
+                assert e.value == pytest.approx(scaled[i, j])
+                steps = {x.label: x.value for x in e.steps}
+                label = f"ALiBi −{slope:.6g} × |{pq[i]} − {pk[j]}|"
+                assert steps[label] == pytest.approx(bias[i, j]), (label, steps)
+                where = f"query {TOKENS[i]} at position {pq[i]}, key {keys[j]} at {pk[j]}"
+                assert where in e.note
+                w = explain(s, r, "weights", h, i, j)
+                assert f"ALiBi's −{slope:.6g} × |{pq[i]} − {pk[j]}| = " in w.note
+                assert where in w.note
+                shown = float(w.note.split(f"|{pq[i]} − {pk[j]}| = ")[1].split(":")[0])
+                assert shown == pytest.approx(bias[i, j], abs=1e-6)
+                row = np.exp(scaled[i] - scaled[i].max())
+                assert w.value == pytest.approx(row[j] / row.sum())
+
+
+def test_alibi_preset_cell_in_the_text_a_learner_reads():
+    from attnviz.core.presets import make_preset
+
+    s = make_preset("alibi", None, None)
+    r = compute(s)
+    text = format_text(explain(s, r, "weights", 1, 4, 1))  # head 2, row 5, column 2
+    assert "× |5 − 2| = -0.1875" in text  # slope 1/16 × distance 3
+    assert f"query {s.tokens[4]} at position 5, key {s.tokens[1]} at 2" in text
+    assert "|4 − 1|" not in text and "position 4" not in text
+
+
+def test_sinusoidal_input_names_the_row_as_a_learner_counts_it():
+    p = worked_example(Settings(positional="sinusoidal"))
+    e = explain(p, compute(p), "X", None, 2, 1)  # row 3, column 2: cos of position 3 − 1
+    assert e.value == pytest.approx(ref.X[2, 1] + math.cos(2))
+    assert "PE = cos((3 − 1) / 10000^(0/4))" in e.formula
+    assert e.terms[1].label == "PE[3,2]"
+
+
+def test_alignment_notes_count_positions_from_1():
+    s, r = variant(Settings(causal_alignment="bottom-right"), cross=True)
+    for i in range(3):  # 4 queries over 6 keys: row i sits at key position i + 2
+        e = explain(s, r, "masked", 0, i, 5)  # key 6 comes after rows 1 to 3
+        assert e.value == -math.inf
+        assert f"at key position {i + 1} + 2 = {i + 3}" in e.note, e.note

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import zipfile
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from attnviz.core.maths.scenario import ScenarioError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tiny_models import KINDS, LLAMA_KINDS, WORDS, save_tiny  # noqa: E402
+from tiny_models import KINDS, LLAMA_KINDS, WORDS, fake_package, save_tiny  # noqa: E402
 
 from attnviz.core.models.importer import Request, import_model_layer  # noqa: E402
 from attnviz.core.models.sources import Cancelled, SourceError, locate  # noqa: E402
@@ -127,21 +126,6 @@ def test_a_model_in_the_hugging_face_cache_is_found_by_its_id(tmp_path):
     got = import_model_layer(Request("someone/tiny-gpt2", TEXT, 1))
     assert (got.provenance.kind, got.provenance.source) == ("cache", "someone/tiny-gpt2")
     assert got.agreement_weights <= 1e-12
-
-
-def fake_package(root, name: str, archive_entries: dict[str, bytes]):
-    """An installed distribution ``name`` whose package holds model.zip."""
-    package = root / name.replace("-", "_")
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("raise RuntimeError('attnviz must not import this')\n")
-    with zipfile.ZipFile(package / "model.zip", "w") as z:
-        for entry, data in archive_entries.items():
-            z.writestr(entry, data)
-    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    files = [f"{package.name}/__init__.py", f"{package.name}/model.zip", f"{info.name}/METADATA"]
-    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
 
 
 def test_an_installed_package_bundling_a_zipped_model_is_unpacked_once(tmp_path, monkeypatch):

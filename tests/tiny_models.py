@@ -7,6 +7,7 @@ Each folder holds what a real checkpoint does: ``config.json``, ``model.safetens
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import torch
@@ -134,3 +135,18 @@ def save_tiny(kind: str, folder: Path) -> Path:
     tiny_model(kind, torch.float32).save_pretrained(folder)
     word_tokenizer(kind in ("bert", "roberta", "distilbert")).save(str(folder / "tokenizer.json"))
     return folder
+
+
+def fake_package(root, name: str, archive_entries: dict[str, bytes]):
+    """An installed distribution ``name`` whose package holds model.zip."""
+    package = root / name.replace("-", "_")
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('attnviz must not import this')\n")
+    with zipfile.ZipFile(package / "model.zip", "w") as z:
+        for entry, data in archive_entries.items():
+            z.writestr(entry, data)
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    files = [f"{package.name}/__init__.py", f"{package.name}/model.zip", f"{info.name}/METADATA"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))

@@ -739,6 +739,11 @@ def test_the_rope_pair_plot_marks_the_query_at_its_own_position_under_bottom_rig
     x, y = own_vector(rope)  # query 1, pair 1 (features 1 and 2 of d_k 2)
     Q = np.array(s.X) @ s.W_Q[0]
     close([x, y], turned(Q, [2, 3, 4], 10000.0, "half", 2)[0])
+    # Positions read as rows do, from 1: query 1 sits at key position 3 of 5.
+    assert "its own, 3, in orange" in rope.plot.getPlotItem().titleLabel.text
+    marks = [i.toPlainText() for i in rope.plot.getPlotItem().items if hasattr(i, "toPlainText")]
+    assert marks == ["p1", "p2", "p3"]  # from the first position to its own
+    assert "(p − 1) × its frequency" in rope.status.text()
 
 
 def test_the_rope_dock_does_not_call_rope_off_while_it_turns_q(window, qtbot):

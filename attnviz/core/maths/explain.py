@@ -6,7 +6,8 @@
 current models add shows its own arithmetic: the biases, the key/value head a query head
 reads, K and V from X_kv, QK-norm and RoPE (``Q_rot``, ``K_rot``), scale_value, the
 soft-cap, ALiBi, the sliding-window and custom masks and the causal alignment, the sink.
-Indices here are 0-based; labels shown to people are 1-based or token names.
+Indices here are 0-based; what people read is 1-based (rows, columns, features, heads and
+positions) or token names.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ class _Explainer:
         pe = float(sinusoidal(self.s.n, self.s.d_model, [i])[0, j])
         fn = "sin" if j % 2 == 0 else "cos"
         terms = (Term("typed X[i,j]", (raw,), raw), Term(f"PE[{i + 1},{j + 1}]", (pe,), pe))
-        formula = f"X[i,j] + PE[i,j], PE = {fn}({i} / 10000^({2 * (j // 2)}/{self.s.d_model}))"
+        angle = f"({i + 1} − 1) / 10000^({2 * (j // 2)}/{self.s.d_model})"  # position 1: angle 0
+        formula = f"X[i,j] + PE[i,j], PE = {fn}({angle})"
         return Explanation("input X with position", formula, terms, (), _total(terms))
 
     # Projections: Q, K, V ------------------------------------------------------------
@@ -254,16 +256,16 @@ class _Explainer:
                 )
                 formulas.append(f"{rot}[i,j] = a·sin θ + b·cos θ")
             formulas.append(f"a = {src}[i,{a_f + 1}], b = {src}[i,{b_f + 1}]")
-            formulas.append(f"θ = position · {_num(st.rope_base)}^(−{2 * k}/{dims})")
+            formulas.append(f"θ = (position − 1) · {_num(st.rope_base)}^(−{2 * k}/{dims})")
             terms += rotation
             offset = pos - i
             where = f"position of {label}"
             if offset:
-                where += f" = {i} + {offset} (bottom-right alignment: queries start at m − n)"
+                where += f" = {i + 1} + {offset} (bottom-right: the last query at the last key)"
             value = _total(rotation)
             steps += [
-                Step(where, pos),
-                Step(f"θ = {pos} × {_num(st.rope_base)}^(−{2 * k}/{dims})", theta),
+                Step(where, pos + 1),
+                Step(f"θ = ({pos + 1} − 1) × {_num(st.rope_base)}^(−{2 * k}/{dims})", theta),
                 Step("cos θ", c),
                 Step("sin θ", sn),
                 Step(f"{rot}[{label},{j + 1}]", value),
@@ -271,7 +273,8 @@ class _Explainer:
             notes.insert(
                 0,
                 f"RoPE ({st.rope_style}): feature {j + 1} turns with feature {partner + 1} "
-                f"(pair {k + 1} of {dims // 2}) by the angle of position {pos}",
+                f"(pair {k + 1} of {dims // 2}) by the angle of position {pos + 1} "
+                "(positions count from 1, as rows do; position 1 is not turned)",
             )
         elif st.positional == "rope":
             formulas.append(f"{rot}[i,j] = {src}[i,j]")
@@ -362,23 +365,35 @@ class _Explainer:
         note = _notes(note, self._score_note())
         return Explanation("scaled score", formula, terms, tuple(steps), value, note)
 
-    def _alibi(self, value: float) -> tuple[float, list[Step], str]:
-        """value plus ALiBi's −slope·|i − j|: the new value, its steps and a note."""
-        s, st, i, j = self.s, self.st, self.i, self.j
+    def _alibi_bias(self) -> tuple[float, str, float]:
+        """ALiBi for this cell: the head's slope, −slope × |p − q| written out with the
+        1-based positions, and its value (the same from any origin both positions share)."""
+        s, st = self.s, self.st
         slopes = st.alibi_slopes or tuple(alibi_slopes(s.n_heads))
         slope = float(slopes[self.h])
-        pos = int(positions(s)[0][i])
-        bias = -(slope * abs(pos - j))
-        whose = "set" if st.alibi_slopes else f"the paper's, for {s.n_heads} heads"
+        qpos, kpos = (int(p[x]) + 1 for p, x in zip(positions(s), (self.i, self.j), strict=True))
+        return slope, f"−{_num(slope)} × |{qpos} − {kpos}|", -(slope * abs(qpos - kpos))
+
+    def _alibi_where(self) -> str:
+        """Where the query and the key sit, 1-based, as a note."""
+        i, j = self.i, self.j
+        qpos, kpos = (int(p[x]) + 1 for p, x in zip(positions(self.s), (i, j), strict=True))
+        note = f"query {self.tok[i]} at position {qpos}, key {self.keys[j]} at {kpos}"
+        if qpos != i + 1:
+            note += f" (bottom-right alignment: {i + 1} + {qpos - i - 1})"
+        return note + "; positions count from 1, like rows, and only their distance matters"
+
+    def _alibi(self, value: float) -> tuple[float, list[Step], str]:
+        """value plus ALiBi's −slope·|i − j|: the new value, its steps and a note."""
+        slope, written, bias = self._alibi_bias()
+        s = self.s
+        whose = "set" if self.st.alibi_slopes else f"the paper's, for {s.n_heads} heads"
         steps = [
             Step(f"ALiBi slope of head {self.h + 1} ({whose})", slope),
-            Step(f"ALiBi −{_num(slope)} × |{pos} − {j}|", bias),
+            Step(f"ALiBi {written}", bias),
             Step("score + ALiBi", value + bias),
         ]
-        note = f"ALiBi: query {self.tok[i]} at position {pos}, key {self.keys[j]} at {j}"
-        if pos != i:
-            note += f" (bottom-right alignment: {i} + {pos - i})"
-        return value + bias, steps, note
+        return value + bias, steps, f"ALiBi: {self._alibi_where()}"
 
     def _place(self) -> tuple[int, str]:
         """Query i's position among the keys, and how that reads under bottom-right."""
@@ -388,7 +403,7 @@ class _Explainer:
             return pos, ""
         return pos, (
             f"bottom-right alignment: query {self.tok[self.i]} sits at key position "
-            f"{self.i} + {offset} = {pos}, so the last query is the last key"
+            f"{self.i + 1} + {offset} = {pos + 1}, so the last query is the last key"
         )
 
     def masked(self) -> Explanation:
@@ -492,6 +507,10 @@ class _Explainer:
                 f"the sink of head {h + 1} (logit {_num(sink)}) joins the denominator only: "
                 "it takes its share of the row, so the weights sum to 1 − that share"
             )
+        if self.st.positional == "alibi" and math.isfinite(float(row[j])):
+            _, written, bias = self._alibi_bias()
+            alibi = f"s[i,j] includes ALiBi's {written} = {_num(bias)}: {self._alibi_where()}"
+            note = _notes(note, alibi)
         if r.settings.mask == "drop-after-softmax" and r.future[i, j]:
             value = 0.0
             note = _notes(note, "future key: zeroed after softmax, and the row is not renormalised")

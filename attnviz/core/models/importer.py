@@ -118,14 +118,11 @@ def import_model_layer(
         if report is not None:
             report(what, fraction)
 
-    def downloading(done: int, total: int) -> None:
-        step(
-            f"Fetching the model ({done / 2**20:.0f} of {total / 2**20:.0f} MB)",
-            0.4 * done / max(total, 1),
-        )
+    def copying(what: str, done: int, total: int) -> None:  # unpacking or fetching
+        step(f"{what} the model ({bytes_done(done, total)})", 0.4 * done / max(total, 1))
 
     step("Finding the model", 0.0)
-    located = locate(request.source, progress=downloading, cancelled=cancelled)
+    located = locate(request.source, progress=copying, cancelled=cancelled)
     config = _config(located.folder)
     step("Reading the tokenizer", 0.4)
     tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
@@ -163,6 +160,16 @@ def import_model_layer(
         seconds=time.perf_counter() - started,
         dtype=request.dtype,
     )
+
+
+def bytes_done(done: int, total: int) -> str:
+    """'12 of 87 MB' (one decimal under 10 MB), or '12 MB' while the total is not known."""
+
+    def mb(n: int) -> str:
+        x = n / 10**6
+        return f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+    return f"{mb(done)} of {mb(total)} MB" if total else f"{mb(done)} MB"
 
 
 def _read_config(folder: Path) -> dict[str, Any]:

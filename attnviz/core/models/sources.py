@@ -12,6 +12,7 @@ are read: pickled ``.bin`` checkpoints can run code when loaded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import os
 import re
@@ -32,6 +33,10 @@ MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._
 MAX_UNPACKED = 64 * 2**30  # what a bundled model may unpack to
 
 Progress = Callable[[int, int], None]  # bytes done, bytes in all (0: not known yet)
+# what is being done ("Unpacking": a package on this machine; "Fetching": the Hub), then
+# as Progress
+Activity = Callable[[str, int, int], None]
+UNPACKING, FETCHING = "Unpacking", "Fetching"
 
 
 class SourceError(ScenarioError):
@@ -74,10 +79,11 @@ def locate(
     source: str,
     *,
     download: bool = True,
-    progress: Progress | None = None,
+    progress: Activity | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> Located:
-    """The folder holding the model ``source`` names (see the module's docstring)."""
+    """The folder holding the model ``source`` names (see the module's docstring);
+    ``progress`` hears of the bytes unpacked or fetched, with which of the two it is."""
     source = source.strip()
     if not source:
         raise SourceError("no model given: name a folder, a model id or an installed package")
@@ -97,7 +103,7 @@ def locate(
         if folder is not None:
             return Located(_checked(folder, source), "cache", source)
         tried.append("not in the Hugging Face cache")
-    folder = _package(source, progress)
+    folder = _package(source, _doing(progress, UNPACKING))
     if folder is not None:
         return Located(_checked(folder, source), "package", source)
     tried.append("no installed package of that name")
@@ -105,7 +111,12 @@ def locate(
         raise SourceError(f"{source}: no such folder, and not a model id ({'; '.join(tried)})")
     if not download:
         raise SourceError(f"{source}: {'; '.join(tried)}")
-    return Located(_checked(_download(source, progress, cancelled), source), "hub", source)
+    fetched = _download(source, _doing(progress, FETCHING), cancelled)
+    return Located(_checked(fetched, source), "hub", source)
+
+
+def _doing(progress: Activity | None, what: str) -> Progress | None:
+    return None if progress is None else functools.partial(progress, what)
 
 
 def _checked(folder: Path, source: str) -> Path:
@@ -261,6 +272,8 @@ def _unpack(archive_path: Path, target: Path, progress: Progress | None) -> Path
         temp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
             done = 0
+            if progress is not None:
+                progress(0, total)
             for info in infos:
                 parts = Path(info.filename).parts
                 if Path(info.filename).is_absolute() or ".." in parts:
@@ -268,10 +281,11 @@ def _unpack(archive_path: Path, target: Path, progress: Progress | None) -> Path
                 out = temp.joinpath(*parts)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(info) as src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 2**20)
-                done += info.file_size
-                if progress is not None:
-                    progress(done, total)
+                    while chunk := src.read(2**22):  # the weights are one large file
+                        dst.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
             shutil.rmtree(target, ignore_errors=True)  # an incomplete one, under the lock
             os.replace(temp, target)
         finally:

@@ -108,9 +108,9 @@ class RopePanel(ResultPanel):
         head = min(self.view_state.head, s.n_heads - 1)
         self.status.setText(
             f"<b>RoPE</b> on head {head + 1}: {count} pair(s) of features turn by position "
-            f"(base {st.rope_base:g}, {st.rope_style} pairs). A pair at position p turns by "
-            "p × its frequency; a query and a key turned by their own positions meet at an "
-            "angle that depends only on how far apart they are."
+            f"(base {st.rope_base:g}, {st.rope_style} pairs). A pair at position p (from 1, "
+            "like rows) turns by (p − 1) × its frequency; a query and a key turned by their "
+            "own positions meet at an angle that depends only on how far apart they are."
         )
         if not count:
             return
@@ -122,7 +122,7 @@ class RopePanel(ResultPanel):
                 self.table.setItem(row, col, QTableWidgetItem(text))
         theta = angles(s)
         spec = make_spec(
-            "angle θ = position × speed",
+            "angle θ = (position − 1) × speed",
             theta,
             tuple(s.tokens),
             labels,
@@ -148,12 +148,12 @@ class RopePanel(ResultPanel):
             current = pos == own
             colour = "#e6550d" if current else "#3182bd"
             self.plot.plot([0, a], [0, b], pen=pg.mkPen(colour, width=3 if current else 1))
-            label = pg.TextItem(f"p{pos}", color=colour, anchor=(0.5, 1.2))
+            label = pg.TextItem(f"p{pos + 1}", color=colour, anchor=(0.5, 1.2))
             label.setPos(a, b)
             self.plot.addItem(label)
         self.plot.setTitle(
             f"query {token + 1} ({s.tokens[token]}), pair {pair + 1}: the same vector "
-            f"turned to each position (its own, {own}, in orange)"
+            f"turned to each position (its own, {own + 1}, in orange)"
         )
 
     def check_shift(self) -> None:
