@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QObject, QRect, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -71,6 +71,7 @@ PLANS: tuple[Plan, ...] = (
     ),
 )
 BY_KEY = {plan.key: plan for plan in PLANS}
+NOWHERE = QRect(-9999, -9999, 1, 1)  # where no layout puts a tab bar
 VERSION = 2  # of the saved arrangements: older ones (another set of docks) are not restored
 
 
@@ -151,13 +152,33 @@ class Workspaces(QObject):
 
     def _show(self, plan: Plan) -> None:
         state = self.settings.value(f"workspace-states/{plan.key}")
-        if not (isinstance(state, QByteArray) and self.window.restoreState(state, VERSION)):
+        if not (isinstance(state, QByteArray) and self._restore(state)):
             self.arrange(plan)
         for action in self.actions.actions():
             action.setChecked(action.text() == plan.name)
         self.settings.setValue("workspaces/current", plan.key)
         self._whole_tab_titles()
         self.switched.emit(plan.key)
+
+    def _restore(self, state: QByteArray) -> bool:
+        """The window's restoreState, less the tab bars of the arrangement it replaces:
+        Qt 6.11 makes new bars for the restored one and leaves the old ones visible. A bar
+        the new arrangement uses is placed by its layout; the others are hidden."""
+        old = self._tab_bars()
+        for bar in old:
+            bar.setGeometry(NOWHERE)
+        restored = self.window.restoreState(state, VERSION)
+        layout = self.window.layout()
+        assert layout is not None
+        layout.activate()
+        for bar in old:
+            if bar.geometry() == NOWHERE:
+                bar.hide()
+        return restored
+
+    def _tab_bars(self) -> list[QTabBar]:
+        """The dock areas' tab bars, not the panels' own."""
+        return [bar for bar in self.window.findChildren(QTabBar) if bar.parent() is self.window]
 
     def arrange(self, plan: Plan) -> None:
         """The workspace's own arrangement, sized for the window as it is."""
@@ -207,10 +228,9 @@ class Workspaces(QObject):
     def _whole_tab_titles(self) -> None:
         """Dock tabs show their whole titles (Qt would cut them down to "Pipel…", "He…");
         a dock dropped beside another makes a new tab bar, hence also after a move."""
-        for bar in self.window.findChildren(QTabBar):
-            if bar.parent() is self.window:  # the dock areas' tab bars, not the panels' own
-                bar.setElideMode(Qt.TextElideMode.ElideNone)
-                bar.setUsesScrollButtons(True)
+        for bar in self._tab_bars():
+            bar.setElideMode(Qt.TextElideMode.ElideNone)
+            bar.setUsesScrollButtons(True)
 
     def tidy_later(self) -> None:
         QTimer.singleShot(0, self._whole_tab_titles)

@@ -56,7 +56,7 @@ def test_every_workspace_shows_every_view_tab_whole_and_in_sight(sized_window, s
     window = sized_window(*size)
     assert button(window, "Learn").isChecked()  # a newcomer starts learning
     every: set[str] = set()
-    for name in NAMES:
+    for name in NAMES + NAMES:  # made, then as remembered
         button(window, name).click()
         settle(window)
         assert button(window, name).isChecked()
@@ -64,7 +64,7 @@ def test_every_workspace_shows_every_view_tab_whole_and_in_sight(sized_window, s
         shown = shown_docks(window)
         assert {"Inputs", "Weights"} <= shown and 6 <= len(shown) <= 10, shown
         titles = [t for _, tabs in dock_tab_titles(window) for t in tabs]
-        assert set(titles) <= shown
+        assert set(titles) <= shown and len(titles) == len(set(titles))  # no stale tab bar
         for bar, tabs in dock_tab_titles(window):
             for i, text in enumerate(tabs):
                 rect = bar.tabRect(i)  # whole, inside its bar: no scroll arrows needed
