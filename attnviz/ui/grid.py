@@ -16,6 +16,8 @@ column the user narrows by hand shows its numbers with fewer significant digits.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import (
@@ -82,17 +84,22 @@ def widest_texts(values: np.ndarray) -> set[str]:
     """Texts at least as wide as any number of values shows (the model writes ``.4g``),
     with every digit written as 0.
 
-    Small matrices are written out; a large one by a text per sign and power of ten it
-    holds, written with four significant digits (as wide as any of that sign and power).
+    Small matrices are written out; a large one by a text per sign it holds and power of
+    ten from its smallest to its largest size, with four significant digits (as wide as
+    any number of that sign and power).
     """
-    finite = values[np.isfinite(values)]
-    if finite.size <= EXACT_CELLS:
-        return {_digits_as_0(f"{v:.4g}") for v in finite.ravel().tolist()}
-    texts = {"0"} if (finite == 0).any() else set()
-    nonzero = finite[finite != 0]
-    powers = np.floor(np.log10(np.abs(nonzero))).astype(np.int64)
-    for negative, power in set(zip((nonzero < 0).tolist(), powers.tolist(), strict=True)):
-        texts.add(_digits_as_0(f"{(-1.234 if negative else 1.234) * 10.0**power:.4g}"))
+    if values.size <= EXACT_CELLS:
+        return {_digits_as_0(f"{v:.4g}") for v in values.ravel().tolist() if math.isfinite(v)}
+    sizes = np.abs(values)
+    nonzero = (sizes != 0) & np.isfinite(sizes)
+    texts = {"0"} if not nonzero.all() else set()
+    if not nonzero.any():
+        return texts
+    low = np.min(sizes, where=nonzero, initial=np.inf)
+    high = np.max(sizes, where=nonzero, initial=0.0)
+    signs = [sign for sign, there in ((-1, (values < 0).any()), (1, (values > 0).any())) if there]
+    for power in range(int(np.floor(np.log10(low))), int(np.floor(np.log10(high))) + 1):
+        texts |= {_digits_as_0(f"{sign * 1.234 * 10.0**power:.4g}") for sign in signs}
     return texts
 
 
