@@ -8,21 +8,24 @@ through replaces the message (pastes, fills and deletes say what they did). Text
 than the room below and right of the selection is refused before it is read; a long
 paste is read off the UI thread, so the window never waits on it.
 
-A cell shows its number with as many significant digits as its column has room for, so
-narrow columns (GPT-2-sized matrices) show whole numbers, never a cut-off "0.04…".
+Columns are as wide as the widest number (and label) they show, so no number is cut
+off; a grid too narrow for its columns scrolls. Grids stacked in a column (a weight grid
+and its bias row) share their column and row-label widths, so their columns line up. A
+column the user narrows by hand shows its numbers with fewer significant digits.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
     QFontMetrics,
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
-    QResizeEvent,
 )
 from PySide6.QtWidgets import (
     QAbstractItemDelegate,
@@ -39,7 +42,9 @@ from attnviz.core.io.text import TableTooLarge, format_table, most_chars, parse_
 from attnviz.ui.background import Background
 from attnviz.ui.matrix_model import MatrixModel
 
-MIN_COLUMN = 38  # px: "−0.9" and a margin
+MIN_COLUMN = 32  # px: the least width of a column, so short numbers still read as a table
+PAD = 4  # px: room between a number and its column's left edge
+EXACT_CELLS = 20_000  # up to this many cells the widest number is found by writing them all
 READ_NOW_CHARS = 50_000  # pastes up to this long are read at once (a few ms)
 
 Index = QModelIndex | QPersistentModelIndex
@@ -73,6 +78,42 @@ def fit_number(value: float, room: int, metrics: QFontMetrics) -> str:
         if metrics.horizontalAdvance(text) <= room:
             return text
     return min(texts, key=metrics.horizontalAdvance)
+
+
+def widest_texts(values: np.ndarray) -> set[str]:
+    """Texts at least as wide as any number of values shows (the model writes ``.4g``),
+    with every digit written as 0.
+
+    Small matrices are written out; a large one by a text per sign it holds and power of
+    ten from its smallest to its largest size, with four significant digits (as wide as
+    any number of that sign and power).
+    """
+    if values.size <= EXACT_CELLS:
+        return {_digits_as_0(f"{v:.4g}") for v in values.ravel().tolist() if math.isfinite(v)}
+    sizes = np.abs(values)
+    nonzero = (sizes != 0) & np.isfinite(sizes)
+    texts = {"0"} if not nonzero.all() else set()
+    if not nonzero.any():
+        return texts
+    low = np.min(sizes, where=nonzero, initial=np.inf)
+    high = np.max(sizes, where=nonzero, initial=0.0)
+    signs = [sign for sign, there in ((-1, (values < 0).any()), (1, (values > 0).any())) if there]
+    for power in range(int(np.floor(np.log10(low))), int(np.floor(np.log10(high))) + 1):
+        texts |= {_digits_as_0(f"{sign * 1.234 * 10.0**power:.4g}") for sign in signs}
+    return texts
+
+
+def _digits_as_0(text: str) -> str:
+    return "".join("0" if c.isdigit() else c for c in text)
+
+
+def text_width(texts: set[str], metrics: QFontMetrics) -> int:
+    """The width of the widest of texts, each digit as wide as the widest digit."""
+    digit = max(metrics.horizontalAdvance(str(d)) for d in range(10))
+    zero = metrics.horizontalAdvance("0")
+    return max(
+        (metrics.horizontalAdvance(t) + t.count("0") * (digit - zero) for t in texts), default=0
+    )
 
 
 class NumberDelegate(QStyledItemDelegate):
@@ -112,9 +153,14 @@ class MatrixGrid(QTableView):
             | QAbstractItemView.EditTrigger.EditKeyPressed
         )
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.column_width = 56  # columns narrow down to MIN_COLUMN before the grid scrolls
-        self.horizontalHeader().setDefaultSectionSize(self.column_width)
         self.verticalHeader().setDefaultSectionSize(24)
+        self.least_width = MIN_COLUMN
+        self.hint_rows: int | None = None  # sizeHint: every column and this many rows
+        self._need = 0  # the column width this grid's numbers and labels need
+        self._group: list[MatrixGrid] = [self]  # grids whose columns line up with this one's
+        model.modelReset.connect(self.fit_columns)
+        model.dataChanged.connect(self._data_changed)
+        model.headerDataChanged.connect(self.fit_columns)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         for text, keys, slot in (
             ("Copy", QKeySequence.StandardKey.Copy, self.copy),
@@ -126,6 +172,7 @@ class MatrixGrid(QTableView):
             action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
             action.triggered.connect(slot)
             self.addAction(action)
+        self.fit_columns()
 
     def matrix_model(self) -> MatrixModel:
         model = self.model()
@@ -234,24 +281,90 @@ class MatrixGrid(QTableView):
         if model.set_block(row, col, np.zeros((rows, cols)), f"Set {where} to 0"):
             self.message.emit(f"Set {where} to 0")
 
-    # Keyboard: Enter moves down, like a spreadsheet ------------------------------------------
+    # Column widths -----------------------------------------------------------------------------
 
     def set_column_width(self, width: int) -> None:
-        self.column_width = width
-        self._fit_columns()
+        """The least width of a column; wider numbers or labels widen it."""
+        self.least_width = width
+        self.fit_columns()
 
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._fit_columns()
+    def fit_columns(self) -> None:
+        """Size the columns to the widest number and label (of the whole group)."""
+        self._need = self._needed_width(self.matrix_model().matrix())
+        self._apply_group()
 
-    def _fit_columns(self) -> None:
-        """Narrow the columns (not below MIN_COLUMN) when that shows them all."""
-        cols = self.model().columnCount()
-        share = self.viewport().width() // max(cols, 1)
-        width = self.column_width if share >= self.column_width or share < MIN_COLUMN else share
-        if self.horizontalHeader().defaultSectionSize() != width:
-            self.horizontalHeader().setDefaultSectionSize(width)
-            self.updateGeometries()  # the scrollbars, now
+    def _data_changed(self, top_left: QModelIndex, bottom_right: QModelIndex) -> None:
+        model = self.matrix_model()
+        rows, cols = model.rowCount(), model.columnCount()
+        top, left, bottom, right = (
+            top_left.row(),
+            top_left.column(),
+            bottom_right.row(),
+            bottom_right.column(),
+        )
+        if (top, left, bottom + 1, right + 1) == (0, 0, rows, cols):
+            self.fit_columns()  # the whole matrix: columns may narrow too
+        else:  # a few cells: widen if they need it, never narrow under the cursor
+            block = model.matrix()[top : bottom + 1, left : right + 1]
+            need = max(self._need, self._needed_width(block))
+            if need != self._need:
+                self._need = need
+                self._apply_group()
+
+    def _needed_width(self, values: np.ndarray) -> int:
+        margin = self.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self)
+        numbers = text_width(widest_texts(values), self.fontMetrics()) + 2 * (margin + 1) + PAD
+        return max(self.least_width, numbers, self._label_width())
+
+    def _label_width(self) -> int:
+        """What the widest column label needs (a token of the custom mask, "h12·64")."""
+        header, model = self.horizontalHeader(), self.model()
+        if header.isHidden() or model.columnCount() == 0:
+            return 0
+        metrics = header.fontMetrics()
+        labels = [
+            str(model.headerData(j, Qt.Orientation.Horizontal) or "")
+            for j in range(model.columnCount())
+        ]
+        widest = max(range(len(labels)), key=lambda j: metrics.horizontalAdvance(labels[j]))
+        return header.sectionSizeFromContents(widest).width()
+
+    def _apply_group(self) -> None:
+        width = max(g._need for g in self._group)
+        labels = max(g.verticalHeader().sizeHint().width() for g in self._group)
+        for g in self._group:
+            if len(self._group) > 1:
+                g.verticalHeader().setFixedWidth(labels)
+            if g.horizontalHeader().defaultSectionSize() != width:
+                g.horizontalHeader().setDefaultSectionSize(width)
+            g.updateGeometries()  # the scrollbars, now
+            g.updateGeometry()  # and the layouts that size the grid by its columns
+
+    def content_size(self, rows: int | None = None) -> QSize:
+        """The size that shows every column and (at most) rows rows, scrollbars aside."""
+        model = self.model()
+        shown = model.rowCount() if rows is None else min(rows, model.rowCount())
+        header = self.horizontalHeader()
+        frame = 2 * self.frameWidth()
+        width = frame + self.verticalHeader().width() + header.length()
+        top = 0 if header.isHidden() else header.height()
+        height = frame + top + shown * self.verticalHeader().defaultSectionSize()
+        return QSize(width, height)
+
+    def sizeHint(self) -> QSize:
+        if self.hint_rows is None or self.model() is None:  # None: its grid is going too
+            return super().sizeHint()
+        size = self.content_size(self.hint_rows)
+        if self.model().rowCount() > self.hint_rows:
+            size.setWidth(size.width() + self.verticalScrollBar().sizeHint().width())
+        return size
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self.fit_columns()
+
+    # Keyboard: Enter moves down, like a spreadsheet ------------------------------------------
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if (
@@ -277,3 +390,11 @@ class MatrixGrid(QTableView):
         row = min(max(current.row() + step, 0), self.model().rowCount() - 1)
         target: QModelIndex = self.model().index(row, current.column())
         self.setCurrentIndex(target)
+
+
+def share_columns(grids: list[MatrixGrid]) -> None:
+    """Give grids stacked in a column one column width and one row-label width."""
+    for grid in grids:
+        grid._group = grids
+        grid._need = grid._needed_width(grid.matrix_model().matrix())
+    grids[0]._apply_group()

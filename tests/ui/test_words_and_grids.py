@@ -192,20 +192,19 @@ def test_a_heads_three_grids_have_one_size_and_the_same_scrollbars(qtbot, preset
     assert (fits > 0) == (preset == "worked-example")
 
 
-def test_columns_narrow_before_a_grid_scrolls(doc, qtbot):
-    from attnviz.ui.grid import MIN_COLUMN
-
-    panel = WeightsPanel(Workspace.create())  # the worked example: three 4 × 2 grids side by side
+def test_columns_keep_their_width_whatever_the_room(qtbot):
+    """Columns are as wide as their numbers: a narrow panel never squeezes them (the grids
+    stack or scroll instead), a wide one never stretches them."""
+    panel = WeightsPanel(Workspace.create())  # the worked example: three 4 × 2 grids
     qtbot.addWidget(panel)
     panel.show()
     qtbot.waitExposed(panel)
-    panel.resize(372, 520)  # too narrow for columns of 48 px, wide enough at 38
-    settle(qtbot)
-    for grid in head_grids(panel):
-        widths = [grid.columnWidth(j) for j in range(2)]
-        assert all(MIN_COLUMN <= w < 48 for w in widths), widths
-        assert not grid.horizontalScrollBar().isVisible()
-        assert grid.shown_text(3, 0) == grid.model().data(grid.model().index(3, 0))
-    panel.resize(700, 420)  # room again: the columns go back to their width
-    settle(qtbot)
-    assert all(g.columnWidth(0) == 48 for g in head_grids(panel))
+    widths = set()
+    for width in (250, 372, 700):
+        panel.resize(width, 520)
+        settle(qtbot)
+        for grid in head_grids(panel):
+            widths |= {grid.columnWidth(j) for j in range(2)}
+            assert not grid.horizontalScrollBar().isVisible(), width
+            assert grid.shown_text(3, 0) == grid.model().data(grid.model().index(3, 0))
+    assert len(widths) == 1, widths

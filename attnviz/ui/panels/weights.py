@@ -8,11 +8,14 @@ from collections.abc import Callable
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLayout,
     QLayoutItem,
+    QScrollArea,
+    QScrollBar,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -26,7 +29,7 @@ from attnviz.core.maths.scenario import (
     resized,
     with_kv_heads,
 )
-from attnviz.ui.grid import MatrixGrid
+from attnviz.ui.grid import MatrixGrid, share_columns
 from attnviz.ui.matrix_model import MatrixModel
 from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.workspace import Workspace
@@ -40,16 +43,19 @@ def titled(title: str, widget: QWidget) -> QGroupBox:
     return box
 
 
-class EvenRow(QLayout):
-    """Widgets side by side in exactly equal widths, so that equal grids scroll alike.
+class WeightRows(QLayout):
+    """A head's weight boxes in rows of equal widths: all side by side when each then shows
+    all its columns, filling the height (``room``: what the scroll area around shows);
+    else as many to a row as show their columns (W_Q and W_K, then W_V; or one a row),
+    each row as tall as its boxes' sizeHint, the rows scrolling up and down.
 
-    (A QHBoxLayout hands spare pixels to some widgets only: one grid of three could be a
-    pixel narrower than its content and show a scrollbar the others lack.)
+    (Three grids squeezed side by side would each show a column or two of their numbers.)
     """
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, room: Callable[[], int], parent: QWidget | None = None):
         super().__init__(parent)
         self._items: list[QLayoutItem] = []
+        self._room = room
 
     def addItem(self, item: QLayoutItem) -> None:
         self._items.append(item)
@@ -64,32 +70,69 @@ class EvenRow(QLayout):
         return self._items.pop(index) if 0 <= index < len(self._items) else None
 
     def sizeHint(self) -> QSize:
-        return self._total(lambda item: item.sizeHint())
+        hints = [item.sizeHint() for item in self._items]
+        return self._grow(
+            sum(h.width() for h in hints) + self.spacing() * max(len(hints) - 1, 0),
+            max((h.height() for h in hints), default=0),
+        )
 
     def minimumSize(self) -> QSize:
-        return self._total(lambda item: item.minimumSize())
+        return self._grow(0, 0)
 
-    def _total(self, size_of: Callable[[QLayoutItem], QSize]) -> QSize:
-        sizes = [size_of(item) for item in self._items]
-        n = len(sizes)
-        margins = self.contentsMargins()
-        width = n * max((s.width() for s in sizes), default=0) + max(n - 1, 0) * self.spacing()
-        height = max((s.height() for s in sizes), default=0)
-        return QSize(
-            width + margins.left() + margins.right(), height + margins.top() + margins.bottom()
-        )
+    def _grow(self, width: int, height: int) -> QSize:
+        m = self.contentsMargins()
+        return QSize(width + m.left() + m.right(), height + m.top() + m.bottom())
+
+    def _share(self, width: int, per_row: int) -> int:
+        m = self.contentsMargins()
+        return (width - m.left() - m.right() - (per_row - 1) * self.spacing()) // per_row
+
+    def per_row(self, width: int) -> int:
+        """How many boxes to a row: the most that each show all their columns."""
+        hints = [item.sizeHint() for item in self._items]
+        m = self.contentsMargins()
+        bar = QScrollBar(Qt.Orientation.Vertical).sizeHint().width()
+        room = self._room() - m.top() - m.bottom()
+        if all(
+            h.width() + (bar if h.height() > room else 0) <= self._share(width, len(hints))
+            for h in hints
+        ):
+            return max(len(hints), 1)  # side by side, as tall as the room
+        for n in range(len(hints) - 1, 1, -1):
+            if all(h.width() <= self._share(width, n) for h in hints):
+                return n
+        return 1
+
+    def _rows(self, per_row: int) -> list[list[QLayoutItem]]:
+        return [self._items[i : i + per_row] for i in range(0, len(self._items), per_row)]
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        n = self.per_row(width)
+        if n == len(self._items):
+            return self._grow(0, 0).height()  # the room the scroll area shows
+        rows = self._rows(n)
+        heights = [max(item.sizeHint().height() for item in row) for row in rows]
+        return self._grow(0, sum(heights) + self.spacing() * (len(rows) - 1)).height()
 
     def setGeometry(self, rect: QRect) -> None:
         super().setGeometry(rect)
         if not self._items:
             return
-        area = self.contentsRect()
-        n, spacing = len(self._items), self.spacing()
-        width = (area.width() - (n - 1) * spacing) // n
-        for i, item in enumerate(self._items):
-            item.setGeometry(
-                QRect(area.x() + i * (width + spacing), area.y(), width, area.height())
+        area, spacing = self.contentsRect(), self.spacing()
+        n = self.per_row(rect.width())
+        width, y = self._share(rect.width(), n), area.y()
+        for row in self._rows(n):
+            height = (
+                area.height()
+                if n == len(self._items)
+                else max(item.sizeHint().height() for item in row)
             )
+            for i, item in enumerate(row):
+                item.setGeometry(QRect(area.x() + i * (width + spacing), y, width, height))
+            y += height + spacing
 
 
 def row_grid(grid: MatrixGrid, above: MatrixGrid) -> MatrixGrid:
@@ -103,18 +146,31 @@ def row_grid(grid: MatrixGrid, above: MatrixGrid) -> MatrixGrid:
     return grid
 
 
+BIAS_NAMES = ("b_Q", "b_K", "b_V", "b_O")
+
+
+def has_biases(s: Scenario) -> bool:
+    return any(getattr(s, name).any() for name in BIAS_NAMES)
+
+
+HINT_ROWS = 10  # stacked, a weight grid shows this many rows before it scrolls
+W_O_ROWS = 6  # W_O asks for this many rows; the head's grids get the rest
+
+
+def head_page() -> QScrollArea:
+    """A head's tab: its boxes scroll up and down when stacked taller than the tab."""
+    page = QScrollArea()
+    page.setWidgetResizable(True)
+    page.setFrameShape(QFrame.Shape.NoFrame)
+    page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    return page
+
+
 ROW_TIPS = {
     "b": "Added to every row of the product (BERT, GPT-2 and Qwen2 have these; 0 is none)",
     "q": "QK-norm: each feature of the normalised row is multiplied by its weight",
     "k": "QK-norm: each feature of the normalised row is multiplied by its weight",
 }
-
-
-def align_columns(grids: list[MatrixGrid]) -> None:
-    """One width for the row labels of grids stacked in a column, so their columns line up."""
-    width = max(g.verticalHeader().sizeHint().width() for g in grids)
-    for g in grids:
-        g.verticalHeader().setFixedWidth(width)
 
 
 def heads_of(s: Scenario, kv: int) -> str:
@@ -156,6 +212,7 @@ class WeightsPanel(QWidget):
         self._built: set[int] = set()  # head tabs are built when first shown: a 32-head
         # layer of d_model 4096 would otherwise make 96 grids of 4096 rows at once
         self._layout_key: tuple[object, ...] = ()
+        self._had_biases = False  # whether the scenario last shown had biases
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("heads"))
@@ -178,7 +235,7 @@ class WeightsPanel(QWidget):
         self.biases = QCheckBox("biases")
         self.biases.setToolTip(
             "Show a bias row under each weight grid and under W_O (on by itself when a "
-            "scenario has biases; zero rows are no bias)"
+            "scenario has biases, off when a new one has none; zero rows are no bias)"
         )
         self.biases.toggled.connect(lambda _: self.sync())
         bar.addWidget(self.biases)
@@ -188,6 +245,7 @@ class WeightsPanel(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.currentChanged.connect(self._tab_chosen)
         self.w_o = self._grid("W_O", None)
+        self.w_o.hint_rows = W_O_ROWS
         self.b_o = row_grid(self._grid("b_O", None), self.w_o)
         mix = QWidget()
         mix_layout = QVBoxLayout(mix)
@@ -197,19 +255,26 @@ class WeightsPanel(QWidget):
         self.b_o_label = QLabel("bias b_O")
         mix_layout.addWidget(self.b_o_label)
         mix_layout.addWidget(self.b_o)
-        align_columns([self.w_o, self.b_o])
+        share_columns([self.w_o, self.b_o])
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tabs)
         split.addWidget(titled("W_O: mixes the concatenated heads (h·d_k × d_model)", mix))
         split.setChildrenCollapsible(False)
+        split.setStretchFactor(0, 1)  # room to spare goes to the head's grids
+        split.setStretchFactor(1, 0)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
         layout.addWidget(split)
         ws.doc.scenarioChanged.connect(self.sync)
+        ws.doc.cellsChanged.connect(self._cells_changed)
         ws.view_state.headChanged.connect(self.tabs.setCurrentIndex)
         self.sync()
+
+    def _cells_changed(self, name: str, *_: object) -> None:
+        if name in BIAS_NAMES:
+            self._had_biases = has_biases(self.doc.scenario)
 
     def _tab_chosen(self, index: int) -> None:
         if index >= 0:  # -1 while the tabs are rebuilt
@@ -255,7 +320,7 @@ class WeightsPanel(QWidget):
         grids: list[MatrixGrid] = []
         for part in rows:
             grid = self._grid(part, index)
-            grid.set_column_width(48)
+            grid.hint_rows = HINT_ROWS
             if part != name:
                 caption = "bias" if part.startswith("b_") else "norm weights"
                 label = QLabel(f"{caption} {part}")
@@ -266,14 +331,16 @@ class WeightsPanel(QWidget):
             self._tab_grids.append(grid)
             self.grids.setdefault((part, index), grid)
             grids.append(grid)
-        align_columns(grids)
         return box
 
     def _fill_head_tab(self, head: int, tab: QWidget) -> None:
         s = self.doc.scenario
-        row = EvenRow(tab)
+        assert isinstance(tab, QScrollArea)
+        page = QWidget()
+        row = WeightRows(lambda: tab.maximumViewportSize().height(), page)
         row.setContentsMargins(0, 4, 0, 0)
         row.setSpacing(6)
+        first = len(self._tab_grids)
         kv = s.kv_head_of(head)
         shared = s.kv_heads != s.n_heads
         for name in WEIGHT_NAMES:
@@ -287,6 +354,17 @@ class WeightsPanel(QWidget):
                     "editing it changes every head of the group"
                 )
             row.addWidget(self._column(name, index, title, tip))
+        grids = self._tab_grids[first:]
+        share_columns(grids)  # W_Q, W_K, W_V and their rows: one column width
+        off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        tall = [g for g in grids if g.verticalScrollBarPolicy() != off]
+        for grid in tall:  # the same rows (the features of X): they scroll together
+            for other in tall:
+                if other is not grid:
+                    grid.verticalScrollBar().valueChanged.connect(
+                        other.verticalScrollBar().setValue
+                    )
+        tab.setWidget(page)
 
     def sync(self) -> None:
         s = self.doc.scenario
@@ -296,10 +374,12 @@ class WeightsPanel(QWidget):
         self.kv_heads.blockSignals(False)
         set_quietly(self.kv_heads, s.kv_heads)
         set_quietly(self.d_k, s.d_k)
-        if any(getattr(s, b).any() for b in ("b_Q", "b_K", "b_V", "b_O")):
+        has = has_biases(s)
+        if has or self._had_biases:  # else a tick of the user's own is kept
             self.biases.blockSignals(True)
-            self.biases.setChecked(True)
+            self.biases.setChecked(has)
             self.biases.blockSignals(False)
+        self._had_biases = has
         key = (s.n_heads, s.kv_heads, s.settings.qk_norm, self.biases.isChecked())
         if key != self._layout_key:
             self._layout_key = key
@@ -316,7 +396,7 @@ class WeightsPanel(QWidget):
                 if tab is not None:
                     tab.deleteLater()
             for head in range(s.n_heads):
-                self.tabs.addTab(QWidget(), f"head {head + 1}")
+                self.tabs.addTab(head_page(), f"head {head + 1}")
                 if s.kv_heads != s.n_heads:
                     self.tabs.setTabToolTip(head, f"reads KV head {s.kv_head_of(head) + 1}")
             current = min(self.view_state.head, s.n_heads - 1)
