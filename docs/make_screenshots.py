@@ -3,8 +3,9 @@
     xvfb-run -s "-screen 0 1440x900x24" python docs/make_screenshots.py
     xvfb-run -s "-screen 0 1280x720x24" python docs/make_screenshots.py
 
-On a 1440 × 900 screen it writes the window and each dock; on any other, the window
-only, as window-WxH.png. Without a display it uses Qt's offscreen platform.
+On a 1440 × 900 screen it writes the window and each dock; on any other, the window in
+each workspace, as window-WxH.png (Learn) and window-WxH-<workspace>.png. Without a
+display it uses Qt's offscreen platform.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from attnviz.core.presets import make_preset, small_model
 from attnviz.ui.app import make_app
 from attnviz.ui.main_window import MainWindow
 from attnviz.ui.view_state import Selection
+from attnviz.ui.workspaces import PLANS
 
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 
@@ -47,17 +49,22 @@ def main() -> None:
     app = make_app()
     screen = app.primaryScreen().size()
     if (screen.width(), screen.height()) != (1440, 900):
+        size = f"{screen.width()}x{screen.height()}"
         w = window(app)
-        w.grab().save(str(OUT / f"window-{screen.width()}x{screen.height()}.png"))
+        w.grab().save(str(OUT / f"window-{size}.png"))
+        for plan in PLANS[1:]:
+            w.workspaces.switch(plan.key)
+            settle(app)
+            w.grab().save(str(OUT / f"window-{size}-{plan.key}.png"))
         w.close()
-        print(f"wrote the window at {screen.width()}×{screen.height()} to {OUT}")
+        print(f"wrote the window in each workspace at {screen.width()}×{screen.height()} to {OUT}")
         return
     w = window(app)
     w.view_state.select(Selection("weights", 0, 3, 2))
     settle(app)
     w.grab().save(str(OUT / "window.png"))
     for name in ("Masks", "Pipeline", "Heads", "Mix", "Experiments"):
-        w.docks[name].raise_()
+        w.bring_forward((name,))
         settle(app)
         if name == "Experiments":  # the variance table, sampled on a worker thread
             while w.experiments.scaling.status.text() == "sampling…":
@@ -70,7 +77,7 @@ def main() -> None:
         w.docks[name].grab().save(str(OUT / f"dock-{name.lower()}.png"))
     w.docks["Inspector"].grab().save(str(OUT / "dock-inspector.png"))
     timing = w.panel("Timing")
-    w.docks["Timing"].raise_()
+    w.bring_forward(("Timing",))
     timing.min_n.setCurrentText("256")
     timing.max_n.setCurrentText("2048")
     timing.run()
@@ -78,6 +85,7 @@ def main() -> None:
         app.processEvents()
     settle(app)
     w.docks["Timing"].grab().save(str(OUT / "dock-timing.png"))
+    w.grab().save(str(OUT / "window-kernels.png"))  # the Kernels workspace
     w.docks["Weights"].setFloating(True)
     w.docks["Weights"].resize(620, 420)
     settle(app)
@@ -89,10 +97,11 @@ def main() -> None:
     big.close()
     llama = window(app, make_preset("llama-style"))  # RoPE, 4 query heads over 2 KV heads
     llama.grab().save(str(OUT / "window-llama-style.png"))
-    llama.docks["RoPE"].raise_()
+    llama.bring_forward(("RoPE",))
     settle(app)
     llama.docks["RoPE"].grab().save(str(OUT / "dock-rope.png"))
-    llama.docks["Lines"].raise_()  # all four heads, the query "and" isolated
+    llama.grab().save(str(OUT / "window-current.png"))  # the Current models workspace
+    llama.bring_forward(("Lines",))  # all four heads, the query "and" isolated
     settle(app)
     lines = llama.panel("Lines")
     lines.show_all_heads()
@@ -101,7 +110,7 @@ def main() -> None:
     llama.docks["Lines"].grab().save(str(OUT / "dock-lines.png"))
     llama.change_setting(mask="custom")
     variants = llama.panel("Variants")
-    llama.docks["Variants"].raise_()
+    llama.bring_forward(("Variants",))
     variants.shape.setCurrentText("prefix-LM")
     variants.shape_size.setValue(3)
     variants.fill_mask()
@@ -123,7 +132,7 @@ def tiling(app: QApplication) -> None:
     maximum rises and its sum is rescaled."""
     s = small_model(("the", "dog", "ran", "to", "the", "old", "red", "gate"), 8, 2, 4, seed=5)
     w = window(app, s)
-    w.docks["Tiling"].raise_()
+    w.bring_forward(("Tiling",))
     settle(app)
     panel = w.panel("Tiling")
     for _ in range(11):
@@ -168,10 +177,10 @@ def imported_model(app: QApplication) -> None:
     w.compute.wait()
     settle(app)
     w.grab().save(str(OUT / "window-imported-minilm.png"))
-    w.docks["Overview"].raise_()
+    w.bring_forward(("Overview",))
     settle(app)
     w.docks["Overview"].grab().save(str(OUT / "dock-overview.png"))
-    w.docks["Lines"].raise_()
+    w.bring_forward(("Lines",))
     lines = w.panel("Lines")
     lines.canvas.set_isolated(Isolated("query", 10))  # "it"
     settle(app)
