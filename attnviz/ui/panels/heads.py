@@ -20,7 +20,8 @@ from attnviz.ui.workspace import Workspace
 MARGIN, GAP = 4, 6  # pixels: around the panel, between maps
 SWITCH = 24  # pixels: a head's on/off box under its map
 BAR = math.ceil(ColorBar.ROOM)  # the shared colour bar's column
-LEGIBLE = 10.0  # pixels: smaller cells and the maps no longer fit the dock: it scrolls
+FEW = 12  # tokens: few enough that every one is labelled (the dock scrolls if need be)
+OVERVIEW = 1.0  # pixels: the smallest cell of more tokens before the dock scrolls
 LARGEST = 64.0  # pixels: a cell no larger (a few tokens in a large dock)
 
 
@@ -39,13 +40,18 @@ class Grid:
 
 
 def arrange(
-    count: int, group: int, shape: tuple[int, int], room: QSize, around: tuple[float, float]
+    count: int,
+    group: int,
+    shape: tuple[int, int],
+    room: QSize,
+    around: tuple[float, float],
+    smallest: float,
 ) -> Grid:
     """count maps of a (rows, cols) matrix with square cells, each needing ``around``
     (width, height) pixels for its labels and caption, in room: the columns that give
     the largest cells that fit (or nearly: more to a row), whole groups of heads that
-    share keys and values to a row. When not even legible cells fit, the most columns
-    the width takes (the dock scrolls)."""
+    share keys and values to a row. When cells of ``smallest`` pixels do not fit, the
+    most columns the width takes at that size (the dock scrolls)."""
     rows, cols = shape
     choices = range(group, count + 1, group) if 1 < group <= 4 else range(1, count + 1)
 
@@ -61,15 +67,20 @@ def arrange(
 
     # More maps to a row (a wide dock's shape) when that costs their cells little.
     best = max(map(cell_of, choices))
-    enough = best if best < LEGIBLE else max(0.9 * best, LEGIBLE)
+    enough = best if best < smallest else max(0.9 * best, smallest)
     columns = max(c for c in choices if cell_of(c) >= enough)
     cell = cell_of(columns)
-    if cell < LEGIBLE:
-        wide = [c for c in choices if across(c) >= LEGIBLE]
+    if cell < smallest:
+        wide = [c for c in choices if across(c) >= smallest]
         columns = max(wide) if wide else choices[0]
-        cell = max(2.0, min(across(columns), LARGEST))
+        cell = smallest if wide else max(2.0, across(columns))
     size = QSize(math.floor(around[0] + cols * cell), math.floor(around[1] + rows * cell))
     return Grid(columns, size)
+
+
+def roomy(size: QSize) -> bool:
+    """Whether a map this size shows its axis titles (HeatmapView's rule)."""
+    return size.width() >= 240 and size.height() >= 220
 
 
 class ScaleBar(QWidget):
@@ -150,23 +161,33 @@ class HeadsPanel(ResultPanel):
     # Layout -------------------------------------------------------------------------------
 
     def _grid(self, room: QSize) -> Grid | None:
-        """The maps' layout in room. Each needs beside its cells its margins, row labels
-        and row title, and above and below them its margins, caption, key labels (a line,
-        or turned where a cell is narrower than the widest) and column title (as
-        HeatmapView places them; a pixel or two more, if anything)."""
+        """The maps' layout in room. Each needs, as HeatmapView places them, beside its
+        cells its margins, row labels and (in a roomy map) row title; above and below
+        them its margins, caption, key labels (a line, or turned where a cell is narrower
+        than the widest) and (roomy) column title."""
         spec = self.views[0].spec if self.views else None
         if spec is None:
             return None
         count, group = self._shape
+        shape = spec.values.shape
         metrics = QFontMetricsF(self.font())
         line = metrics.height()
         labels = max(map(metrics.horizontalAdvance, spec.row_labels), default=0.0)
         keys = max(map(metrics.horizontalAdvance, spec.col_labels), default=0.0)
-        beside = 2 * 4 + min(labels, 160.0) + 6 + line + 4
-        above = 2 * 4 + QFontMetricsF(self.views[0].caption_font).height() + 4 + line + 4
-        grid = arrange(count, group, spec.values.shape, room, (beside, above + line))
-        if (grid.map_size.width() - beside) / spec.values.shape[1] < keys + 6:
-            grid = arrange(count, group, spec.values.shape, room, (beside, above + min(keys, 72)))
+        caption = QFontMetricsF(self.views[0].caption_font).height()
+        # Few tokens: cells a line tall, so that every label shows (turned, for the keys).
+        smallest = line + 1 if max(shape) <= FEW else OVERVIEW
+        turned = titled = False
+        for _ in range(3):  # until the guesses hold
+            title = (line + 4) * titled
+            beside = 2 * 4 + min(labels, 160.0) + 6 + title
+            above = 2 * 4 + caption + 4 + (min(keys, 72.0) if turned else line) + 2 + title
+            grid = arrange(count, group, shape, room, (beside, above), smallest)
+            size = grid.map_size
+            now = ((size.width() - beside) / shape[1] < keys + 6, roomy(size))
+            if now == (turned, titled):
+                break
+            turned, titled = now
         return grid
 
     def _hint_height(self, width: int) -> int:
