@@ -21,7 +21,8 @@ MARGIN, GAP = 4, 6  # pixels: around the panel, between maps
 SWITCH = 24  # pixels: a head's on/off box under its map
 BAR = math.ceil(ColorBar.ROOM)  # the shared colour bar's column
 FEW = 12  # tokens: few enough that every one is labelled (the dock scrolls if need be)
-OVERVIEW = 1.0  # pixels: the smallest cell of more tokens before the dock scrolls
+OVERVIEW = 80.0  # pixels: more tokens, down to a pixel a cell or this much a matrix,
+# before the dock scrolls (the view samples cells smaller than a pixel)
 LARGEST = 64.0  # pixels: a cell no larger (a few tokens in a large dock)
 
 
@@ -73,7 +74,7 @@ def arrange(
     if cell < smallest:
         wide = [c for c in choices if across(c) >= smallest]
         columns = max(wide) if wide else choices[0]
-        cell = smallest if wide else max(2.0, across(columns))
+        cell = smallest if wide else max(across(columns), smallest / 4)
     size = QSize(math.floor(around[0] + cols * cell), math.floor(around[1] + rows * cell))
     return Grid(columns, size)
 
@@ -176,7 +177,7 @@ class HeadsPanel(ResultPanel):
         keys = max(map(metrics.horizontalAdvance, spec.col_labels), default=0.0)
         caption = QFontMetricsF(self.views[0].caption_font).height()
         # Few tokens: cells a line tall, so that every label shows (turned, for the keys).
-        smallest = line + 1 if max(shape) <= FEW else OVERVIEW
+        smallest = line + 1 if max(shape) <= FEW else min(1.0, OVERVIEW / max(shape))
         turned = titled = False
         for _ in range(3):  # until the guesses hold
             title = (line + 4) * titled
