@@ -53,6 +53,7 @@ MIN_TEXT_CELL = (26.0, 15.0)  # device pixels a cell needs before its value is p
 SQUARE_UP_TO = 32  # rows or columns; larger non-square matrices fill their view
 WHOLE_UP_TO = 1 << 15  # cells: a matrix this small is recoloured whole, quicker than in part
 MARGIN = 4.0
+TURNED_UP_TO = 72.0  # pixels: a turned column label longer than this is elided
 INK = QColor("#222222")
 SELECTED = "#ff7f00"  # the selected cell's outline, and the frame of a view that is shown
 
@@ -91,6 +92,10 @@ class HeatmapView(QWidget):
         self.marked_column: int | None = None
         self.block_lines: list[int] = []  # x of each line between column blocks
         self.square_cells = False  # set by panels that want them
+        # Set by panels that want them: column labels turned upright when, side by side,
+        # they would not all show (narrow columns, long tokens).
+        self.turn_keys = False
+        self._turned = False  # whether they are turned now
         self.framed = False  # an orange frame: the head shown elsewhere
         self.image, self.marks, self.strip = CellImage(), CellMarks(), RowStrip()
         self.bar = ColorBar() if colorbar else None  # none where a neighbour's shows the scale
@@ -285,16 +290,34 @@ class HeatmapView(QWidget):
         return changed
 
     def _place(self) -> None:
-        """The cells' rectangle: below the caption, the column title and labels, right of
-        the row title and labels, left of the row bars and the colour bar."""
+        """The cells' rectangle, with the column labels turned if asked for and needed:
+        when the whole matrix leaves a column less room than the widest label."""
+        self._turned = False
+        self._plot = self._cells_room()
+        if self.turn_keys and self.spec is not None:
+            rows, cols = self.spec.values.shape
+            cell = self._plot.width() / cols
+            if self._square():
+                cell = min(cell, self._plot.height() / rows)
+            if cell < self._label_height + 6:
+                self._turned = True
+                self._plot = self._cells_room()
+
+    def _keys_room(self) -> float:
+        """The height of the column labels: a line, or the longest turned label."""
+        return min(self._label_height, TURNED_UP_TO) if self._turned else self._line
+
+    def _cells_room(self) -> QRectF:
+        """Below the caption, the column title and labels, right of the row title and
+        labels, left of the row bars and the colour bar."""
         line = self._line
         top = MARGIN + self._caption_line + 4
-        top += (line + 2) * (1 + self._titles[1])
+        top += self._keys_room() + 2 + (line + 2) * self._titles[1]
         left = MARGIN + (line + 4) * self._titles[0] + min(self._label_width, 160.0) + 6
         right = self.width() - MARGIN - self.strip.width()
         right -= self.bar.ROOM if self.bar is not None else 0
         bottom = self.height() - MARGIN
-        self._plot = QRectF(left, top, max(1.0, right - left), max(1.0, bottom - top))
+        return QRectF(left, top, max(1.0, right - left), max(1.0, bottom - top))
 
     def _relayout(self) -> None:
         """Place the cells again; square cells are fitted again when their room changed."""
@@ -347,9 +370,10 @@ class HeatmapView(QWidget):
         rows, cols = self.spec.values.shape
         (x0, x1), (y0, y1) = self.view_range()
         line = self._line
+        across = line + 1 if self._turned else self._label_height + 6
         return (
             labelled(rows, y0, y1, self._plot.height() / (y1 - y0), line + 1),
-            labelled(cols, x0, x1, self._plot.width() / (x1 - x0), self._label_height + 6),
+            labelled(cols, x0, x1, self._plot.width() / (x1 - x0), across),
         )
 
     def printed_cells(self) -> tuple[int, int, int, int] | None:
@@ -409,7 +433,8 @@ class HeatmapView(QWidget):
         spec = self.spec
         words = () if spec is None else (spec.caption, spec.row_labels, spec.col_labels)
         titles = () if spec is None else (spec.row_title, spec.col_title, self._titles)
-        key = (self.size(), self.devicePixelRatioF(), self._range, self._plot, words, titles)
+        shape = (self.size(), self.devicePixelRatioF(), self._range, self._plot, self._turned)
+        key = (*shape, words, titles)
         if self._backdrop is not None and key == self._backdrop_key:
             return self._backdrop
         ratio = self.devicePixelRatioF()
@@ -437,10 +462,7 @@ class HeatmapView(QWidget):
         painter.drawText(over, centre | Qt.TextFlag.TextDontClip, spec.caption)
         painter.setFont(self.font())
         rows, cols = self.labelled()
-        y = plot.top() - line - 2
-        for j in cols:
-            x = self.point_at(j + 0.5, 0).x()
-            painter.drawText(QRectF(x - 100, y, 200, line), centre, spec.col_labels[j])
+        self._paint_keys(painter, spec, cols, cells)
         width = min(self._label_width, 160.0)
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         for i in rows:
@@ -452,7 +474,9 @@ class HeatmapView(QWidget):
             )
         if self._titles[1]:
             painter.drawText(
-                QRectF(cells.left(), plot.top() - 2 * line - 4, cells.width(), line),
+                QRectF(
+                    cells.left(), plot.top() - self._keys_room() - line - 4, cells.width(), line
+                ),
                 centre,
                 spec.col_title,
             )
@@ -462,6 +486,35 @@ class HeatmapView(QWidget):
             painter.rotate(-90)
             painter.drawText(
                 QRectF(-cells.height() / 2, 0, cells.height(), line), centre, spec.row_title
+            )
+            painter.restore()
+
+    def _paint_keys(self, painter: QPainter, spec: HeatmapSpec, cols: range, cells: QRectF) -> None:
+        """The column labels: side by side, or turned to read upwards from the cells, each
+        within the cells' width (never over what is drawn beside them)."""
+        plot, line = self._plot, self._line
+        if not self._turned:
+            for j in cols:
+                x = self.point_at(j + 0.5, 0).x()
+                painter.drawText(
+                    QRectF(x - 100, plot.top() - line - 2, 200, line),
+                    Qt.AlignmentFlag.AlignCenter,
+                    spec.col_labels[j],
+                )
+            return
+        room = self._keys_room()
+        metrics = QFontMetricsF(self.font())
+        low, high = cells.left() + line / 2, cells.right() - line / 2
+        for j in cols:
+            x = max(min(self.point_at(j + 0.5, 0).x(), high), low)
+            text = metrics.elidedText(spec.col_labels[j], Qt.TextElideMode.ElideRight, room)
+            painter.save()
+            painter.translate(x, plot.top() - 2)
+            painter.rotate(-90)
+            painter.drawText(
+                QRectF(0, -line / 2, room, line),
+                Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                text,
             )
             painter.restore()
 

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 import reference as ref
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRect, QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
 from waiting import settle
 
 from attnviz.core.maths.forward import compute
@@ -222,3 +223,34 @@ def test_too_many_tiles_are_refused_until_the_blocks_grow(dock, qtbot):
     panel.block_k.setValue(16)
     qtbot.waitUntil(lambda: panel.steps == 64, timeout=10000)
     assert panel.body.isVisible() and not panel.refusal.isVisible()
+
+
+WORDS = ("the", "cat", "sat", "on", "the", "mat", "and", "it", "was", "so", "warm", "then", "yes")
+
+
+@pytest.mark.parametrize("words", [3, 7, 9, 11, 13])
+def test_long_key_labels_leave_the_m_and_l_headers_alone(dock, qtbot, words):
+    """Above the m and l columns beside the scores nothing but their own headers: the
+    view's pixels there are those of the headers drawn alone (by the same strip)."""
+    tokens = ("[CLS]", *WORDS[:words], "[SEP]")  # as a BERT-style tokenizer gives them
+    window, panel = dock(small_model(tokens, 8, 2, 4, seed=3))
+    view = panel.scores
+    settle(qtbot, window)
+    rows, cols = view.spec.values.shape
+    top_left, bottom_right = view.point_at(0, 0), view.point_at(cols, rows)
+    shot = view.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+    alone = QImage(shot.size(), QImage.Format.Format_RGB32)
+    alone.fill(QColor("white"))
+    painter = QPainter(alone)
+    cells = QRectF(top_left, bottom_right)
+    view.strip.paint(painter, cells.right(), cells.top(), cells.height() / rows, cells)
+    painter.end()
+    band = QRect(
+        round(cells.right()), round(cells.top()) - 18, round(view.strip.width()), 16
+    )  # the headers' line
+    differ = sum(
+        shot.pixel(x, y) != alone.pixel(x, y)
+        for x in range(band.left(), band.right() + 1)
+        for y in range(band.top(), band.bottom() + 1)
+    )
+    assert differ <= 2, f"{differ} pixels of the m/l headers' line are not the headers"

@@ -5,63 +5,233 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRect, QSize
+from PySide6.QtGui import QFontMetricsF, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
-from attnviz.core.figures.figure import spec_for
+from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, spec_for, tick_label
 from attnviz.core.maths.results import Result
 from attnviz.ui.heatmap import HeatmapView
+from attnviz.ui.heatmap_parts import ColorBar
 from attnviz.ui.panels.common import ResultPanel
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
+MARGIN, GAP = 4, 6  # pixels: around the panel, between maps
+SWITCH = 24  # pixels: a head's on/off box under its map
+BAR = math.ceil(ColorBar.ROOM)  # the shared colour bar's column
+FEW = 12  # tokens: few enough that every one is labelled (the dock scrolls if need be)
+OVERVIEW = 80.0  # pixels: more tokens, down to a pixel a cell or this much a matrix,
+# before the dock scrolls (the view samples cells smaller than a pixel)
+LARGEST = 64.0  # pixels: a cell no larger (a few tokens in a large dock)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """How the maps are laid out: so many to a row, every map the same size."""
+
+    columns: int
+    map_size: QSize
+
+    def rows(self, count: int) -> int:
+        return math.ceil(count / self.columns)
+
+    def height(self, count: int) -> int:
+        return self.rows(count) * (self.map_size.height() + SWITCH + GAP)
+
+
+def arrange(
+    count: int,
+    group: int,
+    shape: tuple[int, int],
+    room: QSize,
+    around: tuple[float, float],
+    smallest: float,
+) -> Grid:
+    """count maps of a (rows, cols) matrix with square cells, each needing ``around``
+    (width, height) pixels for its labels and caption, in room: the columns that give
+    the largest cells that fit (or nearly: more to a row), whole groups of heads that
+    share keys and values to a row. When cells of ``smallest`` pixels do not fit, the
+    most columns the width takes at that size (the dock scrolls)."""
+    rows, cols = shape
+    choices = range(group, count + 1, group) if 1 < group <= 4 else range(1, count + 1)
+
+    def across(c: int) -> float:
+        return ((room.width() - BAR) / c - GAP - around[0]) / cols  # a gap after each map
+
+    def down(c: int) -> float:
+        r = math.ceil(count / c)
+        return ((room.height() - r * GAP) / r - SWITCH - around[1]) / rows
+
+    def cell_of(c: int) -> float:
+        return min(across(c), down(c), LARGEST)
+
+    # More maps to a row (a wide dock's shape) when that costs their cells little.
+    best = max(map(cell_of, choices))
+    enough = best if best < smallest else max(0.9 * best, smallest)
+    columns = max(c for c in choices if cell_of(c) >= enough)
+    cell = cell_of(columns)
+    if cell < smallest:
+        wide = [c for c in choices if across(c) >= smallest]
+        columns = max(wide) if wide else choices[0]
+        cell = smallest if wide else max(across(columns), smallest / 4)
+    size = QSize(math.floor(around[0] + cols * cell), math.floor(around[1] + rows * cell))
+    return Grid(columns, size)
+
+
+def roomy(size: QSize) -> bool:
+    """Whether a map this size shows its axis titles (HeatmapView's rule)."""
+    return size.width() >= 240 and size.height() >= 220
+
+
+class ScaleBar(QWidget):
+    """The maps' one colour bar, beside them, as tall as the first map's cells."""
+
+    def __init__(self, view: HeatmapView, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.view, self.bar = view, ColorBar()
+        view.painted.connect(lambda _: self.update())
+
+    def set_spec(self, spec: HeatmapSpec) -> None:
+        if (self.bar.kind, self.bar.levels) != (spec.kind, spec.levels):
+            self.bar.set_scale(
+                spec.kind, spec.levels, [(t, tick_label(t)) for t in colorbar_ticks(spec)]
+            )
+            self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        spec = self.view.spec
+        if spec is None:
+            return
+        top = self.view.point_at(0, 0).y()
+        bottom = self.view.point_at(*spec.values.shape[::-1]).y()
+        pixmap = self.bar.pixmap(bottom - top, self.devicePixelRatioF())
+        painter = QPainter(self)
+        painter.drawPixmap(QPointF(0, top - self.bar.PAD), pixmap)
+        painter.end()
+
 
 class HeadsPanel(ResultPanel):
-    """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head."""
+    """Small multiples of the weights (all on the same 0–1 scale), with an on/off per head:
+    every map the same size, the scale in a colour bar of its own."""
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
+        self.bar: ScaleBar | None = None
         self._shape = (0, 1)  # heads, and query heads per key/value head
-        self.grid = QGridLayout()  # the dock scrolls when there are many heads
-        hint = QLabel(
+        self.hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
             "in the Pipeline; untick it to switch it off in the W_O mix (ablation). Heads "
-            "that share keys and values (GQA) sit side by side, a group per row."
+            "that share keys and values (GQA) sit side by side, a group per row.",
+            self,
         )
-        hint.setWordWrap(True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(hint)
-        layout.addLayout(self.grid)
+        self.hint.setWordWrap(True)
+        # Laid out here, not by a QLayout: the maps' size depends on the dock's width and
+        # height, and the dock scrolls (by heightForWidth) only when they cannot shrink more.
+        policy = self.sizePolicy()
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
         ws.view_state.headChanged.connect(lambda _: self._mark_selected())
         ws.view_state.selectionChanged.connect(lambda _: self._mark_selected())
 
     def _build(self, count: int, group: int) -> None:
-        for widget in self.views + self.switches:
-            self.grid.removeWidget(widget)
-            widget.deleteLater()
+        for widget in [*self.views, *self.switches, self.bar]:
+            if widget is not None:
+                widget.deleteLater()
         self.views, self.switches = [], []
         self._shape = (count, group)
-        # Heads that share keys and values side by side, a group per row (when it fits).
-        columns = group if 1 < group <= 4 else max(1, min(4, math.ceil(math.sqrt(count))))
         for h in range(count):
-            # Many heads: one colour bar per row of maps (they share the 0–1 scale); a bar
-            # per map would leave the maps of a 12-head layer too small to read.
-            bar = count <= 4 or h % columns == columns - 1 or h == count - 1
-            view = HeatmapView("weights", colorbar=bar)
-            # narrower with many heads, so that four columns fit the dock at 1280 × 720
-            view.setMinimumSize(160 if count <= 4 else 130, 150)
+            view = HeatmapView("weights", self, colorbar=False)
+            view.setMinimumSize(40, 40)  # sized by _lay_out
             view.square_cells = True  # queries and keys alike
-            view.setMaximumHeight(420)  # square cells leave a taller view empty
+            view.turn_keys = True  # every key labelled where the cells leave a line's room
             view.cellClicked.connect(lambda _, i, j, h=h: self._clicked(h, i, j))
-            switch = QCheckBox(f"head {h + 1} on")
+            switch = QCheckBox(f"head {h + 1} on", self)
             switch.setToolTip("Untick to switch this head off in the W_O mix")
             switch.toggled.connect(lambda on, h=h: self._toggle(h, on))
-            self.grid.addWidget(view, 2 * (h // columns), h % columns)
-            self.grid.addWidget(switch, 2 * (h // columns) + 1, h % columns)
+            for widget in (view, switch):
+                widget.show()
             self.views.append(view)
             self.switches.append(switch)
+        self.bar = ScaleBar(self.views[0], self) if count else None
+        if self.bar is not None:
+            self.bar.show()
+
+    # Layout -------------------------------------------------------------------------------
+
+    def _grid(self, room: QSize) -> Grid | None:
+        """The maps' layout in room. Each needs, as HeatmapView places them, beside its
+        cells its margins, row labels and (in a roomy map) row title; above and below
+        them its margins, caption, key labels (a line, or turned where a cell is narrower
+        than the widest) and (roomy) column title."""
+        spec = self.views[0].spec if self.views else None
+        if spec is None:
+            return None
+        count, group = self._shape
+        shape = spec.values.shape
+        metrics = QFontMetricsF(self.font())
+        line = metrics.height()
+        labels = max(map(metrics.horizontalAdvance, spec.row_labels), default=0.0)
+        keys = max(map(metrics.horizontalAdvance, spec.col_labels), default=0.0)
+        caption = QFontMetricsF(self.views[0].caption_font).height()
+        # Few tokens: cells a line tall, so that every label shows (turned, for the keys).
+        smallest = line + 1 if max(shape) <= FEW else min(1.0, OVERVIEW / max(shape))
+        turned = titled = False
+        for _ in range(3):  # until the guesses hold
+            title = (line + 4) * titled
+            beside = 2 * 4 + min(labels, 160.0) + 6 + title
+            above = 2 * 4 + caption + 4 + (min(keys, 72.0) if turned else line) + 2 + title
+            grid = arrange(count, group, shape, room, (beside, above), smallest)
+            size = grid.map_size
+            now = ((size.width() - beside) / shape[1] < keys + 6, roomy(size))
+            if now == (turned, titled):
+                break
+            turned, titled = now
+        return grid
+
+    def _hint_height(self, width: int) -> int:
+        return self.hint.heightForWidth(width - 2 * MARGIN)
+
+    def heightForWidth(self, width: int) -> int:
+        """The least height the maps need at this width (their smallest legible size)."""
+        top = MARGIN + self._hint_height(width) + GAP
+        grid = self._grid(QSize(width - 2 * MARGIN, 0))
+        return top + (grid.height(len(self.views)) if grid else 0)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def sizeHint(self) -> QSize:
+        return QSize(480, 480)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(220, 160)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        width = self.width()
+        hint = self._hint_height(width)
+        self.hint.setGeometry(MARGIN, MARGIN, width - 2 * MARGIN, hint)
+        top = MARGIN + hint + GAP
+        grid = self._grid(QSize(width - 2 * MARGIN, self.height() - top - MARGIN))
+        if grid is None:
+            return
+        w, h = grid.map_size.width(), grid.map_size.height()
+        for k, (view, switch) in enumerate(zip(self.views, self.switches, strict=True)):
+            x = MARGIN + (k % grid.columns) * (w + GAP)
+            y = top + (k // grid.columns) * (h + SWITCH + GAP)
+            view.setGeometry(x, y, w, h)
+            switch.setGeometry(x, y + h, w, SWITCH)
+        if self.bar is not None:
+            self.bar.setGeometry(QRect(MARGIN + grid.columns * (w + GAP), top, BAR, h))
+        self.updateGeometry()  # the scroll area asks heightForWidth again
+
+    # Drawing ------------------------------------------------------------------------------
 
     def show_result(self, result: Result) -> None:
         s = self.doc.scenario
@@ -75,6 +245,9 @@ class HeadsPanel(ResultPanel):
             note = " (switched off)" if off else ""
             kv = f" · KV {s.kv_head_of(h) + 1}" if shared else ""
             view.set_spec(dataclasses.replace(spec, caption=f"head {h + 1}{kv}{note}"))
+            if h == 0 and self.bar is not None:
+                self.bar.set_spec(spec)
+        self._lay_out()  # (the same sizes again, unless the shape or the labels changed)
         ablated = result.settings.ablated
         for h, switch in enumerate(self.switches):
             switch.blockSignals(True)

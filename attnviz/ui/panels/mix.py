@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QFont, QResizeEvent, QTextDocument
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import make_spec, spec_for
@@ -19,32 +20,59 @@ from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
 
 BOX = "border:1px solid #888; background:#f4f4f4; padding:4px 8px"
+GAP = 6  # pixels between the contribution maps (the grid's spacing)
+PART_WIDTH = 180  # pixels: a contribution map no narrower
 
 
-def flow_diagram(n: int, d_model: int, heads: int, d_k: int, projections: bool) -> str:
-    """The data flow with every shape labelled, as HTML boxes and arrows."""
+def flow_diagram(
+    n: int, d_model: int, heads: int, d_k: int, projections: bool, per_line: int = 6
+) -> str:
+    """The data flow with every shape labelled, as HTML boxes and arrows, so many boxes
+    to a line."""
 
     def box(name: str, shape: str) -> str:
         return f"<td style='{BOX}' align='center'><b>{name}</b><br>{shape}</td>"
 
     arrow = "<td align='center' style='padding:0 6px'>→</td>"
     if not projections:
-        cells = [box("X", f"{n} × {d_model}"), arrow, box("softmax(X Xᵀ) X", f"{n} × {d_model}")]
+        boxes = [box("X", f"{n} × {d_model}"), box("softmax(X Xᵀ) X", f"{n} × {d_model}")]
     else:
-        cells = [
+        boxes = [
             box("X", f"{n} × {d_model}"),
-            arrow,
             box(f"{heads} heads: Q, K, V", f"{heads} × ({n} × {d_k})"),
-            arrow,
             box("head outputs", f"{heads} × ({n} × {d_k})"),
-            arrow,
             box("concat", f"{n} × {heads * d_k}"),
-            arrow,
             box("· W_O", f"{heads * d_k} × {d_model}"),
-            arrow,
             box("output", f"{n} × {d_model}"),
         ]
-    return f"<table cellspacing='0'><tr>{''.join(cells)}</tr></table>"
+    lines = [boxes[k : k + per_line] for k in range(0, len(boxes), per_line)]
+    return "".join(
+        f"<table cellspacing='0'><tr>{arrow.join(line)}{arrow if k < len(lines) - 1 else ''}"
+        "</tr></table>"
+        for k, line in enumerate(lines)
+    )
+
+
+def fitting_diagram(width: float, font: QFont, flow: tuple[int, int, int, int, bool]) -> str:
+    """The flow diagram of (n, d_model, heads, d_k, projections) with as many boxes to a
+    line as fit in width pixels."""
+    document = QTextDocument()
+    document.setDefaultFont(font)
+    html = ""
+    for per_line in range(6, 0, -1):
+        html = flow_diagram(*flow, per_line=per_line)
+        document.setHtml(html)
+        if document.idealWidth() <= width:
+            break
+    return html
+
+
+def columns_for(count: int, width: int, least: int) -> int:
+    """Maps to a row: as few rows as width allows maps of least pixels, then as few
+    columns as those rows need (four maps in a 2 × 2, not 3 + 1)."""
+    most = max(1, min(4, (width + GAP) // (least + GAP)))
+    rows = math.ceil(count / most) if count else 1
+    return max(1, math.ceil(count / rows))
 
 
 @functools.lru_cache(maxsize=4)
@@ -57,6 +85,9 @@ class MixPanel(ResultPanel):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(ws, parent)
         self.diagram = QLabel()
+        # As wide as the panel, never wider: its boxes go on as many lines as they need.
+        self.diagram.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._flow: tuple[int, int, int, int, bool] | None = None
         self.concat, self.w_o, self.final = (
             HeatmapView("concat"),
             HeatmapView("W_O"),
@@ -75,6 +106,8 @@ class MixPanel(ResultPanel):
         self.columns = 0
         self._arrange(3)
         self.parts_grid = QGridLayout()  # the dock scrolls when there are many heads
+        self.parts_grid.setSpacing(GAP)
+        self.part_columns = 0
         self.parts: list[HeatmapView] = []
         caption = QLabel(
             "<b>Each head's contribution</b>: its block of concat times its rows of W_O "
@@ -98,16 +131,33 @@ class MixPanel(ResultPanel):
             self.top.removeWidget(view)
             self.top.addWidget(view, k // columns, k % columns)
 
+    def _arrange_parts(self, width: int) -> None:
+        """The contribution maps in as many columns as fit the width (at most four)."""
+        columns = columns_for(len(self.parts), width, PART_WIDTH)
+        if columns == self.part_columns:
+            return
+        self.part_columns = columns
+        for h, view in enumerate(self.parts):
+            self.parts_grid.removeWidget(view)
+            self.parts_grid.addWidget(view, h // columns, h % columns)
+
+    def _draw_diagram(self, width: int) -> None:
+        if self._flow is not None:
+            room = width - 2 * 4 - 8  # the panel's margins, and a little slack
+            self.diagram.setText(fitting_diagram(room, self.diagram.font(), self._flow))
+
     def resizeEvent(self, event: QResizeEvent) -> None:
-        self._arrange(3 if event.size().width() >= 900 else 2)
+        width = event.size().width()
+        self._arrange(3 if width >= 900 else 2)
+        self._arrange_parts(width)
+        self._draw_diagram(width)
         super().resizeEvent(event)
 
     def show_result(self, r: Result) -> None:
         s = self.compute.result_scenario
         st = r.settings
-        self.diagram.setText(
-            flow_diagram(len(r.tokens), s.d_model, r.n_heads, r.d_k, st.projections)
-        )
+        self._flow = (len(r.tokens), s.d_model, r.n_heads, r.d_k, st.projections)
+        self._draw_diagram(self.width())
         self.concat.set_spec(spec_for(r, "concat"))
         self.concat.mark_column_blocks(r.d_k)
         self.final.set_spec(spec_for(r, "final"))
@@ -132,11 +182,11 @@ class MixPanel(ResultPanel):
             view.deleteLater()
         while len(self.parts) < count:
             view = HeatmapView("contribution")
-            view.setMinimumSize(180, 150)
+            view.setMinimumSize(PART_WIDTH, 150)
             view.square_cells = True
-            h = len(self.parts)
-            self.parts_grid.addWidget(view, h // 4, h % 4)
             self.parts.append(view)
+        self.part_columns = 0  # placed again
+        self._arrange_parts(self.width())
         if parts is None:
             return
         # One colour scale for all, from each part's largest |value|; min and max carry

@@ -250,6 +250,7 @@ class TilingPanel(ResultPanel):
         # No colour bar: the cells print their values, and the room goes to the cells.
         self.scores = HeatmapView("tiling-scores", colorbar=False)
         self.scores.square_cells = True
+        self.scores.turn_keys = True  # long tokens ([CLS]) upright: clear of the m and l columns
         self.scores.strip.COLUMN = 50.0
         self.grid = TileGrid()
         self.scores.add_overlay(self.grid)
