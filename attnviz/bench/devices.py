@@ -21,6 +21,7 @@ from attnviz.bench import kernels
 from attnviz.core.system import available_memory
 
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 1024 * 2**20}  # the tensor the copy moves
+GEMM_SIZE = {"cpu": 2048, "cuda": 8192}  # the square matrices the reference multiplies
 
 
 def resolve_device(device: str) -> str:
@@ -156,10 +157,11 @@ def timed(fn: Callable[[], object], device: str) -> float:
 
 
 def gemm_tflops(device: str, dtype: str, repeats: int = 5) -> float:
-    """The device's measured square matrix-multiply throughput for dtype (the ceiling)."""
+    """The device's measured square matrix-multiply throughput for dtype: the median of
+    repeats products of two GEMM_SIZE-square matrices (the reference "of GEMM" divides by)."""
     import torch
 
-    size = 8192 if device == "cuda" else 2048
+    size = GEMM_SIZE.get(device, GEMM_SIZE["cpu"])
     dt = getattr(torch, dtype)
     a = torch.randn(size, size, device=device).to(dt)
     b = torch.randn(size, size, device=device).to(dt)

@@ -97,6 +97,6 @@ def _charts(
             "TFLOP/s",
             tuple(series("tflops")),
             log_y=False,
-            hlines=(("GEMM ceiling", ceiling),) if ceiling else (),
+            hlines=(("measured GEMM", ceiling),) if ceiling else (),
         ),
     }

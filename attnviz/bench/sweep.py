@@ -188,7 +188,7 @@ def run(
             tell("measuring the copy bandwidth")
             report.copy_gbps = devices.copy_gbps(device)
         else:
-            tell("measuring the matrix-multiply ceiling")
+            tell("timing the reference matrix multiply")
             report.gemm_tflops = devices.gemm_tflops(device, config.dtype)
         step += 1
         errors: dict[str, float | None] = {}

@@ -8,6 +8,7 @@ that ``attnviz bench`` prints.
 import xml.etree.ElementTree as ET
 
 import pytest
+from PySide6.QtWidgets import QApplication, QWidget
 
 pytest.importorskip("torch")
 
@@ -110,7 +111,7 @@ def test_a_cancelled_sweep_keeps_its_ceiling_and_every_point_visible(qtbot):
     # The ceiling measured at the start is still drawn, as in a finished sweep.
     tflops = panel.plots["tflops"].chart
     ((label, ceiling),) = tflops.hlines
-    assert label == "GEMM ceiling" and ceiling > 0
+    assert label == "measured GEMM" and ceiling > 0
     assert not panel.plots["bandwidth"].isVisible()  # decode's plot
     for key in ("time", "memory", "tflops"):
         view = panel.plots[key]
@@ -270,3 +271,89 @@ def test_a_window_with_grouped_heads_and_eager_flex(qtbot):
         assert r.error is not None and r.error < 1e-5
     assert panel.plots["tflops"].isVisible() and not panel.plots["bandwidth"].isVisible()
     assert panel.report.sweep_config().window == 8
+
+
+def right_edges_outside(panel, area) -> list[str]:
+    """The visible controls, buttons, texts and plots of the dock whose right edge lies
+    beyond the scroll area's viewport (cut off, or only seen by scrolling sideways)."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QLabel
+
+    from attnviz.ui.panels.bench import ChartView
+
+    kinds = (QAbstractButton, QAbstractSpinBox, QComboBox, QLabel, ChartView)
+    outside = []
+    width = area.viewport().width()
+    for child in panel.findChildren(QWidget):
+        if isinstance(child, kinds) and child.isVisibleTo(panel):
+            right = child.mapTo(area.viewport(), QPoint(child.width(), 0)).x()
+            if right > width:
+                outside.append(f"{type(child).__name__} {getattr(child, 'text', str)()!r}")
+    return outside
+
+
+@pytest.mark.parametrize("width", [640, 760])
+def test_the_dock_fits_its_column_before_during_and_after_a_run(qtbot, width):
+    """In the middle column (640 px at 1280 × 720, 760 at 1440 × 900) every control,
+    button, text and plot is within the width, before, while and after a sweep runs (a
+    long progress message included), and Cancel comes where Run was."""
+    from PySide6.QtWidgets import QScrollArea
+
+    panel = cpu_panel(qtbot, "64", "128", ("naive", "sdpa"))
+    area = QScrollArea()  # as the window's docks hold their panels
+    area.setWidgetResizable(True)
+    area.setWidget(panel)
+    qtbot.addWidget(area)
+    area.resize(width, 620)
+    area.show()
+    qtbot.waitExposed(area)
+
+    def fits(when: str) -> None:
+        QApplication.processEvents()
+        assert area.horizontalScrollBar().maximum() == 0, when
+        assert right_edges_outside(panel, area) == [], when
+
+    fits("before")
+    run_at = panel.run_button.mapTo(area, panel.run_button.rect().center())
+    panel.run()
+    fits("started")
+    cancel_at = panel.cancel_button.mapTo(area, panel.cancel_button.rect().center())
+    assert panel.cancel_button.isVisible() and cancel_at == run_at
+    assert not panel.run_button.isVisible()
+    seen = []
+    panel.sweep.record.connect(lambda _: seen.append(area.horizontalScrollBar().maximum()))
+    long = "checking flex against float64 " + "/very/long/path/to/a/kernel/cache" * 8
+    panel.sweep.progress.emit(1, 9, long)  # as the child says it
+    fits("a long progress message")
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    assert panel.status.text().startswith("done"), panel.status.text()
+    assert seen and set(seen) == {0}  # while records came in
+    fits("after")
+    assert panel.run_button.isVisible() and not panel.cancel_button.isVisible()
+    # the three plots stack, two a row (three would be under 280 px each)
+    tops = {panel.plots[k].y() for k in ("time", "memory", "tflops")}
+    assert len(tops) == 2
+
+
+def test_the_share_of_gemm_says_what_it_divides_by(qtbot):
+    """sdpa can read 196 % "of GEMM": the dock says, beside the table and in the column's
+    tooltip, that the GEMM is one plain square matrix multiply timed in this run (2048²
+    on a CPU), not the hardware's peak, and why a fused kernel can exceed it."""
+    panel = cpu_panel(qtbot, "64", "128", ("naive", "sdpa"))
+    panel.resize(640, 900)
+    panel.run()
+    qtbot.waitUntil(lambda: panel.sweep is None, timeout=60_000)
+    gemm = panel.report.gemm_tflops
+    assert gemm > 0
+    for r in panel.records:  # the share is the record's TFLOP/s over that one rate
+        assert r.share_of_gemm == pytest.approx(r.tflops / gemm)
+    note = panel.share_note
+    assert note.isVisible() and note.width() <= panel.width()
+    text = note.text()
+    assert "of GEMM" in text and "2048 × 2048 float32" in text
+    assert f"{gemm:.3g} TFLOP/s" in text and "not the hardware's peak" in text
+    column = panel.headings.index("of GEMM")
+    tip = panel.table.horizontalHeaderItem(column).toolTip()
+    assert text in tip and "exceed" in tip and "4·d" in tip
+    assert all(panel.table.item(row, column).toolTip() == tip for row in range(4))
+    assert panel.plots["tflops"].chart.hlines[0][0] == "measured GEMM"

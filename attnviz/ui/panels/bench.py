@@ -23,11 +23,13 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
-    QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
+    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -36,14 +38,38 @@ from PySide6.QtWidgets import (
 
 from attnviz.bench.config import DTYPES, FLEX, IMPLEMENTATIONS, PHASES, Config, config_to_argv
 from attnviz.bench.plots import report_charts
-from attnviz.bench.report import Record, Report, as_csv, table_cells, table_headings
+from attnviz.bench.report import (
+    Record,
+    Report,
+    as_csv,
+    share_note,
+    table_cells,
+    table_headings,
+)
 from attnviz.core.figures.chart import Chart, to_svg
 from attnviz.core.maths.cost import human_bytes
+from attnviz.ui.flow import ColumnsLayout, FlowLayout
 from attnviz.ui.images import save_svg
 from attnviz.ui.panels.common import int_spin
 
 POWERS = [2**k for k in range(6, 18)]  # 64 … 131072
 PLOTS = ("time", "memory", "tflops", "bandwidth")  # the last two: prefill's, decode's
+FIELD_WIDTH = 110  # every field of the form: its pairs line up in columns as they wrap
+CHART_MIN_WIDTH = 280  # narrower than twice this, the plots stack
+SHARES = ("of GEMM", "of copy")  # the columns share_note explains
+
+
+def _pair(label: QLabel, field: QWidget, label_width: int, field_width: int) -> QWidget:
+    """A label and its field as one piece of the form, of a fixed size."""
+    pair = QWidget()
+    row = QHBoxLayout(pair)
+    row.setContentsMargins(0, 0, 8, 0)
+    label.setFixedWidth(label_width)
+    field.setFixedWidth(field_width)
+    row.addWidget(label)
+    row.addWidget(field)
+    pair.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+    return pair
 
 
 class ChartView(QWidget):
@@ -191,48 +217,61 @@ class BenchPanel(QWidget):
         self.impls["flex-eager"].setToolTip("flex_attention without the compiler (unfused)")
         self.phase.currentTextChanged.connect(self._phase_changed)
 
-        form = QGridLayout()
+        form = FlowLayout()
         cells = [
             ("device", self.device), ("dtype", self.dtype), ("batch", self.batch),
             ("heads", self.heads), ("KV heads", self.kv_heads), ("d_head", self.d_head),
             ("phase", self.phase), ("window", self.sliding_window), ("documents", self.documents),
             ("n from", self.min_n), ("to", self.max_n), ("repeats", self.repeats),
         ]  # fmt: skip
-        for k, (label, widget) in enumerate(cells):
-            form.addWidget(QLabel(label), k // 3, 2 * (k % 3))
-            form.addWidget(widget, k // 3, 2 * (k % 3) + 1)
-        checks = QHBoxLayout()
+        labels = [QLabel(label) for label, _ in cells]
+        label_width = max(label.sizeHint().width() for label in labels)
+        for label, (_, widget) in zip(labels, cells, strict=True):
+            form.addWidget(_pair(label, widget, label_width, FIELD_WIDTH))
+        checks = FlowLayout()
         for box in (self.causal, self.backward, *self.impls.values()):
             checks.addWidget(box)
-        checks.addStretch(1)
 
+        # Run and Cancel share one place: Cancel comes where Run was pressed.
         self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
+        self._run_or_cancel = QStackedWidget()
+        for button in (self.run_button, self.cancel_button):
+            self._run_or_cancel.addWidget(button)
+        self._run_or_cancel.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         export_csv, export_plots = QPushButton("Export CSV…"), QPushButton("Export plots…")
         export_csv.clicked.connect(self.export_csv)
         export_plots.clicked.connect(self.export_plots)
         self.progress = QProgressBar()
-        self.status = QLabel()
-        self.status.setWordWrap(True)
+        self.progress.setMinimumWidth(60)
         buttons = QHBoxLayout()
-        for w in (self.run_button, self.cancel_button, self.progress, export_csv, export_plots):
-            buttons.addWidget(w)
-
-        self.info = QLabel()
-        self.info.setWordWrap(True)
+        buttons.addWidget(self._run_or_cancel)
+        buttons.addWidget(self.progress, 1)
+        buttons.addWidget(export_csv)
+        buttons.addWidget(export_plots)
+        # Texts that wrap within the dock's width and never widen it (a long error, a
+        # progress message, a device's name): their width hints are ignored.
+        self.status, self.info, self.share_note = QLabel(), QLabel(), QLabel()
+        for label in (self.status, self.info, self.share_note):
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.share_note.setStyleSheet("color: #555")
+
         self.plots = {key: ChartView() for key in PLOTS}
-        plot_row = QHBoxLayout()
+        plot_grid = ColumnsLayout(CHART_MIN_WIDTH, 0.7, 200, 280)
         for plot in self.plots.values():
-            plot_row.addWidget(plot)
+            plot_grid.addWidget(plot)
         self.plots["bandwidth"].hide()
         self._redraw = QTimer(self)
         self._redraw.setSingleShot(True)
         self._redraw.setInterval(250)
         self._redraw.timeout.connect(self._draw)
         self.table = QTableWidget(0, 0)
+        self.table.setMinimumHeight(160)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self._set_headings(self.config().to_dict())
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
 
@@ -242,7 +281,8 @@ class BenchPanel(QWidget):
         layout.addLayout(checks)
         layout.addLayout(buttons)
         layout.addWidget(self.status)
-        layout.addLayout(plot_row, 2)
+        layout.addLayout(plot_grid)
+        layout.addWidget(self.share_note)
         layout.addWidget(self.table, 1)
         self._show_device()
 
@@ -294,7 +334,7 @@ class BenchPanel(QWidget):
         try:
             config.check()
         except ValueError as e:
-            self.status.setText(f"<span style='color:#b00'>{e}</span>")
+            self._set_status(f"<span style='color:#b00'>{e}</span>")
             return
         self.sweep = Sweep(config)
         self.report = self.sweep.report
@@ -307,8 +347,13 @@ class BenchPanel(QWidget):
         self.sweep.failed.connect(self._failed)
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.status.setText("running…")
+        self._run_or_cancel.setCurrentWidget(self.cancel_button)
+        self._set_status("running…")
         self.sweep.start()
+
+    def _set_status(self, text: str) -> None:
+        self.status.setText(text)
+        self.status.setToolTip(text)  # the whole of a long message
 
     def cancel(self) -> None:
         if self.sweep is not None:
@@ -317,7 +362,7 @@ class BenchPanel(QWidget):
     def _progress(self, step: int, total: int, message: str) -> None:
         self.progress.setRange(0, total)
         self.progress.setValue(step)
-        self.status.setText(message)
+        self._set_status(message)
 
     def _record(self, record: Record) -> None:
         self._add_row(record)
@@ -340,7 +385,8 @@ class BenchPanel(QWidget):
         self.sweep = None
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        self.status.setText(text)
+        self._run_or_cancel.setCurrentWidget(self.run_button)
+        self._set_status(text)
 
     # Drawing ---------------------------------------------------------------------------
 
@@ -360,14 +406,36 @@ class BenchPanel(QWidget):
         self.headings = table_headings(config)
         self.table.setColumnCount(len(self.headings))
         self.table.setHorizontalHeaderLabels(self.headings)
+        self._explain_share()
+
+    def _explain_share(self) -> None:
+        """Say under the plots, and in the share column's tooltips, what its percentages
+        divide by (a measured GEMM, which a fused kernel can beat)."""
+        report = self.report or Report(device={}, config=self.config().to_dict(), gemm_tflops=0)
+        short, long = share_note(report)
+        self.share_note.setText(short)
+        for widget in (self.share_note, self.plots["tflops"], self.plots["bandwidth"]):
+            widget.setToolTip(long)
+        for col, heading in enumerate(self.headings):
+            if heading in SHARES:
+                item = self.table.horizontalHeaderItem(col)
+                if item is not None:
+                    item.setToolTip(long)
+                for row in range(self.table.rowCount()):
+                    if (cell := self.table.item(row, col)) is not None:
+                        cell.setToolTip(long)
 
     def _add_row(self, r: Record) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
         for col, text in enumerate(table_cells(r, self.headings)):  # as the command prints
-            self.table.setItem(row, col, QTableWidgetItem(text))
+            item = QTableWidgetItem(text)
+            if self.headings[col] == "status":
+                item.setToolTip(text)  # a reason can be long
+            self.table.setItem(row, col, item)
 
     def _draw(self) -> None:
+        self._explain_share()  # the reference's rate arrives with the first record
         if self.report is not None:
             charts = report_charts(self.report)
             for key, view in self.plots.items():
@@ -381,23 +449,23 @@ class BenchPanel(QWidget):
         from attnviz.core.io.files import atomic_write
 
         if self.report is None or not self.report.records:
-            self.status.setText("Run a sweep first.")
+            self._set_status("Run a sweep first.")
             return
         path, _ = QFileDialog.getSaveFileName(
             self, "Export records", "attention-timing.csv", "CSV (*.csv)"
         )
         if path:
             atomic_write(path, as_csv(self.report).encode("utf-8"))
-            self.status.setText(f"Wrote {Path(path).name}")
+            self._set_status(f"Wrote {Path(path).name}")
 
     def export_plots(self) -> None:
         if self.report is None or not self.report.records:
-            self.status.setText("Run a sweep first.")
+            self._set_status("Run a sweep first.")
             return
         folder = QFileDialog.getExistingDirectory(self, "Export the three plots (PNG and SVG) to")
         if folder:
             written = self.export_plots_to(Path(folder))
-            self.status.setText(f"Wrote {len(written)} files to {folder}")
+            self._set_status(f"Wrote {len(written)} files to {folder}")
 
     def export_plots_to(self, folder: Path) -> list[Path]:
         """The three plots of the sweep shown, as SVG and PNG, titled from its own config."""

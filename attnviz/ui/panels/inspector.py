@@ -8,8 +8,8 @@ from html import escape
 from itertools import pairwise
 from typing import cast
 
-from PySide6.QtCore import QTextBoundaryFinder
-from PySide6.QtGui import QTextOption
+from PySide6.QtCore import QEvent, QObject, QTextBoundaryFinder
+from PySide6.QtGui import QTextDocument, QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.maths.explain import Explanation, explain
@@ -53,19 +53,37 @@ def unbreakable(text: str) -> str:
 
 
 SEPARATOR = re.compile(r"[,;] | \+ ")  # between clauses of a formula, summands of a sum
+# a formula may also break after its = and after a · or / that joins two of its factors
+FORMULA_SEPARATOR = re.compile(r"[,;] | [+=·/] ")
+LABEL_SEPARATOR = re.compile(r"· ?| ")  # a term's name: between the references it names
 MINUS = re.compile(r"-(?=\d)")  # a hyphen-minus before a digit: -1.7, 1e-05
 
 
-def expression(text: str) -> str:
+def expression(text: str, separator: re.Pattern[str] = SEPARATOR, brackets: str = "()[]") -> str:
     """A formula or a term's arithmetic (no token in it) as HTML that never breaks inside
-    an expression: a line may break only after a ", ", "; " or " + " outside all brackets."""
-    pieces, start, depth = [], 0, 0
+    an expression: a line may break only after a separator (a ", ", "; " or " + ") outside
+    all brackets (pairs of opening and closing characters in brackets)."""
+    out, start, depth = [], 0, 0
     for i, ch in enumerate(text):
-        depth += (ch in "([") - (ch in ")]")
-        if depth == 0 and i >= start and (m := SEPARATOR.match(text, i)):
-            pieces.append(unbreakable(text[start : m.end() - 1]))
+        depth += (ch in brackets[::2]) - (ch in brackets[1::2])
+        if depth == 0 and i >= start and (m := separator.match(text, i)):
+            piece = text[start : m.end()]
+            spaced = piece.endswith(" ")
+            out.append(unbreakable(piece.rstrip(" ")) + (" " if spaced else ZERO_WIDTH_SPACE))
             start = m.end()
-    return " ".join([*pieces, unbreakable(text[start:])])
+    return "".join([*out, unbreakable(text[start:])])
+
+
+def formula(text: str) -> str:
+    """A formula as HTML that may break after a clause, an =, a + or a · or / that joins
+    two factors, outside a cell's index (round brackets may break: formulas get long)."""
+    return expression(text, FORMULA_SEPARATOR, "[]")
+
+
+def label(text: str) -> str:
+    """A term's or a step's name as HTML that may break between the cell references it
+    names (after a ·) and at a space outside brackets, never inside a reference."""
+    return expression(text, LABEL_SEPARATOR)
 
 
 def arithmetic(text: str) -> str:
@@ -89,34 +107,80 @@ def text_html(text: str) -> str:
     return "".join([*out, escape(text[end:])])
 
 
-def to_html(e: Explanation, where: list[str]) -> str:
-    """An explanation as a small HTML page: where (head 1, row 2 (she), …; each part as
-    HTML that stays on one line), formula, one table of terms and steps with every value
-    in the value column, value."""
+LAYOUTS = ("wide", "stacked", "narrow")  # tried in turn until one fits the width
 
-    def value(x: float, style: str = "") -> str:
-        return f"<td align='right' style='padding-left:12px;{style}'>{number(x)}</td>"
 
-    rows = [
+def _value(x: float, style: str = "", prefix: str = "") -> str:
+    return f"<td align='right' style='padding-left:12px;{style}'>{prefix}{number(x)}</td>"
+
+
+def _wide_rows(e: Explanation) -> list[str]:
+    """term | arithmetic | value; a step's label over the first two columns."""
+    header = (
+        "<th align='left'>term</th><th align='left'>arithmetic</th><th align='right'>value</th>"
+    )
+    rows = [f"<tr>{header}</tr>"] if e.terms else []
+    rows += [
         f"<tr><td>{unbreakable(t.label)}</td>"
-        f"<td style='color:#555'>{arithmetic(t.expression)}</td>{value(t.value)}</tr>"
+        f"<td style='color:#555'>{arithmetic(t.expression)}</td>{_value(t.value)}</tr>"
         for t in e.terms
     ]
     for k, s in enumerate(e.steps):  # the steps below the terms, a little apart
         gap = "padding-top:8px;" if k == 0 and e.terms else ""
         rows.append(
             f"<tr><td colspan='2' style='{gap}'>{unbreakable(s.label)}</td>"
-            f"{value(s.value, gap)}</tr>"
+            f"{_value(s.value, gap)}</tr>"
         )
-    header = (
-        "<tr><th align='left'>term</th><th align='left'>arithmetic</th>"
-        "<th align='right'>value</th></tr>"
-        if e.terms
-        else ""
-    )
+    return rows
+
+
+def _stacked_rows(e: Explanation) -> list[str]:
+    """Each term's name on a line of its own, its arithmetic below it beside its value;
+    a step's label beside its value."""
+    rows = ["<tr><th align='left'>term, arithmetic</th><th align='right'>value</th></tr>"]
+    rows = rows if e.terms else []
+    for t in e.terms:
+        rows += [
+            f"<tr><td colspan='2' style='padding-top:4px'>{label(t.label)}</td></tr>",
+            f"<tr><td style='color:#555;padding-left:12px'>{arithmetic(t.expression)}</td>"
+            f"{_value(t.value)}</tr>",
+        ]
+    for k, s in enumerate(e.steps):
+        gap = "padding-top:8px;" if k == 0 and e.terms else ""
+        rows.append(f"<tr><td style='{gap}'>{label(s.label)}</td>{_value(s.value, gap)}</tr>")
+    return rows
+
+
+def _narrow_rows(e: Explanation) -> list[str]:
+    """One column: each term's name, its arithmetic, then "= value" on lines of their own."""
+    rows = []
+    for t in e.terms:
+        rows += [
+            f"<tr><td style='padding-top:4px'>{label(t.label)}</td></tr>",
+            f"<tr><td style='color:#555;padding-left:12px'>{arithmetic(t.expression)}</td></tr>",
+            f"<tr>{_value(t.value, prefix='= ')}</tr>",
+        ]
+    for k, s in enumerate(e.steps):
+        gap = "padding-top:8px;" if k == 0 and e.terms else ""
+        rows += [
+            f"<tr><td style='{gap}'>{label(s.label)}</td></tr>",
+            f"<tr>{_value(s.value, prefix='= ')}</tr>",
+        ]
+    return rows
+
+
+ROWS = {"wide": _wide_rows, "stacked": _stacked_rows, "narrow": _narrow_rows}
+
+
+def to_html(e: Explanation, where: list[str], layout: str = "wide") -> str:
+    """An explanation as a small HTML page: where (head 1, row 2 (she), …; each part as
+    HTML that stays on one line), formula, one table of terms and steps, value.
+
+    layout "wide": term | arithmetic | value columns; "stacked": a term's name above its
+    arithmetic and value; "narrow": name, arithmetic and value each on a line of its own."""
+    rows = ROWS[layout](e) if e.terms or e.steps else []
     table = (
-        f"<table cellspacing='0' cellpadding='3' style='margin-top:6px'>{header}{''.join(rows)}"
-        "</table>"
+        f"<table cellspacing='0' cellpadding='3' style='margin-top:6px'>{''.join(rows)}</table>"
         if rows
         else ""
     )
@@ -124,7 +188,7 @@ def to_html(e: Explanation, where: list[str]) -> str:
     return (
         f"<h3 style='margin-bottom:2px'>{text_html(e.title)}</h3>"
         f"<div style='color:#444'>{' · '.join(where)}</div>"
-        f"<p><code>{expression(e.formula)}</code></p>{table}"
+        f"<p><code>{formula(e.formula)}</code></p>{table}"
         f"<p style='font-size:large'>value = <b>{number(e.value)}</b></p>{note}"
     )
 
@@ -138,16 +202,39 @@ class InspectorPanel(QWidget):
         self.view = QTextBrowser()
         self._html = ""
         self.view.setOpenLinks(False)
-        # Lines break between words only, never inside one: a number or a cell reference
-        # wider than its column widens the table (it scrolls) rather than split.
+        # Lines break between words only, never inside one; the page is laid out in the
+        # first layout that fits the width (see _fitting), so nothing needs sideways scrolling.
         self.view.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.view)
+        self._page: tuple[Explanation, list[str]] | None = None  # the explanation shown
+        self._scratch = QTextDocument(self)  # where a layout is tried for width
+        self.view.viewport().installEventFilter(self)
         ws.view_state.selectionChanged.connect(lambda _: self.refresh())
         ws.compute.resultChanged.connect(lambda _: self.refresh())
         ws.compute.answered.connect(self._answered)
         self.refresh()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize and self._page is not None:
+            self._show(self._fitting(*self._page))  # another layout may fit the new width
+        return super().eventFilter(watched, event)
+
+    def _fitting(self, e: Explanation, parts: list[str]) -> str:
+        """The explanation in the first layout whose page fits the view's width (the
+        narrowest when none does)."""
+        width = self.view.viewport().width()
+        self._scratch.setDefaultFont(self.view.document().defaultFont())
+        self._scratch.setDocumentMargin(self.view.document().documentMargin())
+        self._scratch.setDefaultTextOption(self.view.document().defaultTextOption())
+        for layout in LAYOUTS:
+            html = to_html(e, parts, layout)
+            self._scratch.setHtml(html)
+            self._scratch.setTextWidth(width)
+            if self._scratch.idealWidth() <= width:
+                break
+        return html
 
     def _show(self, html: str) -> None:
         """Show html, unless it is what is shown (a page laid out and painted again for
@@ -161,6 +248,7 @@ class InspectorPanel(QWidget):
         of the Masks comparison: in the scenario under that mask)."""
         sel = self.view_state.selection
         if sel is None:
+            self._page = None
             self._show(EMPTY)
             return
         head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
@@ -184,7 +272,9 @@ class InspectorPanel(QWidget):
             return
         sel, result, e = cast(tuple[Selection, Result, Explanation | None], value)
         if e is None or sel != self.view_state.selection:
-            self._show(EMPTY if e is None else self._html)
+            if e is None:
+                self._page = None
+                self._show(EMPTY)
             return
         head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
         tokens, keys = result.tokens, result.keys
@@ -198,4 +288,5 @@ class InspectorPanel(QWidget):
         parts.append(unbreakable(column))
         if sel.mask:
             parts.append(nbsp(f"under mask {sel.mask}"))
-        self._show(to_html(e, parts))
+        self._page = (e, parts)
+        self._show(self._fitting(e, parts))
