@@ -44,7 +44,7 @@ def window(worked_window):
 
 @pytest.fixture
 def panel(window, qtbot) -> LinesPanel:
-    window.docks["Lines"].raise_()
+    window.bring_forward(("Lines",))
     settle()
     panel = window.panel("Lines")
     assert isinstance(panel, LinesPanel)

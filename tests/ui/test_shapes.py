@@ -29,7 +29,7 @@ def assert_whole_matrices_shown(window, qtbot) -> None:
     s, heads = window.doc.scenario, window.doc.n_heads
     qtbot.waitUntil(lambda: not window.compute.busy, timeout=10000)
     for title in DOCKS:
-        window.docks[title].raise_()
+        window.bring_forward((title,))
         panel = window.panel(title)
         qtbot.waitUntil(panel.isVisible, timeout=5000)
 

@@ -123,7 +123,7 @@ PANELS = {
 
 def bring(window, title: str):
     """Raise a dock over its tab neighbours and let its panel draw."""
-    window.docks[title].raise_()
+    window.bring_forward((title,))
     settle()
     panel = getattr(window, PANELS[title])
     settle()  # a panel shown for the first time draws on the next turn of the event loop

@@ -60,7 +60,7 @@ def dock(shown_window, qtbot):
 
     def open_(scenario=None):
         window = shown_window(scenario=scenario)
-        window.docks["Tiling"].raise_()
+        window.bring_forward(("Tiling",))
         panel = window.panel("Tiling")
         qtbot.waitUntil(lambda: panel.pass_ is not None, timeout=10000)
         panel.setFocus()
