@@ -597,7 +597,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         steps.close()
     s, p = got.scenario, got.provenance
-    out = args.out or default_import_name(args.source, args.layer, s.W_Q.size + s.W_O.size)
+    out = args.out or default_import_name(args.source, args.layer, s)
     try:
         save_scenario(out, s)
     except OSError as e:
@@ -657,10 +657,12 @@ def _check_out(out: str) -> None:
         raise UsageError(f"--out {out}: no folder {folder}")
 
 
-def default_import_name(source: str, layer: int, cells: int) -> str:
+def default_import_name(source: str, layer: int, s: Scenario) -> str:
     """``<model>-layer<L>.attn.json`` (``.attn.npz`` for layers of over a million weights)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(source.rstrip("/\\")) or "model")
-    return f"{name.strip('-.') or 'model'}-layer{layer}.attn.{'npz' if cells > 2**20 else 'json'}"
+    from attnviz.core.io.files import file_name_for
+
+    model = os.path.basename(source.rstrip("/\\")).strip(".") or "model"
+    return file_name_for(f"{model}-layer{layer}", s)
 
 
 def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:

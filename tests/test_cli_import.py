@@ -10,6 +10,7 @@ import pytest
 from attnviz.cli import default_import_name, main
 from attnviz.core.io.files import load_scenario
 from attnviz.core.maths.forward import compute
+from attnviz.core.presets import make_preset
 
 pytest.importorskip("transformers")
 
@@ -62,9 +63,12 @@ def test_import_errors_are_one_line_and_write_nothing(tmp_path, capsys):
 
 
 def test_default_names_follow_the_model_and_layer():
-    assert default_import_name("org/tiny-bert", 3, 1000) == "tiny-bert-layer3.attn.json"
-    assert default_import_name("/models/gpt2/", 0, 5_000_000) == "gpt2-layer0.attn.npz"
-    assert default_import_name("../..", 1, 10) == "model-layer1.attn.json"
+    small, large = make_preset("worked-example"), make_preset("gpt2-small", n=2)
+    assert 3 * 768 * 768 + 768 * 768 > 2**20  # GPT-2's W_Q, W_K, W_V and W_O
+    assert default_import_name("org/tiny-bert", 3, small) == "tiny-bert-layer3.attn.json"
+    assert default_import_name("/models/gpt2/", 0, large) == "gpt2-layer0.attn.npz"
+    assert default_import_name("../..", 1, small) == "model-layer1.attn.json"
+    assert default_import_name("a b/c:d", 1, small) == "c-d-layer1.attn.json"
 
 
 def test_a_bad_out_name_is_refused_before_the_import_runs(tmp_path, capsys):

@@ -66,7 +66,6 @@ from attnviz.ui.workspace import Workspace
 from attnviz.ui.workspaces import Workspaces
 
 DEFAULT_SIZE = QSize(1400, 860)
-JSON_TOKENS = 256  # a preset with more tokens is proposed for saving as .attn.npz
 BUSY_AFTER_MS = 300  # work shorter than this shows no "computing…"
 DOCK_ORDER = (
     "Inputs",
@@ -423,8 +422,7 @@ class MainWindow(QMainWindow):
                 self.preset_box.setCurrentIndex(0)
                 return
         scenario = make_preset(name, n=n)
-        suffix = files.NPZ_SUFFIX if scenario.n > JSON_TOKENS else files.SUFFIX
-        untitled = untitled_name(f"{name}{suffix}", "preset")
+        untitled = untitled_name(files.file_name_for(name, scenario), "preset")
         self.doc.start_from(scenario, f"Preset {preset.title}", untitled)
         self.preset_box.setCurrentIndex(0)
         self.show_message(f"Loaded {preset.title}: {preset.summary}")

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.io.files import NPZ_SUFFIX
+from attnviz.core.io.files import file_name_for
 from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.session import untitled_name
 from attnviz.ui.background import Background
@@ -205,7 +205,7 @@ class ModelImports(QObject):
         self._close_progress()
         p = got.provenance
         name = Path(p.source).name or p.source
-        untitled = untitled_name(f"{name}-layer{p.layer}{NPZ_SUFFIX}", "import")
+        untitled = untitled_name(file_name_for(f"{name}-layer{p.layer}", got.scenario), "import")
         self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}", untitled)
         self.overview, self.overview_source = got.overview, (p.source, p.text, p.layers)
         self.overviewChanged.emit()

@@ -60,7 +60,7 @@ PATHS = {
     "preset": (_preset, "llama-style.attn.json"),
     "example": (_example, "softcap.attn.json"),
     "new": (_new, "scenario.attn.json"),
-    "import": (_import, "bert-layer0.attn.npz"),
+    "import": (_import, "bert-layer0.attn.json"),
 }
 
 ASKS_FIRST = ("example", "new")  # they offer to save unsaved work before they replace it

@@ -282,9 +282,10 @@ def test_the_heads_dock_groups_heads_by_their_kv_head(window, qtbot):
     qtbot.waitUntil(
         lambda: [v.spec.caption if v.spec else None for v in heads.views] == wanted, timeout=3000
     )
-    # A group per row: heads 1 and 2 side by side, 3 and 4 below them.
-    rows = [heads.grid.getItemPosition(heads.grid.indexOf(v))[0] for v in heads.views]
-    assert rows[0] == rows[1] < rows[2] == rows[3]
+    # A group's heads side by side, in order; a group never split across rows.
+    at = [v.geometry().topLeft() for v in heads.views]
+    assert at[0].y() == at[1].y() and at[0].x() < at[1].x()
+    assert at[2].y() == at[3].y() and at[2].x() < at[3].x()
     # Back to one KV head per query head: plain captions.
     type_spin(qtbot, window.weights.kv_heads, 4)
     qtbot.waitUntil(lambda: heads.views[2].spec.caption == "head 3", timeout=3000)

@@ -291,6 +291,17 @@ def is_binary(path: str | os.PathLike[str]) -> bool:
     return os.fsdecode(os.fspath(path)).lower().endswith(".npz")
 
 
+BINARY_WEIGHTS = 2**20  # a scenario with more weights is proposed as .attn.npz
+
+
+def file_name_for(stem: str, s: Scenario) -> str:
+    """The file name to propose for s: the stem made safe (letters, digits, ._-), then
+    .attn.json, or .attn.npz when s has over a million weights (a text file would be
+    tens of megabytes)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "scenario"
+    return safe + (NPZ_SUFFIX if s.weight_count > BINARY_WEIGHTS else SUFFIX)
+
+
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a scenario file, .attn.npz (binary) or .attn.json (text) by its suffix;
     raises FileFormatError naming the file and the problem."""

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.io.files import SUFFIX
+from attnviz.core.io.files import file_name_for
 from attnviz.core.lessons import STAGES, Stage
 from attnviz.core.presets import make_preset
 from attnviz.core.session import untitled_name
@@ -81,8 +81,9 @@ class LessonPanel(QWidget):
         if not 0 <= index < len(STAGES):
             return
         stage = STAGES[index]
-        name = untitled_name(f"lesson-{stage.number}{SUFFIX}", "lesson")
-        self.doc.start_from(make_preset(stage.preset), f"Lesson stage {stage.number}", name)
+        scenario = make_preset(stage.preset)
+        name = untitled_name(file_name_for(f"lesson-{stage.number}", scenario), "lesson")
+        self.doc.start_from(scenario, f"Lesson stage {stage.number}", name)
         self.view_state.set_head(0)
         self.show_stage(index)
 
