@@ -347,7 +347,7 @@ def test_table_cells_as_both_the_command_and_the_window_show_them() -> None:
 
 def test_table_text_of_a_hand_made_report() -> None:
     assert as_table(hand_made_report()).splitlines() == [
-        "Test CPU (cpu, torch 2.5.0); matrix-multiply ceiling 0.8 TFLOP/s (bfloat16)",
+        "Test CPU (cpu, torch 2.5.0); measured matrix multiply 0.8 TFLOP/s (bfloat16)",
         " impl    n  time ms  peak MiB  predicted MiB  TFLOP/s  of GEMM  error  status",
         "naive  256      1.5       3.0            3.1   0.0125       2%  0.002  ok",
         "naive  512        –         –           12.5        –        –      –  oom",

@@ -13,14 +13,12 @@ from PySide6.QtCore import QPoint, QRect, QSize, Qt
 from PySide6.QtWidgets import QLayout, QLayoutItem, QWidget
 
 
-class _Items(QLayout):
+class ItemList(QLayout):
     """A layout that keeps its items in a list (what QLayout leaves to its subclasses)."""
 
-    def __init__(self, parent: QWidget | None = None, spacing: int = 6):
+    def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._items: list[QLayoutItem] = []
-        self.setContentsMargins(0, 0, 0, 0)
-        self.setSpacing(spacing)
 
     def addItem(self, item: QLayoutItem) -> None:
         self._items.append(item)
@@ -33,6 +31,15 @@ class _Items(QLayout):
 
     def takeAt(self, index: int) -> QLayoutItem | None:
         return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+
+class _Items(ItemList):
+    """Items placed by ``_place``, which also gives the height for a width."""
+
+    def __init__(self, parent: QWidget | None = None, spacing: int = 6):
+        super().__init__(parent)
+        self.setContentsMargins(0, 0, 0, 0)
+        self.setSpacing(spacing)
 
     def expandingDirections(self) -> Qt.Orientation:
         return Qt.Orientation(0)

@@ -145,7 +145,6 @@ class MainWindow(QMainWindow):
         self.workspaces = Workspaces(self, self.docks, settings)
         self.lesson.showDocks.connect(self.bring_forward)
         self.lesson.showTab.connect(self.open_tab)
-        self._arranged = False  # the docks are arranged when the window is first shown
 
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
@@ -302,8 +301,7 @@ class MainWindow(QMainWindow):
     def showEvent(self, event: QShowEvent) -> None:
         # Docks are arranged once the window is shown: tabifying them earlier leaves
         # stale, visible tab bars behind (a Qt quirk).
-        if not self._arranged:
-            self._arranged = True
+        if not self.workspaces.started:
             self.fit_screen()  # the layout is made for the size the window will have
             QTimer.singleShot(0, self.fit_screen)  # and again once its frame is known
             self.workspaces.start()

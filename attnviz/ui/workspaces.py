@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QObject, QRect, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QObject, QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -87,11 +87,10 @@ def needing(titles: tuple[str, ...], current: Plan) -> Plan:
 class Workspaces(QObject):
     """Switches, remembers and resets a window's workspaces."""
 
-    switched = Signal(str)  # the key of the workspace now shown
-
     def __init__(self, window: QMainWindow, docks: dict[str, QDockWidget], settings: QSettings):
         super().__init__(window)
         self.window, self.docks, self.settings = window, docks, settings
+        self.started = False  # the docks are arranged when the window is first shown
         self.current = BY_KEY.get(str(settings.value("workspaces/current", "")), PLANS[0])
         self.actions = QActionGroup(self)
         for k, plan in enumerate(PLANS, start=1):
@@ -119,6 +118,7 @@ class Workspaces(QObject):
 
     def start(self) -> None:
         """Show the workspace the user last had (the first time: Learn)."""
+        self.started = True
         self.arrange(self.current)  # a saved state only places docks the window holds
         self._show(self.current)
 
@@ -135,11 +135,11 @@ class Workspaces(QObject):
         self.arrange(self.current)
 
     def remember(self) -> None:
-        """Keep the current workspace as the user left it (on a switch and at close)."""
-        self.settings.setValue(
-            f"workspace-states/{self.current.key}", self.window.saveState(VERSION)
-        )
-        self.settings.setValue("workspaces/current", self.current.key)
+        """Keep the current workspace as the user left it (on a switch and at close; not
+        for a window never shown, whose docks were never arranged)."""
+        if self.started:
+            state = self.window.saveState(VERSION)
+            self.settings.setValue(f"workspace-states/{self.current.key}", state)
 
     def bring_forward(self, titles: tuple[str, ...]) -> None:
         """Show these docks and raise them over their tab neighbours (the most important
@@ -158,7 +158,6 @@ class Workspaces(QObject):
             action.setChecked(action.text() == plan.name)
         self.settings.setValue("workspaces/current", plan.key)
         self._whole_tab_titles()
-        self.switched.emit(plan.key)
 
     def _restore(self, state: QByteArray) -> bool:
         """The window's restoreState, less the tab bars of the arrangement it replaces:
@@ -223,7 +222,7 @@ class Workspaces(QObject):
         w.resizeDocks([d["Inputs"], d["Weights"]], [inputs, 500], Qt.Orientation.Vertical)
         if len(plan.right) > 1:
             cells = [d[cell[0]] for cell in plan.right]
-            w.resizeDocks(cells, [330, 470][: len(cells)], Qt.Orientation.Vertical)
+            w.resizeDocks(cells, [330] + [470] * (len(cells) - 1), Qt.Orientation.Vertical)
 
     def _whole_tab_titles(self) -> None:
         """Dock tabs show their whole titles (Qt would cut them down to "Pipel…", "He…");

@@ -1,4 +1,4 @@
-"""The GPU timing dock runs a tiny sweep (in a child process) and draws its plots.
+"""The Timing dock runs a tiny sweep (in a child process) and draws its plots.
 
 Its plots and exports are titled from the sweep that ran, not from the form as it is
 now; it starts the child with every setting of its Config; its table shows the cells

@@ -1,4 +1,4 @@
-"""GPU timing dock: dense against fused attention over growing n, on CUDA or the CPU.
+"""Timing dock: dense against fused attention over growing n, on CUDA or the CPU.
 
 Prefill (n queries) or decode (one new query against a cache of n), grouped-query
 shapes, a sliding window or documents, and flex_attention next to SDPA. The sweep runs

@@ -124,7 +124,7 @@ class HeadsPanel(ResultPanel):
         self.hint = QLabel(
             "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
             "in the Pipeline; untick it to switch it off in the W_O mix (ablation). Heads "
-            "that share keys and values (GQA) sit side by side, a group per row.",
+            "that share keys and values (GQA) sit side by side.",
             self,
         )
         self.hint.setWordWrap(True)
@@ -176,8 +176,9 @@ class HeadsPanel(ResultPanel):
         labels = max(map(metrics.horizontalAdvance, spec.row_labels), default=0.0)
         keys = max(map(metrics.horizontalAdvance, spec.col_labels), default=0.0)
         caption = QFontMetricsF(self.views[0].caption_font).height()
-        # Few tokens: cells a line tall, so that every label shows (turned, for the keys).
-        smallest = line + 1 if max(shape) <= FEW else min(1.0, OVERVIEW / max(shape))
+        # Few tokens: cells a line tall (and a little: the room for labels is estimated),
+        # so that every label shows (turned, for the keys).
+        smallest = line + 3 if max(shape) <= FEW else min(1.0, OVERVIEW / max(shape))
         turned = titled = False
         for _ in range(3):  # until the guesses hold
             title = (line + 4) * titled

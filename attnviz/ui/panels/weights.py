@@ -7,16 +7,16 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLayout,
     QLayoutItem,
     QScrollArea,
-    QScrollBar,
     QSplitter,
+    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -29,6 +29,7 @@ from attnviz.core.maths.scenario import (
     resized,
     with_kv_heads,
 )
+from attnviz.ui.flow import ItemList
 from attnviz.ui.grid import MatrixGrid, share_columns
 from attnviz.ui.matrix_model import MatrixModel
 from attnviz.ui.panels.common import int_spin, set_quietly
@@ -43,7 +44,7 @@ def titled(title: str, widget: QWidget) -> QGroupBox:
     return box
 
 
-class WeightRows(QLayout):
+class WeightRows(ItemList):
     """A head's weight boxes in rows of equal widths: all side by side when each then shows
     all its columns, filling the height (``room``: what the scroll area around shows);
     else as many to a row as show their columns (W_Q and W_K, then W_V; or one a row),
@@ -54,20 +55,7 @@ class WeightRows(QLayout):
 
     def __init__(self, room: Callable[[], int], parent: QWidget | None = None):
         super().__init__(parent)
-        self._items: list[QLayoutItem] = []
         self._room = room
-
-    def addItem(self, item: QLayoutItem) -> None:
-        self._items.append(item)
-
-    def count(self) -> int:
-        return len(self._items)
-
-    def itemAt(self, index: int) -> QLayoutItem | None:
-        return self._items[index] if 0 <= index < len(self._items) else None
-
-    def takeAt(self, index: int) -> QLayoutItem | None:
-        return self._items.pop(index) if 0 <= index < len(self._items) else None
 
     def sizeHint(self) -> QSize:
         hints = [item.sizeHint() for item in self._items]
@@ -91,7 +79,7 @@ class WeightRows(QLayout):
         """How many boxes to a row: the most that each show all their columns."""
         hints = [item.sizeHint() for item in self._items]
         m = self.contentsMargins()
-        bar = QScrollBar(Qt.Orientation.Vertical).sizeHint().width()
+        bar = QApplication.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
         room = self._room() - m.top() - m.bottom()
         if all(
             h.width() + (bar if h.height() > room else 0) <= self._share(width, len(hints))
