@@ -33,6 +33,7 @@ class Plan:
     summary: str
     centre: tuple[str, ...]
     right: tuple[tuple[str, ...], ...]
+    heights: tuple[int, ...] = (330, 470)  # of the cells on the right, in proportion
 
     @property
     def docks(self) -> tuple[str, ...]:
@@ -61,6 +62,7 @@ PLANS: tuple[Plan, ...] = (
         "An imported pretrained layer: every layer and head, lines, and the model itself",
         ("Overview", "Heads", "Lines", "Pipeline"),
         (("Model",), ("Inspector",)),
+        (520, 280),  # where the layer came from, and how far an edit moved it
     ),
     Plan(
         "kernels",
@@ -222,7 +224,7 @@ class Workspaces(QObject):
         w.resizeDocks([d["Inputs"], d["Weights"]], [inputs, 500], Qt.Orientation.Vertical)
         if len(plan.right) > 1:
             cells = [d[cell[0]] for cell in plan.right]
-            w.resizeDocks(cells, [330] + [470] * (len(cells) - 1), Qt.Orientation.Vertical)
+            w.resizeDocks(cells, list(plan.heights[: len(cells)]), Qt.Orientation.Vertical)
 
     def _whole_tab_titles(self) -> None:
         """Dock tabs show their whole titles (Qt would cut them down to "Pipel…", "He…");
