@@ -154,3 +154,27 @@ def test_at_1280x720_the_first_view_shows_all_of_x_and_the_masks_need_no_scrolli
     for row in range(table.model().rowCount()):  # the summary table's rows in sight
         top = table.rowViewportPosition(row)
         assert top >= 0 and top + table.rowHeight(row) <= table.viewport().height(), row
+
+
+def test_real_models_without_a_model_offers_the_import(make_window, qtbot, monkeypatch):
+    from PySide6.QtWidgets import QDialog, QPushButton
+
+    from attnviz.ui import model_import
+
+    opened: list[str] = []
+    monkeypatch.setattr(
+        model_import.ImportDialog,
+        "exec",
+        lambda self: opened.append(self.windowTitle()) or QDialog.DialogCode.Rejected,
+    )
+    window = make_window()
+    window.show()
+    qtbot.waitExposed(window)
+    button(window, "Real models").click()
+    settle(window)
+    overview = window.panel("Overview")
+    offer = [b for b in overview.findChildren(QPushButton) if b.text() == "Import Model Layer…"]
+    assert len(offer) == 1 and offer[0].isVisible()
+    offer[0].click()
+    assert len(opened) == 1  # the import dialog, cancelled: nothing changed
+    assert window.doc.scenario.provenance is None

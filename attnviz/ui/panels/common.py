@@ -54,6 +54,8 @@ class LayerImports(Protocol):
 
     def load_layer(self, layer: int, head: int | None = None) -> None: ...
 
+    def open_dialog(self) -> None: ...
+
 
 class ScreenPanel(QWidget):
     """A panel drawn only while it is on screen: what arrives while it is not (a closed

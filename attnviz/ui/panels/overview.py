@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen
-from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
 from attnviz.ui.heatmap_parts import image_over
@@ -131,9 +131,13 @@ class OverviewPanel(QWidget):
         self.note.setWordWrap(True)
         self.grid = OverviewGrid()
         self.grid.picked.connect(self._picked)
+        self.import_button = QPushButton("Import Model Layer…")
+        self.import_button.setToolTip("File → Import Model Layer… (Ctrl+Shift+I)")
+        self.import_button.clicked.connect(imports.open_dialog)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.note)
+        layout.addWidget(self.import_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.grid)
         layout.addStretch(1)
         self._maps: np.ndarray | None = None
@@ -163,6 +167,7 @@ class OverviewPanel(QWidget):
                 "model's own run. Click a map to import that layer and show that head."
             )
         self.note.setText(note)
+        self.import_button.setVisible(maps is None)
         if maps is not self._maps:  # colour the maps once per import, not on every edit
             self._maps = maps
             self.grid.set_maps(maps)
