@@ -215,8 +215,11 @@ def load_source(args: argparse.Namespace) -> Scenario:
     overrides."""
     from attnviz.core import presets
 
-    if sum(bool(x) for x in (args.file, args.preset, args.example)) > 1:
+    given = [x is not None for x in (args.file, args.preset, args.example)]
+    if sum(given) > 1:
         raise UsageError("give one of FILE, --preset and --example, not more")
+    if args.example is not None and not args.example.strip():
+        raise UsageError("--example: give an example's name (attnviz examples lists them)")
     if args.file or args.example:
         if args.n is not None or args.seed is not None:
             raise UsageError("--n and --seed apply to presets, not to files")
@@ -468,6 +471,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     fmt = args.format or os.path.splitext(args.out)[1].lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise UsageError(f"--out {args.out}: give --format png or svg, or a .png or .svg name")
+    _check_output(args.out, (f".{fmt}",), reads=[args.file] if args.file else [])
     s = load_source(args)
     n_heads = s.n_heads if s.settings.projections else 1
     if args.head > n_heads:
@@ -580,11 +584,12 @@ def cmd_tiles(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from attnviz.core.io.files import save_scenario
+    from attnviz.core.io.outputs import SCENARIO_SUFFIXES, free_name
     from attnviz.core.models.importer import Request, import_model_layer
     from attnviz.core.models.sources import Cancelled
 
-    if args.out is not None:
-        _check_out(args.out)
+    model = [args.source] if os.path.isdir(args.source) else []
+    _check_output(args.out or "model.attn.json", SCENARIO_SUFFIXES, folders=model)
     steps = StepPrinter(sys.stderr)
     try:
         got = import_model_layer(
@@ -597,18 +602,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         steps.close()
     s, p = got.scenario, got.provenance
-    out = args.out or default_import_name(args.source, args.layer, s)
+    # a name the user did not give never replaces a file
+    out = args.out or free_name(default_import_name(args.source, args.layer, s))
     try:
         save_scenario(out, s)
     except OSError as e:
         raise UsageError(f"--out {out}: {e.strerror or e}") from None
     print(
-        f"imported layer {p.layer} of {p.layers} from {p.source} ({p.model_type}, {p.kind}): "
+        f"imported layer {p.layer} of {p.layers} from {one_line(p.source)} "
+        f"({p.model_type}, {p.kind}): "
         f"{s.n} tokens, {s.n_heads} heads ({s.kv_heads} key/value), d_model {s.d_model}, "
         f"d_k {s.d_k}, in {got.seconds:.1f} s\n"
         f"agreement with the model ({got.dtype}): attention weights {got.agreement_weights:.1e}, "
         f"attention output {got.agreement_output:.1e}\n"
-        f"wrote {out} ({os.path.getsize(out) / 2**20:.1f} MiB)"
+        f"wrote {one_line(out)} ({os.path.getsize(out) / 2**20:.1f} MiB)"
     )
     return 0
 
@@ -648,13 +655,15 @@ class StepPrinter:
         self.shown = 0
 
 
-def _check_out(out: str) -> None:
-    """Before a long import: a scenario name, in a folder that exists."""
-    if not out.lower().endswith((".json", ".npz")):
-        raise UsageError(f"--out {out}: name it {SCENARIO_FILES}")
-    folder = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(folder):
-        raise UsageError(f"--out {out}: no folder {folder}")
+def _check_output(
+    out: str, suffixes: Sequence[str], reads: Sequence[str] = (), folders: Sequence[str] = ()
+) -> None:
+    """Before any work: out can be written and is none of what the command reads."""
+    from attnviz.core.io.outputs import output_problem
+
+    problem = output_problem(out, suffixes, reads, folders)
+    if problem is not None:
+        raise UsageError(f"--out {out}: {problem}; nothing was written")
 
 
 def default_import_name(source: str, layer: int, s: Scenario) -> str:
@@ -747,9 +756,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(
                 f"unrecognized arguments: {' '.join(unknown)}; see 'attnviz {args.command} --help'"
             )
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a full disk or a closed pipe is found here, not at exit
+        return code
     except (UsageError, ScenarioError) as e:
         print(f"attnviz: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (| head): not an error
+        _drop_stdout()
         return 0
+    except OSError as e:  # a full disk, an unreadable output: one line, never exit 0
+        _drop_stdout()
+        where = f" ({one_line(os.fsdecode(e.filename))})" if e.filename else ""
+        print(f"attnviz: {e.strerror or e}{where}; the output is incomplete", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        _drop_stdout()
+        print("attnviz: interrupted; files are written whole or not at all", file=sys.stderr)
+        return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that its unwritten rest is not retried at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no real stdout (a test's capture)
+        pass
