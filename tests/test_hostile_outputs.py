@@ -132,3 +132,16 @@ def test_a_folder_that_cannot_be_written_is_found_before_the_import(model, tmp_p
         assert "cannot be written" in err and "Finding the model" not in err
     finally:
         locked.chmod(0o700)
+
+
+def test_tiles_refuses_a_pass_of_millions_of_tiles_before_allocating():
+    args = ["tiles", "--preset", "gpt2-small", "--n", "2048", "--block-q", "1", "--block-k", "1"]
+    code = "import sys; from attnviz.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        ["bash", "-c", 'ulimit -v 3000000; exec "$@"', "-", sys.executable, "-c", code, *args],
+        capture_output=True,
+        timeout=120,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1, err
+    assert "4,194,304 tiles" in err  # 2048 × 2048 tiles of one score each

@@ -119,6 +119,7 @@ def tiles(
     for name, value in (("block_q", block_q), ("block_k", block_k)):
         if not isinstance(value, int) or value < 1:
             raise ScenarioError(f"{name}: {value!r}; expected a whole number from 1")
+    check_size(s, block_q, block_k, MAX_STEPS, MAX_KEPT)
     Q, K, V = head_inputs(s, head)  # Q and K as the scores see them (QK-norm, RoPE)
     hidden = hidden_keys(s) if s.settings.mask != "none" else np.zeros((s.n, s.m), bool)
     low = precision != "float64"
@@ -229,6 +230,28 @@ def _rounded(x: np.ndarray, precision: str) -> np.ndarray:
 
 
 # The worked arithmetic of one step ---------------------------------------------------
+
+MAX_STEPS = 1 << 18  # tiles a pass keeps (each a few small arrays)
+MAX_KEPT = 1 << 26  # numbers all its tiles keep: 512 MB as float64
+
+
+def tile_count(s: Scenario, block_q: int, block_k: int) -> int:
+    return math.ceil(s.n / block_q) * math.ceil(s.m / block_k)
+
+
+def check_size(s: Scenario, block_q: int, block_k: int, max_tiles: int, max_kept: int) -> None:
+    """Refuse, before anything is allocated, a pass whose tiles (each keeping its scores,
+    P, O, m and l) are more than max_tiles or hold more than max_kept numbers."""
+    count = tile_count(s, block_q, block_k)
+    d = s.d_k if s.settings.projections else s.d_model
+    kept = 2 * s.n * s.m + count * block_q * (d + 6)
+    if count > max_tiles or kept > max_kept:
+        raise ScenarioError(
+            f"B_r = {block_q}, B_c = {block_k} make {count:,} tiles of this {s.n} × {s.m} "
+            f"matrix keeping {kept:,} numbers; at most {max_tiles:,} tiles and "
+            f"{max_kept:,} numbers are kept: raise the block sizes"
+        )
+
 
 TERMS_LISTED = 4  # e^(s − m) terms written out one by one; more are summed in one term
 
