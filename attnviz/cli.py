@@ -696,8 +696,11 @@ def _looks_like_a_file(text: str) -> bool:
 def open_window(path: str | None) -> int:
     """No subcommand: the desktop window, on FILE when given."""
     if path is not None and not os.path.isfile(path):
-        if _looks_like_a_file(path):
-            print(f"attnviz: {one_line(path)}: no such file", file=sys.stderr)
+        from attnviz.core.io.files import not_a_file
+
+        why = not_a_file(path)  # a folder, a pipe, … is named, even without an extension
+        if why != "no such file" or _looks_like_a_file(path):
+            print(f"attnviz: {one_line(path)}: {why}", file=sys.stderr)
         else:
             commands = ", ".join(SUBCOMMANDS)
             print(

@@ -304,7 +304,7 @@ def test_long_unknown_keys_are_cut():
 @pytest.mark.parametrize(
     ("ablated", "message"),
     [
-        ([200], "settings.ablated: head 200 is not between 1 and 128"),
+        ([200], "settings.ablated[1]: expected a whole number from 1 to 128, got 200"),
         ([1, 1], "settings.ablated: head numbers [1, 1] repeat"),
         ([3], "settings.ablated: head 3 does not exist (2 heads)"),
     ],

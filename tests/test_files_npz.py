@@ -999,25 +999,28 @@ def _ragged() -> dict[str, Any]:
 
 BAD_PROVENANCE = [
     ("token-id-text", provenance_doc(token_ids=[1, 2, "x", 4]),
-     "provenance.token_ids[3]: expected a token id (a whole number from 0), got 'x'"),
+     "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got 'x'"),
     ("token-id-negative", provenance_doc(token_ids=[1, 2, -1, 4]),
-     "provenance.token_ids[3]: expected a token id (a whole number from 0), got -1"),
+     "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got -1"),
     ("token-id-bool", provenance_doc(token_ids=[1, 2, True, 4]),
-     "provenance.token_ids[3]: expected a token id (a whole number from 0), got True"),
+     "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got True"),
     ("token-id-float", provenance_doc(token_ids=[1, 2, 3.0, 4]),
-     "provenance.token_ids[3]: expected a token id (a whole number from 0), got 3.0"),
+     "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got 3.0"),
     ("token-id-huge", provenance_doc(token_ids=[1, 2, 2**64, 4]),
-     "provenance.token_ids[3]: expected a token id (a whole number from 0), got "
+     "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got "
      "18446744073709551616"),
     ("token-ids-count", provenance_doc(token_ids=[1, 2, 3]),
      "provenance.token_ids: 3 ids for 4 tokens"),
     ("token-ids-not-list", provenance_doc(token_ids="1 2 3 4"),
      "provenance.token_ids: expected a list of token ids, got '1 2 3 4'"),
     ("layer-text", provenance_doc(layer="3"),
-     "provenance.layer: expected a whole number from 0, got '3'"),
+     "provenance.layer: expected a whole number from 0 to 11, got '3'"),
     ("layers-bool", provenance_doc(layers=True),
-     "provenance.layers: expected a whole number from 0, got True"),
-    ("layer-past-layers", provenance_doc(layer=12), "provenance.layer: 12; expected 0 to 11"),
+     "provenance.layers: expected a whole number from 1 to 100,000, got True"),
+    ("layer-past-layers", provenance_doc(layer=12),
+     "provenance.layer: expected a whole number from 0 to 11, got 12"),
+    ("no-layers", provenance_doc(layer=0, layers=0),
+     "provenance.layers: expected a whole number from 1 to 100,000, got 0"),
     ("kind", provenance_doc(kind="s3"),
      "provenance.kind: 's3'; expected one of ('folder', 'cache', 'package', 'hub')"),
     ("source-number", provenance_doc(source=7), "provenance.source: expected text, got 7"),
@@ -1084,7 +1087,7 @@ def test_a_bad_provenance_in_an_npz_names_its_field(tmp_path):
     )
     write_archive(tmp_path / "p.attn.npz", doc, members)
     assert refusal(tmp_path / "p.attn.npz") == (
-        "provenance.token_ids[3]: expected a token id (a whole number from 0), got -3"
+        "provenance.token_ids[3]: expected a token id (a whole number from 0 to 2^63 − 1), got -3"
     )
     doc["provenance"]["token_ids"] = [1, 2, 3, 4]
     nan = OUTPUT.copy()

@@ -34,7 +34,7 @@ from attnviz.core.io.files import (
     scenario_from_json,
     scenario_to_dict,
 )
-from attnviz.core.maths.scenario import LIMITS, MASKS, Scenario, Settings
+from attnviz.core.maths.scenario import LIMITS, MASKS, SOFTCAP_LEAST, Scenario, Settings
 
 ROUND_TRIP = settings(
     max_examples=60,
@@ -324,7 +324,7 @@ def v2_scenarios(draw: st.DrawFn) -> Scenario:
         scale_value=draw(st.none() | st.floats(0.0, 1e9, exclude_min=True)),
         qk_norm=draw(st.sampled_from(("none", "rms"))),
         qk_norm_eps=draw(st.floats(0.0, 1.0, exclude_min=True) | st.just(1e-6)),
-        softcap=draw(st.none() | st.floats(0.0, 1e9, exclude_min=True)),
+        softcap=draw(st.none() | st.floats(SOFTCAP_LEAST, 1e9)),
         sinks=draw(st.none() | per_head),
     )
     extra: dict[str, Any] = {}
@@ -713,7 +713,7 @@ def test_a_hostile_file_names_itself_and_the_field(tmp_path):
     doc["settings"]["sinks"] = ["0.5", 1.0]
     path = tmp_path / "bad.attn.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    with pytest.raises(FileFormatError, match=r"^bad\.attn\.json: settings\.sinks: "):
+    with pytest.raises(FileFormatError, match=r"^bad\.attn\.json: settings\.sinks\[1\]: "):
         load_scenario(path)
 
 

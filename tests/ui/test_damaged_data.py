@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,20 @@ def damage(kind: str, path: Path) -> None:
         (path / "inside.txt").write_text("keep me", "utf-8")
     elif kind == "named pipe":
         os.mkfifo(path)
+    elif kind == "zip bomb":  # X unpacks to 128 MiB of zeros: refused before it is read
+        files.save_snapshot(path, worked_example())
+        with zipfile.ZipFile(path) as z:
+            names = {i.filename: z.read(i) for i in z.infolist()}
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            for name, member in names.items():
+                if name != "X.npy":
+                    z.writestr(name, member)
+            with z.open("X.npy", "w", force_zip64=True) as x:
+                header = {"descr": "<f8", "fortran_order": False, "shape": (4097, 4096)}
+                np.lib.format.write_array_header_1_0(x, header)
+                for _ in range(4097 * 4096 * 8 // 2**20):
+                    x.write(bytes(2**20))
+                x.write(bytes(4097 * 4096 * 8 % 2**20))
 
 
 NPZ_DAMAGE = {
@@ -98,6 +113,7 @@ NPZ_DAMAGE = {
     "pickle": "not an attnviz snapshot",
     "directory": "a directory, not a regular file",
     "named pipe": "a named pipe, not a regular file",
+    "zip bomb": "member 'X': 4097×4096; expected matrices of at most 16777216 cells",
 }
 
 

@@ -22,7 +22,10 @@ class FileFormatError(ScenarioError):
 
 def clip(value: Any, width: int = 40) -> str:
     """repr(value) in at most width characters: a cut one ends in "…", quotes closed."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of over 4,300 digits
+        return f"a whole number of about {int(value.bit_length() * 0.30103):,} digits"
     if len(text) <= width:
         return text
     if isinstance(value, (str, bytes)):
@@ -55,6 +58,46 @@ def reason(e: BaseException) -> str:
 
 
 # Checks ----------------------------------------------------------------------------------
+
+
+def _whole(n: float) -> str:
+    """A bound as text: 2^63 − 1 rather than its 19 digits."""
+    if type(n) is int and n > 2**20 and (n + 1).bit_count() == 1:
+        return f"2^{n.bit_length()} − 1"
+    return f"{n:,}"
+
+
+def number(
+    value: Any,
+    where: str,
+    low: float,
+    high: float,
+    integer: bool = False,
+    ends: str = "[]",
+    what: str = "",
+) -> Any:
+    """A number from a file, checked to lie from low to high and returned as an int
+    (integer: a whole number) or a float; FileFormatError naming where otherwise. ends
+    says which ends a float may equal: "[]" both, "(]" not low, "[)" not high; what, if
+    given, names the number in the message ("a token id").
+
+    Every single number the readers take from a file comes through here (matrices go
+    through ``check_numbers`` as arrays). The range is checked before any conversion,
+    so no value (10**400, NaN, a subnormal where the engine divides) raises or
+    overflows later: Python compares ints of any size with floats exactly.
+    """
+    ok = type(value) is int if integer else type(value) in (int, float)
+    if ok:
+        above = low < value if ends[0] == "(" else low <= value
+        below = value < high if ends[1] == ")" else value <= high
+        if above and below:
+            return value if integer else float(value)
+    if integer:
+        expected = f"a whole number from {_whole(low)} to {_whole(high)}"
+    else:
+        expected = f"a number in {ends[0]}{low:g}, {high:g}{ends[1]}"
+    expected = f"{what} ({expected})" if what else expected
+    raise FileFormatError(f"{where}: expected {expected}, got {clip(value)}")
 
 
 def check_numbers(where: str, array: np.ndarray, limit: float = LIMITS.abs_value) -> None:

@@ -60,6 +60,7 @@ from attnviz.core.io.npz_files import (
     member_writer,
     scenario_from_npz,
     scenario_to_npz_parts,
+    snapshot_arrays,
     write_npz,
 )
 from attnviz.core.io.provenance_files import (
@@ -98,6 +99,7 @@ __all__ = [
     "load_snapshot",
     "matrix_from_csv",
     "matrix_to_csv",
+    "not_a_file",
     "open_regular",
     "printable",
     "read_file",
@@ -136,6 +138,20 @@ def _not_regular(mode: int) -> str:
         return ""
     kind = next((name for is_kind, name in _KINDS if is_kind(mode)), "a special file")
     return f"{kind}, not a regular file"
+
+
+def not_a_file(path: str | os.PathLike[str]) -> str:
+    """Why path cannot be read as a file, in the words of ``open_regular`` ("no such
+    file", "cannot read: a named pipe, not a regular file", …); "" for a regular file."""
+    try:
+        kind = _not_regular(os.stat(path).st_mode)
+        return f"cannot read: {kind}" if kind else ""
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    except ValueError:  # a NUL byte in the name
+        return "cannot read: not a valid file name"
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
@@ -427,44 +443,46 @@ def save_snapshot(path: str | os.PathLike[str], s: Scenario) -> None:
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Scenario:
-    """Read a snapshot written by save_snapshot; FileFormatError on any problem."""
+    """Read a snapshot written by save_snapshot, within the size limits of an .attn.npz
+    (``snapshot_arrays``); FileFormatError on any problem."""
     name = printable(Path(path).name)
     with open_regular(path) as f:
         try:
             if f.read(4) != b"PK\x03\x04":
-                raise FileFormatError(f"{name}: not an attnviz snapshot (not an .npz archive)")
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as archive:
-                arrays = {k: archive[k] for k in MATRIX_NAMES if k in archive.files}
-                labels = {
-                    k: tuple(str(t) for t in archive[k].tolist())
-                    for k in ("tokens", "kv_tokens")
-                    if k in archive.files
-                }
-                settings = settings_from_dict(json.loads(str(archive["settings"])))
-                provenance = None
-                if "provenance" in archive.files:
-                    provenance = _snapshot_provenance(archive)
+                raise FileFormatError("not an attnviz snapshot (not an .npz archive)")
+            archive = snapshot_arrays(f)
+            arrays: dict[str, Any] = {k: archive[k] for k in MATRIX_NAMES if k in archive}
+            labels = {
+                k: tuple(str(t) for t in archive[k].tolist())
+                for k in ("tokens", "kv_tokens")
+                if k in archive
+            }
+            if "settings" not in archive:
+                raise FileFormatError("no settings member: not an attnviz snapshot")
+            settings = settings_from_dict(json.loads(str(archive["settings"])))
+            provenance = None
+            if "provenance" in archive:
+                provenance = _snapshot_provenance(archive)
             return Scenario(
                 settings=settings,
                 provenance=provenance,
                 **labels,  # type: ignore[arg-type]
                 **arrays,
             )
-        except FileFormatError:
-            raise
+        except FileFormatError as e:
+            raise FileFormatError(f"{name}: {e}") from None
         except Exception as e:  # a damaged archive can fail in zipfile, numpy or json
             raise FileFormatError(f"{name}: not a readable snapshot: {reason(e)}") from None
 
 
-def _snapshot_provenance(archive: Any) -> Provenance:
+def _snapshot_provenance(archive: dict[str, np.ndarray]) -> Provenance:
     """The provenance a snapshot holds: a JSON member naming the arrays beside it."""
     value = json.loads(str(archive["provenance"]))
     fields = provenance_fields(value)
     arrays = []
     for key in ("model_weights", "model_output"):
         ref = value[key]
-        if not isinstance(ref, str) or ref not in archive.files:
+        if not isinstance(ref, str) or ref not in archive:
             raise FileFormatError(f"provenance.{key}: names {clip(ref)}, which is not there")
         arrays.append(np.asarray(archive[ref], dtype=np.float64))
     provenance_shapes(arrays[0].shape, arrays[1].shape)

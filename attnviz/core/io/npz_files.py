@@ -191,6 +191,10 @@ class _Archive:
             infos = self.zip.infolist()
         except Exception as e:  # zipfile can raise almost anything on a damaged index
             raise FileFormatError(f"damaged: not a readable zip archive ({reason(e)})") from None
+        if len(infos) > MAX_NPZ_MEMBERS:  # more entries than the end record counted
+            raise FileFormatError(
+                f"{len(infos):,} members; an .attn.npz holds at most {MAX_NPZ_MEMBERS}"
+            )
         total = 0
         for info in infos:  # sizes first: nothing is read from a zip bomb
             total += info.file_size
@@ -214,7 +218,9 @@ class _Archive:
         self.named: dict[str, str] = {}  # member key: the field that names it
 
     def _check_index(self) -> None:
-        """Refuse, before zipfile reads it, an index that is missing or too large."""
+        """Refuse, before zipfile reads it, an index that is missing or too large: the
+        classic end record's counts, and those of a zip64 end record where there is one
+        (zipfile believes the zip64 record, so a small classic one proves nothing)."""
         tail = min(self.size, 22 + 0xFFFF)  # the end record and the longest comment
         self.f.seek(self.size - tail)
         data = self.f.read(tail)
@@ -222,6 +228,26 @@ class _Archive:
         if at < 0 or len(data) - at < 22:
             raise FileFormatError("damaged or cut short: the zip index at its end is missing")
         entries, index_bytes = struct.unpack_from("<HL", data, at + 10)
+        self._check_counts(entries, index_bytes)
+        end = self.size - tail + at  # where the end record starts in the file
+        if end < 20:
+            return
+        self.f.seek(end - 20)
+        locator = self.f.read(20)
+        if locator[:4] != b"PK\x06\x07":
+            return
+        (record,) = struct.unpack_from("<Q", locator, 8)
+        # zipfile reads the zip64 record just before the locator; the locator points at it
+        for start in {end - 20 - 56, record}:
+            if 0 <= start <= self.size - 56:
+                self.f.seek(start)
+                zip64 = self.f.read(56)
+                if zip64[:4] == b"PK\x06\x06":
+                    here, entries, index_bytes = struct.unpack_from("<QQQ", zip64, 24)
+                    self._check_counts(max(here, entries), index_bytes)
+
+    @staticmethod
+    def _check_counts(entries: int, index_bytes: int) -> None:
         if entries > MAX_NPZ_MEMBERS:
             raise FileFormatError(
                 f"{entries:,} members; an .attn.npz holds at most {MAX_NPZ_MEMBERS}"
@@ -503,6 +529,33 @@ def _scenario_from_archive(archive: _Archive) -> Scenario:
         )
     except ScenarioError as e:
         raise FileFormatError(str(e)) from None
+
+
+def snapshot_arrays(f: BinaryIO) -> dict[str, np.ndarray]:
+    """Every array of an autosave snapshot (``np.savez`` of plain arrays), by name, read
+    within the bounds of an .attn.npz: the zip index, the members' unpacked sizes and
+    .npy headers are checked first, and a member that is neither text (within
+    MAX_NPZ_DOCUMENT) nor float64 matrices (within MAX_MATRIX_CELLS each) is refused,
+    all before any data is read."""
+    archive = _Archive(f)
+    for key, m in archive.members.items():
+        name = _member_text(key)
+        if m.dtype.kind == "U":  # a JSON text, or token labels
+            if m.info.file_size > MAX_NPZ_DOCUMENT:
+                raise FileFormatError(f"{name}: text larger than {size_text(MAX_NPZ_DOCUMENT)}")
+            if len(m.shape) > 1 or math.prod(m.shape) > LIMITS.tokens:
+                raise FileFormatError(
+                    f"{name}: {shape_text(m.shape)} texts; expected one, or a label per "
+                    f"token (at most {LIMITS.tokens})"
+                )
+        elif m.dtype.kind != "f" or m.dtype.itemsize != 8:
+            raise FileFormatError(f"{name}: holds {m.dtype} values; expected float64 or text")
+        elif not 1 <= len(m.shape) <= 3 or math.prod(m.shape[-2:]) > MAX_MATRIX_CELLS:
+            raise FileFormatError(
+                f"{name}: {shape_text(m.shape)}; expected matrices of at most "
+                f"{MAX_MATRIX_CELLS} cells"
+            )
+    return {key: archive.read(m) for key, m in archive.members.items()}
 
 
 def scenario_from_npz(f: BinaryIO) -> Scenario:

@@ -22,6 +22,7 @@ from attnviz.core.io.checks import (
     expect_shape,
     key_text,
     matrix_field,
+    number,
     shape_text,
 )
 from attnviz.core.maths.scenario import LIMITS
@@ -42,6 +43,7 @@ PROVENANCE_KEYS = (
 PROVENANCE_TEXTS = {"source": 4096, "kind": 16, "model_type": 256, "text": 2**19}  # most chars
 PROVENANCE_FILES = 256  # at most, each name at most FILE_NAME_CHARS
 FILE_NAME_CHARS = 256
+MOST_LAYERS = 100_000  # a model's layers, as a provenance may say
 _FINITE = float(np.finfo(np.float64).max)  # a check_numbers limit that refuses only ±inf, NaN
 
 
@@ -101,13 +103,8 @@ def provenance_fields(value: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         key: _text(f"provenance.{key}", value[key], most) for key, most in PROVENANCE_TEXTS.items()
     }
-    for key in ("layer", "layers"):
-        number = value[key]
-        if type(number) is not int or number < 0:
-            raise FileFormatError(
-                f"provenance.{key}: expected a whole number from 0, got {clip(number)}"
-            )
-        fields[key] = number
+    fields["layers"] = number(value["layers"], "provenance.layers", 1, MOST_LAYERS, True)
+    fields["layer"] = number(value["layer"], "provenance.layer", 0, fields["layers"] - 1, True)
     ids = value["token_ids"]
     if not isinstance(ids, list):
         raise FileFormatError(
@@ -117,13 +114,11 @@ def provenance_fields(value: Any) -> dict[str, Any]:
         raise FileFormatError(
             f"provenance.token_ids: {len(ids)} ids; the limit is {LIMITS.tokens} tokens"
         )
-    for i, t in enumerate(ids):
-        if type(t) is not int or not 0 <= t < 2**63:
-            raise FileFormatError(
-                f"provenance.token_ids[{i + 1}]: expected a token id (a whole number "
-                f"from 0), got {clip(t)}"
-            )
-    fields["token_ids"] = tuple(ids)
+    where = "provenance.token_ids"
+    fields["token_ids"] = tuple(
+        number(t, f"{where}[{i + 1}]", 0, 2**63 - 1, True, what="a token id")
+        for i, t in enumerate(ids)
+    )
     files = value["files"]
     if not isinstance(files, dict):
         raise FileFormatError(

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.io.checks import FileFormatError, clip, key_text
-from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, Scenario, ScenarioError, Settings
+from attnviz.core.io.checks import FileFormatError, clip, key_text, number
+from attnviz.core.maths.scenario import (
+    LIMITS,
+    PER_HEAD_MOST,
+    SOFTCAP_LEAST,
+    WEIGHT_NAMES,
+    Scenario,
+    ScenarioError,
+    Settings,
+)
 
 FORMAT = "attnviz-scenario"
 VERSION = 3  # the newest this attnviz reads; a save writes the oldest that holds the scenario
@@ -140,8 +148,24 @@ def head_keys(version: int, shared: bool) -> tuple[tuple[str, ...], tuple[str, .
     return ("W_Q",) if shared else V1_HEAD_KEYS, allowed
 
 
+# The range of each number a settings object may hold, as read: (low, high, whole, ends)
+# as ``checks.number`` takes them; the ranges Settings itself checks.
+SETTING_NUMBERS: dict[str, tuple[float, float, bool, str]] = {
+    "dropout": (0.0, 1.0, False, "[)"),
+    "dropout_seed": (0, 2**32 - 1, True, "[]"),
+    "window": (1, LIMITS.tokens, True, "[]"),
+    "rope_base": (1.0, 1e9, False, "(]"),
+    "rope_dims": (2, LIMITS.d_k, True, "[]"),  # Settings checks that it is even
+    "scale_value": (0.0, 1e9, False, "(]"),
+    "qk_norm_eps": (0.0, 1.0, False, "(]"),
+    "softcap": (SOFTCAP_LEAST, 1e9, False, "[]"),  # a smaller c overflows s/c
+}
+_OPTIONAL = ("rope_dims", "alibi_slopes", "scale_value", "softcap", "sinks")  # may be null
+
+
 def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
-    """Settings from their saved object (mask_matrix apart: the caller reads it)."""
+    """Settings from their saved object (mask_matrix apart: the caller reads it); every
+    number is range-checked here, by ``checks.number``."""
     if not isinstance(value, dict):
         raise FileFormatError("settings: expected an object")
     if version < 2:
@@ -155,12 +179,12 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     value = {k: v for k, v in value.items() if k != "mask_matrix"}
     if "ablated" in value:
         value["ablated"] = _ablated(value["ablated"])
-    for name in ("alibi_slopes", "sinks"):
-        if name in value:
+    for name in (n for n in value if value[n] is not None or n not in _OPTIONAL):
+        if name in SETTING_NUMBERS:
+            low, high, whole, ends = SETTING_NUMBERS[name]
+            value[name] = number(value[name], f"settings.{name}", low, high, whole, ends)
+        elif name in ("alibi_slopes", "sinks"):
             value[name] = _per_head(name, value[name])
-    for name in ("dropout", "rope_base", "scale_value", "qk_norm_eps", "softcap"):
-        if name in value and type(value[name]) is int:
-            value[name] = _float(name, value[name])
     try:
         return Settings(**value)
     except ScenarioError as e:
@@ -181,26 +205,27 @@ def _check_version_1(value: dict[str, Any]) -> None:
 
 def _ablated(heads: Any) -> tuple[int, ...]:
     """Head numbers from 1 as saved, 0-based and in order."""
-    if not isinstance(heads, list) or any(type(h) is not int or h < 1 for h in heads):
-        raise FileFormatError("settings.ablated: expected a list of head numbers from 1")
-    if len(set(heads)) != len(heads):
+    if not isinstance(heads, list) or len(heads) > LIMITS.heads:
+        raise FileFormatError(
+            f"settings.ablated: expected a list of at most {LIMITS.heads} head numbers from 1"
+        )
+    numbers = [
+        number(h, f"settings.ablated[{i + 1}]", 1, LIMITS.heads, integer=True)
+        for i, h in enumerate(heads)
+    ]
+    if len(set(numbers)) != len(numbers):
         raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
-    return tuple(sorted(h - 1 for h in heads))
+    return tuple(sorted(h - 1 for h in numbers))
 
 
 def _per_head(name: str, numbers: Any) -> tuple[float, ...]:
     """A list of numbers, one per head (sinks, ALiBi slopes)."""
-    if not isinstance(numbers, list) or not all(type(v) in (int, float) for v in numbers):
-        raise FileFormatError(f"settings.{name}: expected a list of numbers, one per head")
-    return tuple(_float(f"{name}[{h + 1}]", v) for h, v in enumerate(numbers))
-
-
-def _float(name: str, number: int | float) -> float:
-    """A saved number as a float; a whole number too large for one is refused."""
-    try:
-        return float(number)
-    except OverflowError:
-        raise FileFormatError(f"settings.{name}: the number is too large") from None
+    if not isinstance(numbers, list) or not 1 <= len(numbers) <= LIMITS.heads:
+        raise FileFormatError(
+            f"settings.{name}: expected a list of numbers, one per head (1 to {LIMITS.heads} heads)"
+        )
+    most = PER_HEAD_MOST
+    return tuple(number(v, f"settings.{name}[{h + 1}]", -most, most) for h, v in enumerate(numbers))
 
 
 def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any]:

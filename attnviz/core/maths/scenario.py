@@ -56,6 +56,8 @@ class Limits:
 
 
 LIMITS = Limits()
+SOFTCAP_LEAST = 1e-6  # a smaller soft-cap c overflows the scores' s/c
+PER_HEAD_MOST = 1e4  # sinks and ALiBi slopes lie within ±PER_HEAD_MOST
 
 
 class ScenarioError(ValueError):
@@ -142,6 +144,11 @@ class Settings:
         for name in ("scale_value", "softcap"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name), above=0.0)
+        if self.softcap is not None and self.softcap < SOFTCAP_LEAST:
+            raise ScenarioError(
+                f"settings.softcap: expected at least {SOFTCAP_LEAST:g} (a smaller cap "
+                f"overflows the scores divided by it), got {self.softcap!r}"
+            )
         if self.rope_dims is not None:
             _whole("rope_dims", self.rope_dims, 2, LIMITS.d_k, "an even number", even=True)
         _whole("window", self.window, 1, LIMITS.tokens, "a whole number of keys")
@@ -177,9 +184,9 @@ def _check_per_head(name: str, values: object) -> None:
     if not isinstance(values, tuple) or not values or len(values) > LIMITS.heads:
         raise ScenarioError(f"settings.{name}: expected one number per query head")
     for h, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= 1e4:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= PER_HEAD_MOST:
             raise ScenarioError(
-                f"settings.{name}[{h + 1}]: expected a number within ±10000, got {v!r}"
+                f"settings.{name}[{h + 1}]: expected a number within ±{PER_HEAD_MOST:g}, got {v!r}"
             )
 
 
