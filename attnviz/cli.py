@@ -445,8 +445,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"--matrix {args.matrix} is not per head: leave out --head")
     shape = r.matrix(args.matrix, head).shape
     keyed = args.matrix in ("scores", "scaled", "masked", "weights")
-    row = _index(args.row, shape[0], r.tokens, "row")
-    col = _index(args.col, shape[1], r.tokens if keyed else None, "col")
+    rows = r.keys if args.matrix in ("K", "V", "K_rot") else r.tokens  # keys' rows under cross
+    row = _index(args.row, shape[0], rows, "row")
+    col = _index(args.col, shape[1], r.keys if keyed else None, "col")
     print(format_text(explain(s, r, args.matrix, head, row, col)))
     return 0
 
@@ -507,7 +508,7 @@ def _span(pair: tuple[int, int]) -> list[int]:
 
 
 def _finite(a: Any) -> Any:
-    """An array as JSON lists, with null for −∞ (JSON has no infinities)."""
+    """An array as JSON lists, with null for −∞ and NaN (JSON has neither)."""
     import numpy as np
 
     values = np.asarray(a, dtype=np.float64).astype(object)
@@ -519,14 +520,17 @@ def cmd_tiles(args: argparse.Namespace) -> int:
     import numpy as np
 
     from attnviz.core.maths.forward import compute_head
-    from attnviz.core.maths.tiling import tiles
+    from attnviz.core.maths.tiling import overflowed_text, tiles
 
     s = load_source(args)
     heads = s.n_heads if s.settings.projections else 1
     if args.head > heads:
         raise UsageError(f"--head {args.head}: the scenario has {heads} head(s)")
     t = tiles(s, args.head - 1, args.block_q, args.block_k, args.precision)
-    error = float(np.abs(t.output - compute_head(s, args.head - 1).output).max())
+    kept = ~t.overflowed
+    dense = compute_head(s, args.head - 1).output
+    error = float(np.abs(t.output[kept] - dense[kept]).max()) if kept.any() else None
+    overflowed = [int(i) + 1 for i in np.flatnonzero(t.overflowed)]
     traffic = t.traffic()
     if args.format == "json":
         doc = {
@@ -549,6 +553,7 @@ def cmd_tiles(args: argparse.Namespace) -> int:
             "lse": _finite(t.lse),
             "weights_from_lse": _finite(t.weights_from_lse),
             "max_error_vs_dense": error,
+            "overflowed_rows": overflowed,
             "traffic": {
                 "dense_reads": traffic.dense_reads,
                 "dense_writes": traffic.dense_writes,
@@ -573,7 +578,10 @@ def cmd_tiles(args: argparse.Namespace) -> int:
     columns = [str(j + 1) for j in range(t.output.shape[1])]
     print(table("output O / l", t.output, s.tokens, columns))
     print(f"log-sum-exp: {' '.join(f'{v:.6g}' for v in t.lse)}")
-    print(f"largest difference from dense attention's output: {error:.2e}")
+    if overflowed:
+        print(f"{overflowed_text(t, s.tokens)}: their output and log-sum-exp are nan")
+    if error is not None:
+        print(f"largest difference from dense attention's output: {error:.2e}")
     print(
         f"slow-memory traffic (numbers): dense {traffic.dense:,} ({traffic.dense_reads:,} "
         f"read, {traffic.dense_writes:,} written); tiled {traffic.tiled:,} "

@@ -3,6 +3,8 @@ edits, refusals. Expected numbers are computed here with NumPy (or by the dense 
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -177,6 +179,20 @@ def test_float16_shows_its_error_against_float64(dock, qtbot):
     assert "float16" in panel.check.text()
     panel.precision.setCurrentText("float64")
     qtbot.waitUntil(lambda: not panel.error_view.isVisible(), timeout=5000)
+
+
+def test_float16_overflow_is_named_not_shown_as_zero(dock, qtbot):
+    s = make_preset("worked-example")
+    window, panel = dock(dataclasses.replace(s, X=np.asarray(s.X) * 1e5))
+    panel.precision.setCurrentText("float16")
+    qtbot.waitUntil(lambda: panel.pass_.tiling.precision == "float16", timeout=5000)
+    with np.errstate(over="ignore"):
+        Q16 = (np.asarray(s.X) * 1e5 @ np.asarray(s.W_Q)[0]).astype(np.float16)
+    assert np.isinf(Q16[3]).any()  # the last row's query leaves float16's range
+    assert "4 (cat)" in panel.check.text() and "overflowed in float16" in panel.check.text()
+    for _ in range(panel.steps):
+        panel.step()
+    assert np.isnan(panel.out_view.spec.values[3]).all()  # not a row of zeros
 
 
 def test_an_edit_to_x_recomputes_and_another_head_is_shown(dock, qtbot):

@@ -70,9 +70,10 @@ class Tiling:
     block_k: int
     precision: str
     steps: tuple[Step, ...]
-    output: np.ndarray  # (n, d) O / l
-    lse: np.ndarray  # (n,) m + log l (−∞ for a row that sees no key)
+    output: np.ndarray  # (n, d) O / l (NaN in an overflowed row)
+    lse: np.ndarray  # (n,) m + log l (−∞ for a row that sees no key, NaN if overflowed)
     weights_from_lse: np.ndarray  # (n, m) exp(S − LSE), rebuilt after the pass
+    overflowed: np.ndarray  # (n,) bool: a score, m or l of the row left the precision's range
 
     @property
     def skipped(self) -> int:
@@ -122,53 +123,103 @@ def tiles(
     check_size(s, block_q, block_k, MAX_STEPS, MAX_KEPT)
     Q, K, V = head_inputs(s, head)  # Q and K as the scores see them (QK-norm, RoPE)
     hidden = hidden_keys(s) if s.settings.mask != "none" else np.zeros((s.n, s.m), bool)
-    low = precision != "float64"
-    if low:
-        Q, K, V = (_rounded(a, precision) for a in (Q, K, V))
-    acc = np.float32 if low else np.float64
-    sink = _sink(s, head)
     steps: list[Step] = []
     output = np.zeros((s.n, V.shape[1]))
     lse = np.full(s.n, -np.inf)
-    for i, r0 in enumerate(range(0, s.n, block_q)):
-        r1 = min(s.n, r0 + block_q)
-        m: np.ndarray = np.full(r1 - r0, -np.inf if sink is None else sink, dtype=acc)
-        l: np.ndarray = np.full(r1 - r0, 0.0 if sink is None else 1.0, dtype=acc)
-        O: np.ndarray = np.zeros((r1 - r0, V.shape[1]), dtype=acc)
-        starts = list(range(0, s.m, block_k))
-        for j, c0 in enumerate(starts):
-            c1 = min(s.m, c0 + block_k)
-            last = j == len(starts) - 1
-            tile_hidden = hidden[r0:r1, c0:c1]
-            if tile_hidden.all():
-                empty = np.empty((r1 - r0, 0))
-                ones = np.ones(r1 - r0, dtype=acc)
-                steps.append(
-                    Step(i, j, (r0, r1), (c0, c1), True, empty, m, m, l, l, ones, empty, O, last)
-                )
-                continue
-            S = _scores(s, head, Q[r0:r1], K[c0:c1], (r0, r1), (c0, c1), tile_hidden, acc)
-            m_new = np.maximum(m, S.max(axis=1))
-            seen = ~np.isneginf(m_new)  # a row that has seen no key yet keeps m = −∞
-            base = np.where(seen, m_new, 0.0)
-            rescale = np.where(seen & ~np.isneginf(m), np.exp(m - base), 0.0).astype(acc)
-            P = np.exp(S - base[:, None]).astype(acc)  # exp(−∞) = 0 on masked keys
-            l_new = (rescale * l + P.sum(axis=1)).astype(acc)
-            PV = _rounded(P, precision) @ V[c0:c1] if low else P @ V[c0:c1]
-            O_new = (rescale[:, None] * O + PV).astype(acc)
-            steps.append(
-                Step(
-                    i, j, (r0, r1), (c0, c1), False, S, m, m_new, l, l_new, rescale, P, O_new, last
-                )
-            )
-            m, l, O = m_new.astype(acc), l_new, O_new
-        with np.errstate(divide="ignore", invalid="ignore"):
-            output[r0:r1] = np.where(l[:, None] > 0, O / l[:, None], 0.0)
-            lse[r0:r1] = np.where(l > 0, m + np.log(l), -np.inf)
+    overflowed = np.zeros(s.n, bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported, not warned
+        if precision != "float64":
+            Q, K, V = (_rounded(a, precision) for a in (Q, K, V))
+        for i, r0 in enumerate(range(0, s.n, block_q)):
+            r1 = min(s.n, r0 + block_q)
+            block = _Block(s, head, precision, (Q, K, V), hidden, (r0, r1))
+            steps += block.run(i, block_k)
+            output[r0:r1], lse[r0:r1], overflowed[r0:r1] = block.finish()
+        rebuilt = _weights_from_lse(s, head, lse, hidden)
     for step in steps:
         _freeze(step)
-    rebuilt = _weights_from_lse(s, head, lse, hidden)
-    return Tiling(head, block_q, block_k, precision, tuple(steps), output, lse, rebuilt)
+    return Tiling(
+        head, block_q, block_k, precision, tuple(steps), output, lse, rebuilt, overflowed
+    )
+
+
+class _Block:
+    """One block of query rows: the running m, l and O over its key tiles."""
+
+    def __init__(
+        self,
+        s: Scenario,
+        head: int,
+        precision: str,
+        qkv: tuple[np.ndarray, np.ndarray, np.ndarray],
+        hidden: np.ndarray,
+        rows: tuple[int, int],
+    ) -> None:
+        self.s, self.head, self.precision, self.qkv, self.hidden = s, head, precision, qkv, hidden
+        self.rows = rows
+        self.acc = np.float32 if precision != "float64" else np.float64
+        count, sink = rows[1] - rows[0], _sink(s, head)
+        self.m: np.ndarray = np.full(count, -np.inf if sink is None else sink, dtype=self.acc)
+        self.l: np.ndarray = np.full(count, 0.0 if sink is None else 1.0, dtype=self.acc)
+        self.O: np.ndarray = np.zeros((count, qkv[2].shape[1]), dtype=self.acc)
+        self.overflowed = np.zeros(count, bool)  # a visible score that is not a number
+
+    def run(self, i: int, block_k: int) -> list[Step]:
+        starts = list(range(0, self.s.m, block_k))
+        return [
+            self._step(i, j, (c0, min(self.s.m, c0 + block_k)), j == len(starts) - 1)
+            for j, c0 in enumerate(starts)
+        ]
+
+    def _step(self, i: int, j: int, cols: tuple[int, int], last: bool) -> Step:
+        (r0, r1), (c0, c1), acc = self.rows, cols, self.acc
+        Q, K, V = self.qkv
+        m, l, O = self.m, self.l, self.O
+        tile_hidden = self.hidden[r0:r1, c0:c1]
+        if tile_hidden.all():
+            empty, ones = np.empty((r1 - r0, 0)), np.ones(r1 - r0, dtype=acc)
+            return Step(i, j, self.rows, cols, True, empty, m, m, l, l, ones, empty, O, last)
+        S = _scores(self.s, self.head, Q[r0:r1], K[c0:c1], self.rows, cols, tile_hidden, acc)
+        self.overflowed |= (~np.isfinite(S) & ~tile_hidden).any(axis=1)
+        m_new = np.maximum(m, S.max(axis=1))
+        seen = ~np.isneginf(m_new)  # a row that has seen no key yet keeps m = −∞
+        base = np.where(seen, m_new, 0.0)
+        rescale = np.where(seen & ~np.isneginf(m), np.exp(m - base), 0.0).astype(acc)
+        P = np.exp(S - base[:, None]).astype(acc)  # exp(−∞) = 0 on masked keys
+        l_new = (rescale * l + P.sum(axis=1)).astype(acc)
+        low = self.precision != "float64"
+        PV = _rounded(P, self.precision) @ V[c0:c1] if low else P @ V[c0:c1]
+        O_new = (rescale[:, None] * O + PV).astype(acc)
+        self.m, self.l, self.O = m_new.astype(acc), l_new, O_new
+        return Step(i, j, self.rows, cols, False, S, m, m_new, l, l_new, rescale, P, O_new, last)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """O / l, the log-sum-exp and which rows overflowed (NaN output and LSE)."""
+        m, l, O = self.m, self.l, self.O
+        output = np.where(l[:, None] > 0, O / l[:, None], 0.0)
+        bad = self.overflowed | ~np.isfinite(l) | np.isnan(m) | ~np.isfinite(output).all(axis=1)
+        lse = np.where(l > 0, m + np.log(l), -np.inf)
+        return np.where(bad[:, None], np.nan, output), np.where(bad, np.nan, lse), bad
+
+
+def overflowed_text(t: Tiling, tokens: Sequence[str] = ()) -> str:
+    """Which rows overflowed, in words ("" when none did)."""
+    rows = np.flatnonzero(t.overflowed)
+    if not rows.size:
+        return ""
+    named = [f"{i + 1}" + (f" ({tokens[i]})" if i < len(tokens) else "") for i in rows[:8]]
+    more = f" and {rows.size - 8} more" if rows.size > 8 else ""
+    word = "row" if rows.size == 1 else "rows"
+    return (
+        f"{word} {', '.join(named)}{more} overflowed in {t.precision}: a score, a running "
+        f"max or sum, or an output passed its largest number ({_largest(t.precision)})"
+    )
+
+
+def _largest(precision: str) -> str:
+    return {"float16": "65504", "bfloat16": "about 3.4e38", "float32": "about 3.4e38"}.get(
+        precision, "about 1.8e308"
+    )
 
 
 def _sink(s: Scenario, head: int) -> float | None:
@@ -281,7 +332,9 @@ def describe_step(step: Step, row: int, tokens: Sequence[str] = ()) -> str:
         hidden = _spans(c0 + np.flatnonzero(np.isneginf(scores)))
         text += f" ({hidden} masked)" if hidden else ""
     if step.last:
-        if l_new > 0:
+        if math.isnan(m_new) or not math.isfinite(l_new):
+            text += "; block done: overflowed, out and LSE are NaN"
+        elif l_new > 0:
             lse = m_new + math.log(l_new)
             text += f"; block done: out = O / {_n(l_new)}, LSE = m + ln l = {_n(lse)}"
         else:

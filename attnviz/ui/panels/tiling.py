@@ -31,7 +31,7 @@ from attnviz.core.figures.figure import HeatmapSpec
 from attnviz.core.figures.tiled_pass import Pass, prepare
 from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import LIMITS
-from attnviz.core.maths.tiling import PRECISIONS, Tiling, describe_step
+from attnviz.core.maths.tiling import PRECISIONS, Tiling, describe_step, overflowed_text
 from attnviz.core.scheduler import Results
 from attnviz.ui.heatmap import HeatmapView, Overlay, RowBars
 from attnviz.ui.panels.common import ResultPanel, int_spin
@@ -478,8 +478,14 @@ class TilingPanel(ResultPanel):
 
     def _draw_totals(self, p: Pass) -> None:
         t = p.tiling
-        diff = float(np.abs(t.output - p.dense).max()) if t.output.size else 0.0
-        if t.precision == "float64":
+        kept = ~t.overflowed
+        diff = float(np.abs(t.output[kept] - p.dense[kept]).max()) if kept.any() else 0.0
+        if t.overflowed.any():
+            self.check.setText(
+                overflowed_text(t, p.tokens) + ": their output and LSE are not numbers (NaN); "
+                "a kernel in this precision would return them so."
+            )
+        elif t.precision == "float64":
             scale = max(1.0, float(np.abs(p.dense).max()) if p.dense.size else 1.0)
             verb = "equals" if diff <= 1e-12 * scale else "differs from"
             self.check.setText(f"Output {verb} dense attention: max |Δ| = {_number(diff)}.")
@@ -506,13 +512,14 @@ class TilingPanel(ResultPanel):
     @staticmethod
     def _error_spec(p: Pass) -> HeatmapSpec:
         """|output − float64 output| in units of a power of ten, so the cells read."""
-        error = np.abs(p.tiling.output - p.exact.output)
-        top = float(error.max()) if error.size else 0.0
+        error = np.abs(p.tiling.output - p.exact.output)  # NaN in an overflowed row
+        finite = error[np.isfinite(error)]
+        top = float(finite.max()) if finite.size else 0.0
         exponent = math.floor(math.log10(top)) if top > 0 else 0
         unit = 10.0**exponent
         values = error / unit
         title = f"|out − out float64| ÷ 1e{exponent}".replace("-", "−")
-        high = colors.nice_ceiling(float(values.max())) if top > 0 else 1.0
+        high = colors.nice_ceiling(top / unit) if top > 0 else 1.0
         d = values.shape[1]
         return HeatmapSpec(
             f"head {p.tiling.head + 1} · {title}", values, p.tokens,
