@@ -12,8 +12,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+from attnviz.core.io.names import quoted
 
 if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` needs no numpy
     import numpy as np
@@ -39,9 +41,9 @@ def _whole(text: str, least: int, why: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number") from None
     if value < least:
-        raise argparse.ArgumentTypeError(f"{text!r}: {why}")
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: {why}")
     return value
 
 
@@ -53,9 +55,9 @@ def _seed(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number") from None
     if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 2^32)")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be in [0, 2^32)")
     return value
 
 
@@ -186,9 +188,9 @@ def _scale(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number") from None
     if not 0.1 <= value <= 16:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0.1 and 16")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be between 0.1 and 16")
     return value
 
 
@@ -250,18 +252,23 @@ def _cell(v: float) -> str:
     return "-inf" if v == -float("inf") else f"{v:.4f}"
 
 
-def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> str:
-    """An aligned table with row and column labels."""
-    cells = [[_cell(float(v)) for v in row] for row in a]
-    width = max([len(c) for c in cols] + [len(c) for row in cells for c in row])
+def table(title: str, a: np.ndarray, rows: Sequence[str], cols: Sequence[str]) -> Iterator[str]:
+    """An aligned table with row and column labels, a line at a time."""
+    import numpy as np
+
+    finite = a[np.isfinite(a)]
+    longest = [_cell(float(v)) for v in (finite.min(), finite.max())] if finite.size else []
+    longest += ["-inf"] if np.isneginf(a).any() else []
+    width = max([len(c) for c in cols] + [len(c) for c in longest])  # widest: min or max
     label = max(len(r) for r in rows)
-    lines = [title, " " * label + "  " + "  ".join(c.rjust(width) for c in cols)]
-    for r, row in zip(rows, cells, strict=True):
-        lines.append(r.ljust(label) + "  " + "  ".join(c.rjust(width) for c in row))
-    return "\n".join(lines)
+    yield title
+    yield " " * label + "  " + "  ".join(c.rjust(width) for c in cols)
+    for r, row in zip(rows, a, strict=True):
+        yield r.ljust(label) + "  " + "  ".join(_cell(float(v)).rjust(width) for v in row)
 
 
-def format_result(s: Scenario, r: Result) -> str:
+def result_lines(s: Scenario, r: Result) -> Iterator[str]:
+    """The text form, a line at a time (a result at n = 2048 is gigabytes of text)."""
     import numpy as np
 
     from attnviz.core.figures.figure import variant_terms
@@ -270,32 +277,35 @@ def format_result(s: Scenario, r: Result) -> str:
     toks, keys = list(r.tokens), list(r.keys)
     numbered = [str(i + 1) for i in range(max(r.d_k * r.n_heads, s.d_model))]
     window = f" of {st.window}" if st.mask == "sliding-window" else ""
-    out = [
+    yield (
         f"attnviz: {r.n_heads} head(s), n = {s.n}, d_model = {s.d_model}, d_k = {r.d_k}; "
         f"mask {st.mask}{window}, scale {'on' if st.scale else 'off'}, projections "
         f"{'on' if st.projections else 'off'}, position {st.positional}"
         + (f", dropout {st.dropout} (seed {st.dropout_seed})" if st.dropout else "")
         + "".join(f"; {long}" for _, long in variant_terms(r))
         + (f"; {s.kv_heads} key/value head(s)" if s.kv_heads != s.n_heads else "")
-        + (f"; {s.m} keys of their own (cross-attention)" if s.cross else ""),
-        "",
-    ]
+        + (f"; {s.m} keys of their own (cross-attention)" if s.cross else "")
+    )
     for h in range(r.n_heads):
-        out.append(f"== head {h + 1} ==")
+        yield from ("", f"== head {h + 1} ==")
         for name in head_fields(st):
             a = r.matrix(name, h)
             rows = keys if name in ("K", "V", "K_rot") else toks
             cols = keys if name in ("scores", "scaled", "masked", "weights") else numbered
-            out += [table(f"{name}:", a, rows, cols[: a.shape[1]]), ""]
+            yield from table(f"{name}:", a, rows, cols[: a.shape[1]])
+            yield ""
         columns = {"leak": r.leak[h], "row sum": r.row_sum[h], "entropy": r.entropy[h]}
         if st.sinks is not None:
             columns["sink"] = r.sink[h]
         stats = np.stack(list(columns.values()), axis=1)
-        out += [table("per row:", stats, toks, list(columns)), ""]
-    out += [table("concat:", r.concat, toks, numbered[: r.concat.shape[1]]), ""]
+        yield from table("per row:", stats, toks, list(columns))
+    yield ""
+    yield from table("concat:", r.concat, toks, numbered[: r.concat.shape[1]])
+    yield ""
     bias = " + b_O" if "b_O" in r.biases else ""
-    out += [table(f"final output (concat W_O{bias}):", r.final, toks, numbered[: r.final.shape[1]])]
-    return "\n".join(out)
+    yield from table(
+        f"final output (concat W_O{bias}):", r.final, toks, numbered[: r.final.shape[1]]
+    )
 
 
 def head_fields(st: Settings) -> tuple[str, ...]:
@@ -308,31 +318,56 @@ def head_fields(st: Settings) -> tuple[str, ...]:
 
 
 def result_to_dict(s: Scenario, r: Result) -> dict[str, Any]:
-    """The JSON form: the scenario as saved, per-head intermediates, concat and output.
+    """The JSON form, its matrices as arrays (see write_json): the scenario as saved,
+    per-head intermediates, concat and output.
 
     K and V are given per query head (repeated across a group that shares them), Q_rot
     and K_rot when QK-norm or RoPE is on, and each row's sink_weight when sinks are on.
     """
     from attnviz.core.io.files import scenario_to_dict
 
-    def rows(a: np.ndarray) -> list[list[Any]]:
-        return [["-inf" if v == -float("inf") else v for v in row] for row in a.tolist()]
-
     heads = []
     for h in range(r.n_heads):
-        head: dict[str, Any] = {name: rows(r.matrix(name, h)) for name in head_fields(s.settings)}
-        head.update(
-            leak=r.leak[h].tolist(), row_sum=r.row_sum[h].tolist(), entropy=r.entropy[h].tolist()
-        )
+        head: dict[str, Any] = {name: r.matrix(name, h) for name in head_fields(s.settings)}
+        head.update(leak=r.leak[h], row_sum=r.row_sum[h], entropy=r.entropy[h])
         if s.settings.sinks is not None:
-            head["sink_weight"] = r.sink[h].tolist()
+            head["sink_weight"] = r.sink[h]
         heads.append(head)
-    return {
-        "scenario": scenario_to_dict(s),
-        "heads": heads,
-        "concat": rows(r.concat),
-        "output": rows(r.final),
-    }
+    return {"scenario": scenario_to_dict(s), "heads": heads, "concat": r.concat, "output": r.final}
+
+
+def write_json(out: TextIO, value: Any) -> None:
+    """value as JSON (as json.dumps writes it), each array a row at a time so that a
+    result at n = 2048 is never held as text; −∞ is written "-inf"."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        out.write("{")
+        for k, (key, item) in enumerate(value.items()):
+            out.write(f"{', ' if k else ''}{json.dumps(key)}: ")
+            write_json(out, item)
+        out.write("}")
+    elif isinstance(value, np.ndarray) and value.ndim == 2:
+        out.write("[")
+        for k, row in enumerate(value):
+            out.write(f"{', ' if k else ''}{_JSON.encode(_json_row(row))}")
+        out.write("]")
+    elif isinstance(value, list | tuple) and any(isinstance(v, dict | np.ndarray) for v in value):
+        out.write("[")
+        for k, item in enumerate(value):
+            out.write(", " if k else "")
+            write_json(out, item)
+        out.write("]")
+    else:
+        row = _json_row(value) if isinstance(value, np.ndarray) else value
+        out.write(_JSON.encode(row))
+
+
+_JSON = json.JSONEncoder(allow_nan=False)  # made once: json.dumps with options makes one a call
+
+
+def _json_row(a: np.ndarray) -> list[Any]:
+    return ["-inf" if v == -float("inf") else v for v in a.tolist()]
 
 
 # Commands -----------------------------------------------------------------------------
@@ -347,9 +382,11 @@ def cmd_compute(args: argparse.Namespace) -> int:
         data = result_to_dict(s, r)
         if args.check:
             data["check"] = _check(s)
-        print(json.dumps(data, allow_nan=False))
+        write_json(sys.stdout, data)
+        sys.stdout.write("\n")
         return 0
-    print(format_result(s, r))
+    for line in result_lines(s, r):
+        sys.stdout.write(line + "\n")
     if args.check:
         c = _check(s)
         print(
@@ -414,14 +451,16 @@ def _index(text: str, size: int, labels: Sequence[str] | None, what: str) -> int
             raise UsageError(f"--{what} {i}: expected 1 to {size}")
         return i - 1
     if labels is None:
-        raise UsageError(f"--{what} {text!r}: expected a number from 1 to {size}")
+        raise UsageError(f"--{what} {quoted(text)}: expected a number from 1 to {size}")
     hits = [i for i, t in enumerate(labels) if t == text]
     if not hits:
         raise UsageError(
-            f"--{what} {text!r}: no token has that name ({', '.join(map(repr, labels))})"
+            f"--{what} {quoted(text)}: no token has that name ({', '.join(map(repr, labels))})"
         )
     if len(hits) > 1:
-        raise UsageError(f"--{what} {text!r}: {len(hits)} tokens have that name; use a number")
+        raise UsageError(
+            f"--{what} {quoted(text)}: {len(hits)} tokens have that name; use a number"
+        )
     return hits[0]
 
 
@@ -433,7 +472,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     s = load_source(args)
     r = compute(s)
     if args.matrix not in EXPLAINABLE:
-        raise UsageError(f"--matrix {args.matrix!r}: expected one of {', '.join(EXPLAINABLE)}")
+        raise UsageError(
+            f"--matrix {quoted(args.matrix)}: expected one of {', '.join(EXPLAINABLE)}"
+        )
     head = None
     if args.matrix in HEAD_MATRICES + TURNED_MATRICES:
         if args.head is None:
@@ -468,7 +509,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.maths.streaming import layer
 
     if args.view not in VIEWS:
-        raise UsageError(f"--view {args.view!r}: expected one of {', '.join(VIEWS)}")
+        raise UsageError(f"--view {quoted(args.view)}: expected one of {', '.join(VIEWS)}")
     fmt = args.format or os.path.splitext(args.out)[1].lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise UsageError(f"--out {args.out}: give --format png or svg, or a .png or .svg name")
@@ -690,8 +731,12 @@ def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
     return spec_for(one_head(s, head), view, head)
 
 
-def one_line(text: str) -> str:
-    """text with control characters escaped (\\n, \\x1b): one line, and no terminal codes."""
+def one_line(text: str, most: int = 1000) -> str:
+    """text with control characters escaped (\\n, \\x1b): one line, and no terminal codes;
+    its middle left out beyond ``most`` characters (a name the user gave may be huge)."""
+    if len(text) > most:
+        left = len(text) - most * 9 // 10
+        text = f"{text[: most * 7 // 10]} … ({left:,} characters left out) … {text[-most // 5 :]}"
     return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: ascii(m.group())[1:-1], text)
 
 
@@ -712,7 +757,7 @@ def open_window(path: str | None) -> int:
         else:
             commands = ", ".join(SUBCOMMANDS)
             print(
-                f"attnviz: {path!r} is not a command or a file; commands: {commands}",
+                f"attnviz: {quoted(path)} is not a command or a file; commands: {commands}",
                 file=sys.stderr,
             )
         return EXIT_USAGE

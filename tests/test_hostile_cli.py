@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,8 @@ import pytest
 from attnviz.cli import main
 from attnviz.core.io.files import save_scenario
 from attnviz.core.presets import make_preset
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -87,3 +93,49 @@ def test_tiles_without_overflow_reports_none(capsys):
     assert code == 0 and doc["overflowed_rows"] == []
     assert all(v is not None for row in doc["output"] for v in row)
     assert doc["max_error_vs_dense"] < 1e-2
+
+
+def test_a_huge_example_name_is_not_echoed_whole(capsys):
+    code, _, err = run(capsys, "compute", "--example", "x" * 100_000)
+    assert code == 2 and err.count("\n") == 1 and len(err) < 1000
+    assert "100,000 characters" in err and "worked-example" in err  # the list survives
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compute", "--mask", "y" * 100_000],
+        ["explain", "--matrix", "weights", "--head", "1", "--row", "z" * 100_000, "--col", "1"],
+        ["compute", "--preset", "p" * 100_000],
+    ],
+)
+def test_every_message_about_a_huge_argument_stays_short(capsys, args):
+    code, _, err = run(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and len(err) < 1100
+    assert "characters" in err
+
+
+PEAK = """
+import resource, sys
+from attnviz.cli import main
+code = main(sys.argv[1:])
+sys.stderr.write(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}\\n")
+sys.exit(code)
+"""
+
+
+def peak_and_size(args: list[str]) -> tuple[int, int]:
+    """The peak memory of attnviz with args, and the bytes it wrote on stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *args], capture_output=True,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+    )  # fmt: skip
+    return int(done.stderr.decode().split()[-1]), len(done.stdout)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_large_result_is_written_as_it_goes_not_held_as_text(fmt):
+    base, _ = peak_and_size(["compute", "--preset", "gpt2-small", "--n", "8", "--format", fmt])
+    peak, size = peak_and_size(["compute", "--preset", "gpt2-small", "--n", "384", "--format", fmt])
+    assert size > 50 * 2**20  # the output is large …
+    assert peak - base < 0.75 * size  # … and never held whole (it was 3-4 times its size)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.assets import EXAMPLES, resource
+from attnviz.core.io.names import quoted
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 
 SUFFIXES = (".attn.json", ".attn.npz")
@@ -97,4 +98,4 @@ def find(name: str) -> Example:
         if example.name == wanted:
             return example
     names = ", ".join(e.name for e in examples())
-    raise ScenarioError(f"there is no example {name!r}; the examples are: {names}")
+    raise ScenarioError(f"there is no example {quoted(name)}; the examples are: {names}")

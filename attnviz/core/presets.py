@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz.core.io.names import quoted
 from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError, Settings, from_heads
 
 WORKED_TOKENS = ("she", "saw", "the", "cat")
@@ -267,11 +268,13 @@ def make_preset(name: str, n: int | None = None, seed: int | None = None) -> Sce
     """The named preset; n and seed apply to the sized (random) presets only."""
     preset = PRESETS.get(name)
     if preset is None:
-        raise ScenarioError(f"preset {name!r} does not exist; try one of: {', '.join(PRESETS)}")
+        raise ScenarioError(
+            f"preset {quoted(name)} does not exist; try one of: {', '.join(PRESETS)}"
+        )
     if not preset.sized:
         if n is not None or seed is not None:
             sized = " or ".join(p.name for p in PRESETS.values() if p.sized)
-            raise ScenarioError(f"preset {name!r} has a fixed size: n and seed need {sized}")
+            raise ScenarioError(f"preset {quoted(name)} has a fixed size: n and seed need {sized}")
         return preset.make()
     kwargs = {k: v for k, v in (("n", n), ("seed", seed)) if v is not None}
     return preset.make(**kwargs)

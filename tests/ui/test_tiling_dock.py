@@ -4,7 +4,6 @@ edits, refusals. Expected numbers are computed here with NumPy (or by the dense 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
 import numpy as np
@@ -183,7 +182,7 @@ def test_float16_shows_its_error_against_float64(dock, qtbot):
 
 def test_float16_overflow_is_named_not_shown_as_zero(dock, qtbot):
     s = make_preset("worked-example")
-    window, panel = dock(dataclasses.replace(s, X=np.asarray(s.X) * 1e5))
+    _, panel = dock(dataclasses.replace(s, X=np.asarray(s.X) * 1e5))
     panel.precision.setCurrentText("float16")
     qtbot.waitUntil(lambda: panel.pass_.tiling.precision == "float16", timeout=5000)
     with np.errstate(over="ignore"):

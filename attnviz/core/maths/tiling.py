@@ -138,9 +138,7 @@ def tiles(
         rebuilt = _weights_from_lse(s, head, lse, hidden)
     for step in steps:
         _freeze(step)
-    return Tiling(
-        head, block_q, block_k, precision, tuple(steps), output, lse, rebuilt, overflowed
-    )
+    return Tiling(head, block_q, block_k, precision, tuple(steps), output, lse, rebuilt, overflowed)
 
 
 class _Block:

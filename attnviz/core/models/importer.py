@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.core.io.files import FileFormatError, open_regular, printable, read_file
 from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
+from attnviz.core.models import checkpoint
 from attnviz.core.models.sources import Cancelled, Located, locate
 from attnviz.core.models.tokens import Tokens, load_tokenizer, tokenize
 from attnviz.core.provenance import Provenance
@@ -37,6 +38,7 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-5}  # refuse beyond this; expect 1e
 OWN_EAGER_TOLERANCE = 1e-5
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers")  # config.json's names for it
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
+MAX_CONFIG = 2**24  # bytes of config.json
 
 Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
 
@@ -130,7 +132,7 @@ def import_model_layer(
     _check_layers(config, request.layer)
     step("Loading the weights", 0.45)
     with _lock:
-        model = _model(located, request.dtype)
+        model = _model(located, request.dtype, _layers_of(config) or 0)
         _check_attention_memory(model, len(tokens.ids), request.dtype)
         step("Running the model", 0.7)
         layer = _import(model, tokens, request.layer)
@@ -173,10 +175,15 @@ def bytes_done(done: int, total: int) -> str:
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ScenarioError(f"{folder / 'config.json'}: not readable JSON ({e})") from e
+        config = json.loads(read_file(path, MAX_CONFIG).decode("utf-8"))
+    except FileFormatError as e:
+        raise ScenarioError(str(e)) from None
+    except RecursionError:
+        raise ScenarioError(f"{printable(path)}: nested too deeply to be a config") from None
+    except ValueError as e:
+        raise ScenarioError(f"{printable(path)}: not readable JSON ({e})") from e
     if not isinstance(config, dict):
         raise ScenarioError(f"{folder / 'config.json'}: expected a JSON object")
     return config
@@ -210,22 +217,26 @@ def _most_tokens(config: dict[str, Any]) -> int:
     return min(LIMITS.tokens, positions) if isinstance(positions, int) else LIMITS.tokens
 
 
-def _model(located: Located, dtype: str) -> Any:
+def _model(located: Located, dtype: str, layers: int) -> Any:
     """The model in ``dtype``, kept until another (or changed files) is asked for; every
     weight must come from the checkpoint (transformers would fill missing ones with
-    random numbers)."""
+    random numbers), in the shape the config gives it, checked before any is loaded."""
     files = [*sorted(located.folder.glob("*.safetensors")), located.folder / "config.json"]
     key = (str(located.folder.resolve()), dtype, tuple(_stamp(f) for f in files))
     if key in _loaded:
         return _loaded[key]
     _loaded.clear()  # one model in memory at a time
-    _check_memory(located.folder, dtype)
+    held = checkpoint.tensors(located.folder)
+    checkpoint.check_layers(layers, held)
+    checkpoint.check_memory(held, dtype)
     import torch
     from transformers import AutoModel
     from transformers.utils import logging
 
     logging.set_verbosity_error()  # its notes and progress bars would go to the terminal
     logging.disable_progress_bar()
+    expected, prefix = _expected_shapes(located)
+    checkpoint.check_shapes(expected, held, prefix)
     try:
         model, info = AutoModel.from_pretrained(
             str(located.folder),
@@ -253,6 +264,24 @@ def _model(located: Located, dtype: str) -> Any:
     model.eval()
     _loaded[key] = model
     return model
+
+
+def _expected_shapes(located: Located) -> tuple[dict[str, tuple[int, ...]], str]:
+    """The shape of each weight of the model config.json describes, from a model built
+    on the meta device (no memory), and the base model's name (a checkpoint's prefix)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(str(located.folder), local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModel.from_config(config, attn_implementation="eager")
+    except Exception as e:  # transformers raises many kinds for a broken config
+        raise ScenarioError(
+            f"{located.source}: transformers could not build it ({_first(e)})"
+        ) from e
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    return shapes, str(getattr(model, "base_model_prefix", ""))
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -377,49 +406,9 @@ def _file_hashes(folder: Path) -> tuple[tuple[str, str], ...]:
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
         if key not in _hashes:
             digest = hashlib.sha256()
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 for block in iter(lambda: f.read(2**22), b""):
                     digest.update(block)
             _hashes[key] = digest.hexdigest()
         hashes.append((path.name, _hashes[key]))
     return tuple(hashes)
-
-
-_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1}
-
-
-def _parameters(path: Path) -> int:
-    """How many numbers a safetensors file holds, from its header."""
-    problem = f"{path.name}: not a safetensors file"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise ScenarioError(f"{problem} (shorter than its header)")
-            (size,) = struct.unpack("<Q", head)
-            if size > 2**27:
-                raise ScenarioError(f"{problem} (header of {size:,} bytes)")
-            header = json.loads(f.read(size))
-        count = 0
-        for name, entry in header.items():
-            if name != "__metadata__":
-                start, end = entry["data_offsets"]
-                count += (int(end) - int(start)) // _BYTES.get(str(entry.get("dtype")), 4)
-        return count
-    except ScenarioError:
-        raise
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ScenarioError(f"{problem} ({_first(e)})") from e
-
-
-def _check_memory(folder: Path, dtype: str) -> None:
-    """Refuse a model whose weights in ``dtype`` would not fit in the free memory."""
-    params = sum(_parameters(path) for path in folder.glob("*.safetensors"))
-    needed = params * (8 if dtype == "float64" else 4)
-    free = available_memory()
-    if free and needed > 0.8 * free:
-        raise ScenarioError(
-            f"the model has {params / 1e6:,.0f} M parameters: about {needed / 2**30:.1f} GiB "
-            f"in {dtype}, and {free / 2**30:.1f} GiB of memory are free"
-            + ("; try float32" if dtype == "float64" else "")
-        )

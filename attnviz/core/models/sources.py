@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.core.io.files import not_a_file, printable
 from attnviz.core.maths.scenario import ScenarioError
 
 NEEDED = ("config.json", "tokenizer.json")
@@ -63,7 +64,17 @@ def cache_dir() -> Path:
 
 
 def model_problem(folder: Path) -> str:
-    """Why ``folder`` is not a model attnviz can read ('' when it is)."""
+    """Why ``folder`` is not a model attnviz can read ('' when it is): a file it needs is
+    missing or not a regular file (a pipe would block, a link loop never ends), or the
+    folder's name is not UTF-8 text (which transformers and tokenizers cannot open)."""
+    try:
+        os.fsencode(folder).decode("utf-8")
+    except UnicodeDecodeError:
+        return "has a name that is not UTF-8 text, which transformers cannot open; rename it"
+    for path in [*(folder / name for name in NEEDED), *sorted(folder.glob("*.safetensors"))]:
+        why = not_a_file(path)
+        if why and why != "no such file":
+            return f"has a {printable(path.name)} attnviz {why}"
     missing = [name for name in NEEDED if not (folder / name).is_file()]
     if not any(folder.glob("*.safetensors")):
         if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
@@ -122,7 +133,7 @@ def _doing(progress: Activity | None, what: str) -> Progress | None:
 def _checked(folder: Path, source: str) -> Path:
     problem = model_problem(folder)
     if problem:
-        raise SourceError(f"{source}: the model folder {folder} {problem}")
+        raise SourceError(f"{printable(source)}: the model folder {printable(folder)} {problem}")
     return folder
 
 

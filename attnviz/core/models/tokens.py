@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from attnviz.core.io.files import FileFormatError, printable, read_file
 from attnviz.core.maths.scenario import LIMITS, ScenarioError
 
 JOIN = "‿"  # shown before a piece that continues the previous word
@@ -44,14 +45,20 @@ class Tokenizer:
 def load_tokenizer(folder: Path) -> Tokenizer:
     """The tokenizer of a model folder (``tokenizer.json``)."""
     path = Path(folder) / "tokenizer.json"
-    if not path.is_file():
-        raise ScenarioError(f"{folder}: no tokenizer.json (the model's fast tokenizer) found")
+    if not path.exists():
+        raise ScenarioError(
+            f"{printable(folder)}: no tokenizer.json (the model's fast tokenizer) found"
+        )
     from tokenizers import Tokenizer as Backend
 
     try:
-        backend = Backend.from_file(str(path))
+        backend = Backend.from_str(read_file(path).decode("utf-8"))  # a regular file only
+    except FileFormatError as e:
+        raise ScenarioError(str(e)) from None
     except Exception as e:  # the library raises its own Exception type for a bad file
-        raise ScenarioError(f"{path}: not a tokenizer this version can read ({e})") from e
+        raise ScenarioError(
+            f"{printable(path)}: not a tokenizer this version can read ({e})"
+        ) from e
     backend.no_padding()  # sentence-transformers' files pad every text to 128 tokens
     backend.no_truncation()
     described = json.loads(backend.to_str())
@@ -69,6 +76,12 @@ def tokenize(tokenizer: Tokenizer, text: str, most: int = LIMITS.tokens) -> Toke
     """The tokens of ``text`` (special tokens included), refused beyond ``most``."""
     if not text.strip():
         raise ScenarioError("the text is empty: type a sentence to run through the model")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes a terminal passed that are not UTF-8
+        code = ord(text[e.start])
+        what = f"the byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise ScenarioError(f"the text is not UTF-8: character {e.start + 1} is {what}") from None
     encoding = tokenizer.backend.encode(text)
     ids = tuple(int(i) for i in encoding.ids)
     if len(ids) > most:
