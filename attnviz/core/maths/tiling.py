@@ -321,8 +321,11 @@ def describe_step(step: Step, row: int, tokens: Sequence[str] = ()) -> str:
     state = f"m {_n(m_old)}, l {_n(l_old)} and O"
     scores = np.asarray(step.scores[k], dtype=np.float64) if not step.skipped else None
     seen = np.flatnonzero(~np.isneginf(scores)) if scores is not None else np.zeros(0, int)
+    overflowed = math.isnan(m_new) or m_new == math.inf or not math.isfinite(l_new)
     if scores is None:
         text = f"tile skipped (the mask hides all of it): {state} unchanged"
+    elif overflowed:
+        text = f"overflowed: m {_n(m_new)}, l {_n(l_new)} are not numbers the row can use"
     elif not seen.size:
         text = f"all masked: {state} unchanged"
     else:
@@ -330,8 +333,8 @@ def describe_step(step: Step, row: int, tokens: Sequence[str] = ()) -> str:
         hidden = _spans(c0 + np.flatnonzero(np.isneginf(scores)))
         text += f" ({hidden} masked)" if hidden else ""
     if step.last:
-        if math.isnan(m_new) or not math.isfinite(l_new):
-            text += "; block done: overflowed, out and LSE are NaN"
+        if overflowed:
+            text += "; block done: its output and LSE are NaN"
         elif l_new > 0:
             lse = m_new + math.log(l_new)
             text += f"; block done: out = O / {_n(l_new)}, LSE = m + ln l = {_n(lse)}"
