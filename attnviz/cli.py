@@ -119,6 +119,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row", required=True, help="row number (from 1) or token")
     p.add_argument("--col", required=True, help="column number (from 1), or token for key columns")
 
+    p = sub.add_parser(
+        "grad",
+        help="print the gradient of a loss with respect to every input and intermediate",
+        description="Backpropagation through the layer: the loss over its output and the "
+        "gradient of that loss with respect to every input (X, the weights and biases) and "
+        "every intermediate (per head Q, K, V, scores, weights, output; concat, final).",
+    )
+    _add_source(p)
+    p.add_argument(
+        "--loss",
+        default="target",
+        metavar="LOSS",
+        help="target (½‖final − T‖², T from --target), next-token (cross-entropy through a "
+        "tied unembedding), or cell:I,J (final[I, J] itself, numbered from 1)",
+    )
+    p.add_argument(
+        "--target",
+        choices=("previous-token", "copy-self", "first-token"),
+        default="previous-token",
+        help="the target T of --loss target: each row the previous token's row of X (a "
+        "previous-token head), X itself, or X's first row",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
     p = sub.add_parser("code", help="print the scenario as a standalone NumPy or PyTorch script")
     _add_source(p)
     p.add_argument(
@@ -493,6 +517,79 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_loss(text: str, target: str, s: Scenario) -> Any:
+    """--loss and --target as a losses.Loss, checked against the scenario's output."""
+    import numpy as np
+
+    from attnviz.core.maths.losses import Loss, preset_target
+
+    if text in ("target", "next-token"):
+        T = preset_target(np.asarray(s.X), target) if text == "target" else None
+        return Loss(text, T)
+    found = re.fullmatch(r"cell:(\d+),(\d+)", text)
+    if not found:
+        raise UsageError(f"--loss {quoted(text)}: expected target, next-token or cell:I,J")
+    i, j = int(found[1]), int(found[2])
+    if not (1 <= i <= s.n and 1 <= j <= s.d_model):
+        raise UsageError(f"--loss {text}: the output is {s.n}×{s.d_model} (rows and columns "
+                         "from 1)")  # fmt: skip
+    return Loss("cell", cell=(i - 1, j - 1))
+
+
+def cmd_grad(args: argparse.Namespace) -> int:
+    from attnviz.core.maths.backward import HEAD_GRADIENTS
+    from attnviz.core.maths.losses import gradients
+
+    s = load_source(args)
+    loss = parse_loss(args.loss, args.target, s)
+    g = gradients(s, loss)
+    what = args.loss + (f" ({args.target})" if args.loss == "target" else "")
+    if args.format == "json":
+        doc = {
+            "loss": {"kind": loss.kind, "name": what, "value": g.loss},
+            "inputs": dict(g.inputs),
+            "heads": [{name: getattr(h, name) for name in HEAD_GRADIENTS} for h in g.heads],
+            "concat": g.concat,
+            "final": g.final,
+        }
+        write_json(sys.stdout, doc)
+        sys.stdout.write("\n")
+        return 0
+    for line in gradient_lines(s, g, what):
+        sys.stdout.write(line + "\n")
+    return 0
+
+
+def gradient_lines(s: Scenario, g: Any, what: str) -> Iterator[str]:
+    """The text form of every gradient, a line at a time, named as the views name them."""
+    from attnviz.core.maths.backward import HEAD_GRADIENTS
+
+    toks, keys = list(s.tokens), list(s.key_tokens)
+    numbered = [str(i + 1) for i in range(max(s.d_model, 1024))]
+    yield f"loss {what} = {g.loss:.10g}"
+    d_k = g.heads[0].Q.shape[1] if g.heads else 0
+    mixed = [f"h{k // d_k + 1}·{k % d_k + 1}" for k in range(len(g.heads) * d_k)]
+    for name, a in g.inputs.items():
+        kind = "head" if name in ("W_Q", "b_Q", "q_norm") or s.kv_heads == s.n_heads else (
+            "key/value head")  # fmt: skip
+        for h, matrix in enumerate(a if a.ndim == 3 else [a]):
+            head = f" ({kind} {h + 1})" if a.ndim == 3 else ""
+            rows = {"X": toks, "X_kv": keys, "W_O": mixed}.get(name, numbered[: len(matrix)])
+            yield ""
+            yield from table(f"dL/d{name}{head}:", matrix, rows, numbered[: matrix.shape[1]])
+    for h, head_grads in enumerate(g.heads):
+        yield from ("", f"== head {h + 1} ==")
+        for name in HEAD_GRADIENTS:
+            a = getattr(head_grads, name)
+            rows = keys if name in ("K", "V", "K_rot") else toks
+            cols = keys if name in ("scores", "scaled", "masked", "weights") else numbered
+            yield from table(f"dL/d{name}:", a, rows, cols[: a.shape[1]])
+            yield ""
+    yield from table("dL/dconcat:", g.concat, toks, numbered[: g.concat.shape[1]])
+    yield ""
+    yield from table("dL/dfinal:", g.final, toks, numbered[: g.final.shape[1]])
+
+
 def cmd_code(args: argparse.Namespace) -> int:
     from attnviz.core.io.codegen import to_script
 
@@ -778,6 +875,7 @@ COMMANDS = {
     "examples": cmd_examples,
     "explain": cmd_explain,
     "export": cmd_export,
+    "grad": cmd_grad,
     "code": cmd_code,
     "tiles": cmd_tiles,
     "import": cmd_import,
@@ -788,6 +886,7 @@ SUBCOMMANDS = (
     "examples",
     "bench",
     "explain",
+    "grad",
     "code",
     "export",
     "tiles",

@@ -27,8 +27,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import commit, describe
 
@@ -62,6 +60,8 @@ def zip64_claiming(path: Path, members: int) -> None:
 
 def autosave_bomb(path: Path, shape: tuple[int, int]) -> None:
     """An autosave whose X is a deflated matrix of zeros of ``shape``."""
+    import numpy as np
+
     from attnviz.core.io.files import save_snapshot
     from attnviz.core.presets import worked_example
 
@@ -89,11 +89,17 @@ def million_layers(folder: Path) -> Path:
     return folder
 
 
+def make_inputs(work: Path) -> None:
+    zip64_claiming(work / "claims.attn.npz", 4_000_000)
+    autosave_bomb(work / "autosave.npz", (32768, 4096))
+    million_layers(work / "gpt2")
+
+
 def cases(work: Path) -> list[tuple[str, list[str]]]:
-    npz, autosave = work / "claims.attn.npz", work / "autosave.npz"
-    zip64_claiming(npz, 4_000_000)
-    autosave_bomb(autosave, (32768, 4096))
-    model = million_layers(work / "gpt2")
+    """(what, the arguments of python) of each case; the inputs made in another process,
+    so that this one stays small (a child's peak memory counts its parent's before exec)."""
+    subprocess.run([sys.executable, __file__, "--make", str(work)], check=True)
+    npz, autosave, model = work / "claims.attn.npz", work / "autosave.npz", work / "gpt2"
     load = "from attnviz.core.io import files; import sys; files.{}(sys.argv[1])"
     gpt2 = ["--preset", "gpt2-small", "--n", "2048"]
     mib = {p: p.stat().st_size / 2**20 for p in (npz, autosave)}
@@ -149,12 +155,17 @@ def measure(checkout: Path, args: list[str], limit_s: float, limit_bytes: int) -
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", type=Path, required=True)
+    p.add_argument("--before", type=Path)
+    p.add_argument("--make", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--limit-s", type=float, default=150.0)
     p.add_argument("--limit-gb", type=float, default=8.0)
     p.add_argument("--out", type=Path, default=HERE / "benchmarks/results/hostile-sizes.json")
     p.add_argument("--title", default="Hostile sizes, before and after")
     args = p.parse_args()
+    if args.make:
+        return make_inputs(args.make)
+    if args.before is None:
+        p.error("--before is required")
     checkouts = {"before": args.before.resolve(), "after": HERE}
     rows = []
     with tempfile.TemporaryDirectory() as work:

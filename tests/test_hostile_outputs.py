@@ -97,10 +97,12 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"])
 @pytest.mark.parametrize("args", [["code"], ["compute", "--format", "json"], ["compute"]])
-def test_a_full_disk_on_stdout_is_one_line_and_a_failure(args):
+def test_a_full_disk_on_stdout_is_one_line_and_a_failure(args, unbuffered):
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
     with open("/dev/full", "wb") as full:
-        done = run(args, stdout=full)
+        done = run(args, stdout=full, env=env)
     err = done.stderr.decode()
     assert done.returncode not in (0, 2), err
     assert err.count("\n") == 1 and "Traceback" not in err and "incomplete" in err

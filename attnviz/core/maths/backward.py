@@ -1,0 +1,275 @@
+"""The backward pass: the gradient of a loss over the layer's output with respect to every
+input and every intermediate, in float64, by hand, step by step against ``forward.py``.
+
+From dL/dfinal (``losses.py``), for ``final = concat W_O + b_O`` and each head::
+
+    dW_O = concatᵀ dfinal,  db_O = Σ_rows dfinal,  dconcat = dfinal W_Oᵀ
+    dweights = dout Vᵀ,      dV = weightsᵀ dout
+    dP = dweights            (× keep / (1 − p) under dropout; 0 on the hidden keys
+                              under drop-after-softmax)
+    dmasked = P ⊙ (dP − rowsum(dP ⊙ P))                       the softmax
+    dscaled = dmasked, 0 on the hidden keys (a −∞ or a 0 there is a constant: no
+              gradient reaches the score, while under causal-zero the future keys'
+              weights still pass gradient to their values: the leak, backwards)
+    dscores = dscaled ⊙ (1 − tanh²(x / c)) · σ                x = scores · σ; ALiBi adds
+                                                               a constant
+    dQ' = dscores K',  dK' = dscoresᵀ Q'
+    dQ  = norm′(rope⁻¹(dQ'))                                  RoPE turned back, RMS norm
+    dW_Q = Xᵀ dQ,  db_Q = Σ_rows dQ,  dX += dQ W_Qᵀ           (K and V from X_kv)
+
+A key/value head shared by a group of query heads (GQA) sums its group's gradients. The
+forward pass's intermediates are reused: its weights, its K', Q', V, m and Z; the scores
+are made again (one product) only where the soft-cap or a reweighting needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from attnviz.core.maths.forward import head_count, inputs, kept_columns, kv_of, turns
+from attnviz.core.maths.positions import positions, rope_width
+from attnviz.core.maths.results import Head, Result
+from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
+from attnviz.core.maths.variants import rope
+
+HEAD_GRADIENTS = (
+    "Q",
+    "K",
+    "V",
+    "Q_rot",
+    "K_rot",
+    "scores",
+    "scaled",
+    "masked",
+    "weights",
+    "output",
+)
+INPUT_GRADIENTS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
+                   "q_norm", "k_norm")  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class HeadGradients:
+    """dL/d each intermediate of one query head, the shape of the intermediate (K, V and
+    K_rot: this query head's share; a shared key/value head's gradient is its group's
+    sum)."""
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    Q_rot: np.ndarray
+    K_rot: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    masked: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Gradients:
+    """The loss and its gradient with respect to every input and intermediate.
+
+    ``inputs`` maps the scenario's names (X, W_Q, b_O, …; X_kv under cross-attention,
+    q_norm and k_norm under QK-norm; no weights with projections off) to arrays of the
+    input's shape (stacks: heads × rows × columns)."""
+
+    loss: float
+    inputs: dict[str, np.ndarray]
+    heads: tuple[HeadGradients, ...]
+    concat: np.ndarray
+    final: np.ndarray
+
+    def matrix(self, name: str, head: int | None = None) -> np.ndarray:
+        """The gradient of one intermediate or input as a 2-D array (head: 0-based, for
+        the per-head intermediates and the stacks of weights)."""
+        if name in HEAD_GRADIENTS:
+            if head is None:
+                raise KeyError(f"d{name}: which head?")
+            return getattr(self.heads[head], name)  # type: ignore[no-any-return]
+        if name in ("concat", "final"):
+            return getattr(self, name)  # type: ignore[no-any-return]
+        if name not in self.inputs:
+            raise KeyError(f"no gradient of {name!r} in this scenario")
+        a = self.inputs[name]
+        if a.ndim == 3:
+            if head is None:
+                raise KeyError(f"d{name}: which head?")
+            one: np.ndarray = a[head]
+            return one
+        return a
+
+
+def backward(s: Scenario, r: Result, d_final: np.ndarray, loss: float) -> Gradients:
+    """Every gradient, from dL/dfinal and the forward pass ``r`` of ``s``."""
+    st = s.settings
+    X, X_kv = inputs(s)
+    grads = _Inputs.zeros(s)
+    d_concat = _through_mix(s, r, d_final, grads)
+    d_in = np.zeros_like(X)
+    d_in_kv = np.zeros_like(X_kv) if s.cross else d_in
+    qpos, kpos = positions(s)
+    heads = []
+    count = head_count(s)
+    group = kv_of(s, range(count))
+    for h in range(count):
+        head = r.head(h)
+        d_out = d_concat[:, h * head.output.shape[1] : (h + 1) * head.output.shape[1]]
+        g = _head(st, head, np.ascontiguousarray(d_out), r.future)
+        d_Q = _unturned(st, g.Q_rot, head.Q, qpos, grads, "q_norm", h)
+        d_K = _unturned(st, g.K_rot, head.K, kpos, grads, "k_norm", group[h])
+        heads.append(replace(g, Q=d_Q, K=d_K))
+        if not st.projections:  # Q = K = V = X
+            d_in += d_Q
+            d_in_kv += d_K + g.V
+            continue
+        _project_back(s, X, d_Q, grads, d_in, "W_Q", "b_Q", h)
+        _project_back(s, X_kv, d_K, grads, d_in_kv, "W_K", "b_K", group[h])
+        _project_back(s, X_kv, g.V, grads, d_in_kv, "W_V", "b_V", group[h])
+    grads.arrays["X"] += d_in  # the sinusoidal encoding is a constant: X's gradient is X+PE's
+    if s.cross:
+        grads.arrays["X_kv"] += d_in_kv
+    return Gradients(loss, grads.done(), tuple(heads), _frozen(d_concat), _frozen(d_final))
+
+
+def _through_mix(s: Scenario, r: Result, d_final: np.ndarray, grads: _Inputs) -> np.ndarray:
+    """dconcat from dfinal, with W_O's and b_O's gradients (none with projections off)."""
+    if not s.settings.projections:
+        return d_final.copy()
+    kept = kept_columns(s.settings, r.n_heads, r.d_k)
+    grads.arrays["W_O"][kept] = r.concat[:, kept].T @ d_final
+    grads.arrays["b_O"][0] = d_final.sum(axis=0)
+    d_concat = d_final @ s.W_O.T
+    d_concat[:, ~kept] = 0.0  # an ablated head's output reaches nothing
+    return d_concat  # type: ignore[no-any-return]
+
+
+def _head(st: Settings, head: Head, d_out: np.ndarray, future: np.ndarray) -> HeadGradients:
+    """One head from its output's gradient back to Q' and K' (and V); Q and K are left
+    empty, for the caller (their norms' weights are the scenario's)."""
+    d_weights = d_out @ head.V.T
+    d_V = head.weights.T @ d_out
+    P, capped = _softmax_and_cap(st, head)
+    d_P = d_weights
+    if st.mask == "drop-after-softmax":
+        d_P = np.where(future, 0.0, d_P)
+    if head.keep is not None:
+        d_P = d_P * head.keep / (1.0 - st.dropout)
+    d_masked = P * (d_P - (d_P * P).sum(axis=1, keepdims=True))
+    masks = st.mask in (*MINUS_INF_MASKS, "causal-zero")  # a constant on the hidden keys
+    d_scaled = np.where(future, 0.0, d_masked) if masks else d_masked
+    d_scores = d_scaled * _scale(st, head.Q_rot.shape[1])
+    if capped is not None and st.softcap is not None:
+        d_scores *= 1.0 - (capped / st.softcap) ** 2
+    empty = np.zeros(0)
+    return HeadGradients(empty, empty, d_V, d_scores @ head.K_rot, d_scores.T @ head.Q_rot,
+                         d_scores, d_scaled, d_masked, d_weights, d_out)  # fmt: skip
+
+
+def _softmax_and_cap(st: Settings, head: Head) -> tuple[np.ndarray, np.ndarray | None]:
+    """The softmax P (the weights before drop-after-softmax and dropout) and, under the
+    soft-cap, the capped scores c·tanh(x/c): the forward's weights themselves where
+    neither is needed, else made again from the stages and the forward's m and Z."""
+    reweighted = st.mask == "drop-after-softmax" or st.dropout > 0
+    if not reweighted and st.softcap is None:
+        return head.weights, None
+    stages = head.made_stages()
+    P = np.exp(stages.masked - head.m[:, None]) / np.where(head.empty_rows, 1.0, head.Z)[:, None]
+    capped = None
+    if st.softcap is not None:  # scaled = capped − slope·distance
+        alibi = head.rule.alibi(head.index) if head.rule and head.rule.slopes is not None else 0.0
+        capped = stages.scaled - alibi
+    return (P if reweighted else head.weights), capped
+
+
+def _scale(st: Settings, d_k: int) -> float:
+    """What raw scores are multiplied by: 1/√d_k, scale_value, or 1 with scaling off."""
+    if not st.scale:
+        return 1.0
+    return 1.0 / np.sqrt(d_k) if st.scale_value is None else st.scale_value
+
+
+def _unturned(
+    st: Settings,
+    d_turned: np.ndarray,
+    A: np.ndarray,
+    pos: np.ndarray,
+    grads: _Inputs,
+    norm: str,
+    h: int,
+) -> np.ndarray:
+    """dA from d(A turned): RoPE turned back, then through the RMS norm (its weights'
+    gradient added to grads[norm][h])."""
+    if not turns(st):
+        return d_turned
+    d = d_turned
+    if st.positional == "rope":
+        dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
+        if dims:
+            d = rope(d, -np.asarray(pos, dtype=np.float64), st.rope_base, st.rope_style, dims)
+    if st.qk_norm != "rms":
+        return d
+    inv = 1.0 / np.sqrt(np.mean(A * A, axis=-1, keepdims=True) + st.qk_norm_eps)
+    weight = grads.weight(norm, h)
+    if weight is not None:
+        grads.arrays[norm][h, 0] += (d * A * inv).sum(axis=0)
+        d = d * weight
+    return inv * d - A * inv**3 * (d * A).mean(axis=-1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def _project_back(
+    s: Scenario,
+    X: np.ndarray,
+    d_A: np.ndarray,
+    grads: _Inputs,
+    d_X: np.ndarray,
+    weight: str,
+    bias: str,
+    h: int,
+) -> None:
+    """A = X W[h] + b[h]: W's and b's gradients added to grads, X's to d_X."""
+    W = np.asarray(getattr(s, weight)[h])
+    grads.arrays[weight][h] += X.T @ d_A
+    grads.arrays[bias][h, 0] += d_A.sum(axis=0)
+    d_X += d_A @ W.T
+
+
+@dataclass
+class _Inputs:
+    """The inputs' gradients as they are summed, and the weights of the norms."""
+
+    arrays: dict[str, np.ndarray]
+    norms: dict[str, np.ndarray | None]
+
+    @staticmethod
+    def zeros(s: Scenario) -> _Inputs:
+        st = s.settings
+        names: Sequence[str] = ("X", "X_kv") if s.cross else ("X",)
+        if st.projections:
+            names = (*names, "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+            if st.qk_norm == "rms":
+                names = (*names, "q_norm", "k_norm")
+        arrays = {name: np.zeros(np.shape(getattr(s, name))) for name in names}
+        norms: dict[str, Any] = {
+            name: (np.asarray(getattr(s, name)) if st.projections else None)
+            for name in ("q_norm", "k_norm")
+        }
+        return _Inputs(arrays, norms)
+
+    def weight(self, norm: str, h: int) -> np.ndarray | None:
+        stack = self.norms[norm]
+        return None if stack is None else stack[h, 0]
+
+    def done(self) -> dict[str, np.ndarray]:
+        for a in self.arrays.values():
+            _frozen(a)
+        return self.arrays
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
