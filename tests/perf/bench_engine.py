@@ -10,7 +10,9 @@ matmul, batched Q @ Kᵀ, an in-place masked softmax, @ V, @ W_O); and, for refe
 same maths as einsums. Prints the medians and compute()'s ratio to the plain pass, and
 the peak memory of each (tracemalloc, which sees NumPy's buffers) against what the
 scenario and one stored weights matrix (heads × n × n float64) need.
-Targets: time ratio ≤ 1.2; compute()'s peak ≤ 2 × (scenario + weights matrix).
+Targets: time ratio ≤ 1.2; compute()'s peak ≤ 2 × (scenario + weights matrix). And the
+backward pass (every gradient of the default target loss, from compute()'s result): time
+≤ 2.5 × compute()'s, peak memory ≤ 2 × compute()'s.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from attnviz.core.maths.forward import compute
+from attnviz.core.maths.losses import Loss, gradients
 from attnviz.core.maths.scenario import Scenario, with_kv_heads
 from attnviz.core.presets import random_scenario
 
@@ -102,10 +105,12 @@ def peak(fn: Callable[[Scenario], object], s: Scenario) -> float:
 
 
 def time_case(label: str, s: Scenario, repeats: int) -> None:
+    forward = compute(s)
     fns: dict[str, Callable[[Scenario], object]] = {
         "compute": compute,
         "plain": plain,
         "einsum": einsums,
+        "backward": lambda s: gradients(s, Loss(), forward),  # from compute()'s result
     }
     want = _final(plain, s)
     for name in ("compute", "einsum"):
@@ -131,6 +136,12 @@ def time_case(label: str, s: Scenario, repeats: int) -> None:
         f"{mem['einsum']:.0f} MiB; scenario {scenario:.0f} MiB + weights matrix "
         f"{weights:.0f} MiB; compute/(scenario + weights) "
         f"{mem['compute'] / (scenario + weights):.2f} (target ≤ 2)"
+    )
+    print(
+        f"  backward (every gradient, the target loss): {med['backward']:.1f} ms, "
+        f"backward/compute {med['backward'] / med['compute']:.2f} (target ≤ 2.5); peak "
+        f"{mem['backward']:.0f} MiB, backward/compute {mem['backward'] / mem['compute']:.2f} "
+        "(target ≤ 2)"
     )
 
 
