@@ -56,18 +56,39 @@ INPUT_GRADIENTS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V",
 class HeadGradients:
     """dL/d each intermediate of one query head, the shape of the intermediate (K, V and
     K_rot: this query head's share; a shared key/value head's gradient is its group's
-    sum)."""
+    sum).
+
+    Of the n × m gradients only ``masked`` (what softmax saw) is kept; ``weights``,
+    ``scaled`` and ``scores`` are made from it (and the forward pass's head) when asked
+    for, so that the backward pass holds one n × m matrix a head, as the forward does.
+    """
 
     Q: np.ndarray
     K: np.ndarray
     V: np.ndarray
     Q_rot: np.ndarray
     K_rot: np.ndarray
-    scores: np.ndarray
-    scaled: np.ndarray
     masked: np.ndarray
-    weights: np.ndarray
     output: np.ndarray
+    settings: Settings
+    head: Head  # the forward pass's, for the gradients made when asked for
+    future: np.ndarray  # (n, m) bool: the keys the mask hides
+
+    @property
+    def weights(self) -> np.ndarray:
+        """dL/dweights = doutput Vᵀ."""
+        return _frozen(self.output @ self.head.V.T)
+
+    @property
+    def scaled(self) -> np.ndarray:
+        """dL/dscaled: dmasked, but 0 where a −∞ or a zero mask wrote a constant."""
+        masks = self.settings.mask in (*MINUS_INF_MASKS, "causal-zero")
+        return _frozen(np.where(self.future, 0.0, self.masked) if masks else self.masked)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """dL/dscores: dscaled · σ, times 1 − tanh²(σ·scores/c) under a soft-cap."""
+        return _frozen(_to_scores(self.settings, self.head, self.scaled))
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,39 +172,45 @@ def _through_mix(s: Scenario, r: Result, d_final: np.ndarray, grads: _Inputs) ->
 def _head(st: Settings, head: Head, d_out: np.ndarray, future: np.ndarray) -> HeadGradients:
     """One head from its output's gradient back to Q' and K' (and V); Q and K are left
     empty, for the caller (their norms' weights are the scenario's)."""
-    d_weights = d_out @ head.V.T
+    d = d_out @ head.V.T  # dweights, then dP, then dmasked, in place
     d_V = head.weights.T @ d_out
-    P, capped = _softmax_and_cap(st, head)
-    d_P = d_weights
+    P = _softmax(st, head)
     if st.mask == "drop-after-softmax":
-        d_P = np.where(future, 0.0, d_P)
+        d[future] = 0.0
     if head.keep is not None:
-        d_P = d_P * head.keep / (1.0 - st.dropout)
-    d_masked = P * (d_P - (d_P * P).sum(axis=1, keepdims=True))
-    masks = st.mask in (*MINUS_INF_MASKS, "causal-zero")  # a constant on the hidden keys
-    d_scaled = np.where(future, 0.0, d_masked) if masks else d_masked
-    d_scores = d_scaled * _scale(st, head.Q_rot.shape[1])
-    if capped is not None and st.softcap is not None:
-        d_scores *= 1.0 - (capped / st.softcap) ** 2
+        d *= head.keep
+        d /= 1.0 - st.dropout
+    d -= np.einsum("ij,ij->i", d, P)[:, None]
+    d *= P  # P ⊙ (dP − rowsum(dP ⊙ P))
+    # a −∞ or a zero mask writes a constant on the hidden keys: no gradient reaches their
+    # scores (under −∞ P, and so d, is 0 there already)
+    d_scaled = np.where(future, 0.0, d) if st.mask == "causal-zero" else d
+    d_scores = _to_scores(st, head, d_scaled)
     empty = np.zeros(0)
     return HeadGradients(empty, empty, d_V, d_scores @ head.K_rot, d_scores.T @ head.Q_rot,
-                         d_scores, d_scaled, d_masked, d_weights, d_out)  # fmt: skip
+                         _frozen(d), d_out, st, head, future)  # fmt: skip
 
 
-def _softmax_and_cap(st: Settings, head: Head) -> tuple[np.ndarray, np.ndarray | None]:
-    """The softmax P (the weights before drop-after-softmax and dropout) and, under the
-    soft-cap, the capped scores c·tanh(x/c): the forward's weights themselves where
-    neither is needed, else made again from the stages and the forward's m and Z."""
-    reweighted = st.mask == "drop-after-softmax" or st.dropout > 0
-    if not reweighted and st.softcap is None:
-        return head.weights, None
-    stages = head.made_stages()
-    P = np.exp(stages.masked - head.m[:, None]) / np.where(head.empty_rows, 1.0, head.Z)[:, None]
-    capped = None
-    if st.softcap is not None:  # scaled = capped − slope·distance
+def _to_scores(st: Settings, head: Head, d_scaled: np.ndarray) -> np.ndarray:
+    """dscores from dscaled: times σ, and 1 − tanh²(σ·scores/c) under a soft-cap (ALiBi
+    adds a constant)."""
+    d_scores = d_scaled * _scale(st, head.Q_rot.shape[1])
+    if st.softcap is not None:
+        stages = head.made_stages()
         alibi = head.rule.alibi(head.index) if head.rule and head.rule.slopes is not None else 0.0
-        capped = stages.scaled - alibi
-    return (P if reweighted else head.weights), capped
+        capped = stages.scaled - alibi  # scaled = c·tanh(σ·scores/c) − slope·distance
+        d_scores *= 1.0 - (capped / st.softcap) ** 2
+    return d_scores
+
+
+def _softmax(st: Settings, head: Head) -> np.ndarray:
+    """The softmax P, the weights before drop-after-softmax and dropout: the forward's
+    weights themselves without those, else made again from the scores and the forward's
+    row maxima m and sums Z."""
+    if st.mask != "drop-after-softmax" and st.dropout == 0:
+        return head.weights
+    masked = head.made_stages().masked
+    return np.exp(masked - head.m[:, None]) / np.where(head.empty_rows, 1.0, head.Z)[:, None]  # type: ignore[no-any-return]
 
 
 def _scale(st: Settings, d_k: int) -> float:
