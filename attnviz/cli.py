@@ -129,17 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source(p)
     p.add_argument(
         "--loss",
-        default="target",
         metavar="LOSS",
         help="target (½‖final − T‖², T from --target), next-token (cross-entropy through a "
-        "tied unembedding), or cell:I,J (final[I, J] itself, numbered from 1)",
+        "tied unembedding), or cell:I,J (final[I, J] itself, numbered from 1); default: "
+        "the scenario's own (a file's, else target)",
     )
     p.add_argument(
         "--target",
         choices=("previous-token", "copy-self", "first-token"),
-        default="previous-token",
         help="the target T of --loss target: each row the previous token's row of X (a "
-        "previous-token head), X itself, or X's first row",
+        "previous-token head, the default), X itself, or X's first row",
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
@@ -517,15 +516,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_loss(text: str, target: str, s: Scenario) -> Any:
-    """--loss and --target as a losses.Loss, checked against the scenario's output."""
-    import numpy as np
+def parse_loss(text: str | None, target: str | None, s: Scenario) -> Any:
+    """--loss and --target as a losses.Loss, checked against the scenario's output; the
+    scenario's own loss where they are left out."""
+    from attnviz.core.maths.losses import Loss
 
-    from attnviz.core.maths.losses import Loss, preset_target
-
+    own = Loss.of(s.settings)
+    target = target or str(own.target)
+    if text is None:
+        return Loss(own.kind, target, own.cell)
     if text in ("target", "next-token"):
-        T = preset_target(np.asarray(s.X), target) if text == "target" else None
-        return Loss(text, T)
+        return Loss(text, target)
     found = re.fullmatch(r"cell:(\d+),(\d+)", text)
     if not found:
         raise UsageError(f"--loss {quoted(text)}: expected target, next-token or cell:I,J")
@@ -543,7 +544,9 @@ def cmd_grad(args: argparse.Namespace) -> int:
     s = load_source(args)
     loss = parse_loss(args.loss, args.target, s)
     g = gradients(s, loss)
-    what = args.loss + (f" ({args.target})" if args.loss == "target" else "")
+    what = {"target": f"target ({loss.target})", "next-token": "next-token"}.get(
+        loss.kind, f"cell:{loss.cell[0] + 1},{loss.cell[1] + 1}"
+    )
     if args.format == "json":
         doc = {
             "loss": {"kind": loss.kind, "name": what, "value": g.loss},

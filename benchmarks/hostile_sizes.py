@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import struct
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,27 +56,6 @@ def zip64_claiming(path: Path, members: int) -> None:
     path.write_bytes(data[:end] + index + record + locator + classic)
 
 
-def autosave_bomb(path: Path, shape: tuple[int, int]) -> None:
-    """An autosave whose X is a deflated matrix of zeros of ``shape``."""
-    import numpy as np
-
-    from attnviz.core.io.files import save_snapshot
-    from attnviz.core.presets import worked_example
-
-    save_snapshot(path, worked_example())
-    with zipfile.ZipFile(path) as z:
-        members = {i.filename: z.read(i) for i in z.infolist() if i.filename != "X.npy"}
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-        with z.open("X.npy", "w", force_zip64=True) as member:
-            header = {"descr": "<f8", "fortran_order": False, "shape": shape}
-            np.lib.format.write_array_header_1_0(member, header)
-            size = math.prod(shape) * 8
-            for _ in range(size // 2**20):
-                member.write(bytes(2**20))
-
-
 def million_layers(folder: Path) -> Path:
     from tiny_models import save_tiny
 
@@ -91,7 +68,9 @@ def million_layers(folder: Path) -> Path:
 
 def make_inputs(work: Path) -> None:
     zip64_claiming(work / "claims.attn.npz", 4_000_000)
-    autosave_bomb(work / "autosave.npz", (32768, 4096))
+    from hostile_files import write_snapshot_bomb
+
+    write_snapshot_bomb(work / "autosave.npz", (32768, 4096))
     million_layers(work / "gpt2")
 
 

@@ -14,13 +14,8 @@ from attnviz.core.presets import make_preset
 
 pytest.importorskip("transformers")
 
+from offline_hub import offline  # noqa: F401  (autouse)
 from tiny_models import fake_package, save_tiny
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
 def test_import_writes_a_scenario_that_reopens_with_its_provenance(tmp_path, capsys):

@@ -14,15 +14,10 @@ import pytest
 pytest.importorskip("transformers")
 
 from hang_guard import within
+from offline_hub import offline  # noqa: F401  (autouse)
 from tiny_models import save_tiny
 
 from attnviz.cli import main
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
 @pytest.fixture(scope="module")

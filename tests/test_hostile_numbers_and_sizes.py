@@ -9,7 +9,6 @@ subprocess (its own ru_maxrss before and after the load).
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hostile_files import write_snapshot_bomb
 
 import attnviz
 from attnviz.cli import main
@@ -237,24 +237,6 @@ def test_a_zip64_end_record_is_held_to_the_limits(npz_bytes, tmp_path, monkeypat
 
 
 # The autosave: the same bounded reader as an .attn.npz --------------------------------
-
-
-def write_snapshot_bomb(path: Path, shape: tuple[int, int]) -> None:
-    """A snapshot whose X is a deflated matrix of zeros of shape: a small file (about 1 MiB
-    for 256 MiB) that unpacks to shape's float64 bytes."""
-    F.save_snapshot(path, worked_example())
-    with zipfile.ZipFile(path) as z:
-        members = {i.filename: z.read(i) for i in z.infolist() if i.filename != "X.npy"}
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-        with z.open("X.npy", "w", force_zip64=True) as member:
-            header = {"descr": "<f8", "fortran_order": False, "shape": shape}
-            np.lib.format.write_array_header_1_0(member, header)
-            size = math.prod(shape) * 8
-            for _ in range(size // 2**20):
-                member.write(bytes(2**20))
-            member.write(bytes(size % 2**20))
 
 
 def test_an_autosave_bomb_is_refused_before_it_is_unpacked(tmp_path):

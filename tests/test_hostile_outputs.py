@@ -16,13 +16,8 @@ from attnviz.core.presets import make_preset
 
 pytest.importorskip("transformers")
 
+from offline_hub import offline  # noqa: F401  (autouse)
 from tiny_models import save_tiny
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
 @pytest.fixture(scope="module")

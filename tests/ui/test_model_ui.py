@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from offline_hub import offline  # noqa: F401  (autouse)
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QDialog
 from tiny_models import WORDS, save_tiny
@@ -15,12 +16,6 @@ from attnviz.core.models.importer import Request
 from attnviz.ui import model_import
 
 TEXT = "the big dog ran to the house"
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,7 @@ def printable(path: str | os.PathLike[str]) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def _not_regular(mode: int) -> str:
+def not_regular(mode: int) -> str:
     """What a file of this mode is, when it is not a regular file ("" when it is)."""
     if stat.S_ISREG(mode):
         return ""
@@ -144,7 +144,7 @@ def not_a_file(path: str | os.PathLike[str]) -> str:
     """Why path cannot be read as a file, in the words of ``open_regular`` ("no such
     file", "cannot read: a named pipe, not a regular file", …); "" for a regular file."""
     try:
-        kind = _not_regular(os.stat(path).st_mode)
+        kind = not_regular(os.stat(path).st_mode)
         return f"cannot read: {kind}" if kind else ""
     except FileNotFoundError:
         return "no such file"
@@ -162,7 +162,7 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """
     name = printable(path)
     try:
-        kind = _not_regular(os.stat(path).st_mode)  # a device is not even opened
+        kind = not_regular(os.stat(path).st_mode)  # a device is not even opened
         fd = -1 if kind else os.open(path, _OPEN_FLAGS)
     except OSError as e:
         raise FileFormatError(f"{name}: cannot read: {e.strerror or e}") from None
@@ -171,7 +171,7 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     if kind:
         raise FileFormatError(f"{name}: cannot read: {kind}")
     try:
-        kind = _not_regular(os.fstat(fd).st_mode)
+        kind = not_regular(os.fstat(fd).st_mode)
         if kind:
             raise FileFormatError(f"{name}: cannot read: {kind}")
         return os.fdopen(fd, "rb")
@@ -274,7 +274,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[BinaryIO]
     Refuses (OSError) a path that is a directory, device or pipe: the rename would replace it.
     """
     try:
-        kind = _not_regular(os.stat(path).st_mode)
+        kind = not_regular(os.stat(path).st_mode)
     except (OSError, ValueError):
         kind = ""  # a new file, or a name that open will refuse below
     if kind:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from attnviz.core.io.files import _not_regular as not_regular
+from attnviz.core.io.files import not_regular
 
 SCENARIO_SUFFIXES = (".attn.json", ".attn.npz")
 IMAGE_SUFFIXES = (".png", ".svg")

@@ -5,7 +5,9 @@ parsed document (its top, tokens and settings), each message naming its field.
 Version 1 holds tokens, X, the heads' W_Q/W_K/W_V, W_O and the basic settings; version 2
 adds cross-attention, shared key/value heads, biases, QK-norm weights and the newer
 settings and values (custom masks, RoPE, ALiBi, …); version 3 adds ``provenance``
-(``provenance_files``). A save writes the oldest version that holds the scenario.
+(``provenance_files``); version 4 the loss the gradients are of (``loss``,
+``loss_target``, ``loss_cell``). A save writes the oldest version that holds the
+scenario.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from attnviz.core.maths.scenario import (
 )
 
 FORMAT = "attnviz-scenario"
-VERSION = 3  # the newest this attnviz reads; a save writes the oldest that holds the scenario
-VERSIONS = (1, 2, 3)
+VERSION = 4  # the newest this attnviz reads; a save writes the oldest that holds the scenario
+VERSIONS = (1, 2, 3, 4)
 V1_TOP_KEYS = ("format", "version", "tokens", "X", "heads", "W_O", "settings")
 V2_TOP_KEYS = ("kv_tokens", "X_kv", "kv_heads", "b_O")
 V3_TOP_KEYS = ("provenance",)
@@ -45,7 +47,8 @@ V2_SETTINGS = (
     "softcap",
     "sinks",
 )
-SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS
+V4_SETTINGS = ("loss", "loss_target", "loss_cell")  # the gradients' loss, when not the default
+SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
 V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
 Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
@@ -81,12 +84,18 @@ def settings_to_dict(st: Settings) -> dict[str, Any]:
                 d[name] = value
         elif name != "mask_matrix" and value != getattr(_DEFAULTS, name):
             d[name] = list(value) if isinstance(value, tuple) else value
+    for name in V4_SETTINGS:
+        value = getattr(st, name)
+        if value != getattr(_DEFAULTS, name):
+            d[name] = [k + 1 for k in value] if name == "loss_cell" else value  # (from 1)
     return d
 
 
 def version_for(s: Scenario) -> int:
-    """3 with a provenance; else 1, unless the scenario uses something only version 2
-    can hold."""
+    """4 with a loss other than the default (the gradients'); 3 with a provenance; else 1,
+    unless the scenario uses something only version 2 can hold."""
+    if set(settings_to_dict(s.settings)) & set(V4_SETTINGS):
+        return 4
     if s.provenance is not None:
         return 3
     optional = (n for n in HEAD_KEYS if n not in WEIGHT_NAMES)
@@ -170,6 +179,9 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
         raise FileFormatError("settings: expected an object")
     if version < 2:
         _check_version_1(value)
+    newer = sorted(set(value) & set(V4_SETTINGS))
+    if version < 4 and newer:
+        raise FileFormatError(f"settings.{newer[0]}: needs version 4 (the file says {version})")
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
@@ -179,6 +191,8 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     value = {k: v for k, v in value.items() if k != "mask_matrix"}
     if "ablated" in value:
         value["ablated"] = _ablated(value["ablated"])
+    if "loss_cell" in value:
+        value["loss_cell"] = _cell(value["loss_cell"])
     for name in (n for n in value if value[n] is not None or n not in _OPTIONAL):
         if name in SETTING_NUMBERS:
             low, high, whole, ends = SETTING_NUMBERS[name]
@@ -216,6 +230,17 @@ def _ablated(heads: Any) -> tuple[int, ...]:
     if len(set(numbers)) != len(numbers):
         raise FileFormatError(f"settings.ablated: head numbers {clip(heads)} repeat")
     return tuple(sorted(h - 1 for h in numbers))
+
+
+def _cell(cell: Any) -> tuple[int, int]:
+    """The loss's output cell as saved, [row, column] from 1, 0-based."""
+    if not isinstance(cell, list) or len(cell) != 2:
+        raise FileFormatError("settings.loss_cell: expected [row, column], numbered from 1")
+    row, col = (
+        number(k, f"settings.loss_cell[{i + 1}]", 1, most, integer=True)
+        for i, (k, most) in enumerate(zip(cell, (LIMITS.tokens, LIMITS.d_model), strict=True))
+    )
+    return int(row) - 1, int(col) - 1
 
 
 def _per_head(name: str, numbers: Any) -> tuple[float, ...]:

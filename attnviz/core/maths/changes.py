@@ -71,8 +71,11 @@ def projection_settings(s: Scenario) -> tuple[object, ...]:
 
 def attention_settings(st: Settings) -> Settings:
     """The settings a head's attention depends on, given its projections: all but which
-    heads the mix leaves out."""
-    return st.replace(ablated=())
+    heads the mix leaves out and the loss (only the gradients depend on it)."""
+    plain = Settings()
+    return st.replace(
+        ablated=(), loss=plain.loss, loss_target=plain.loss_target, loss_cell=plain.loss_cell
+    )
 
 
 def changes_between(old: Scenario, new: Scenario) -> Changes:

@@ -21,20 +21,26 @@ import numpy as np
 from attnviz.core.maths.backward import Gradients, backward
 from attnviz.core.maths.forward import compute
 from attnviz.core.maths.results import Result
-from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.scenario import LOSS_TARGETS, LOSSES, Scenario, ScenarioError, Settings
 
-KINDS = ("target", "next-token", "cell")
-TARGETS = ("previous-token", "copy-self", "first-token")
+KINDS = LOSSES
+TARGETS = LOSS_TARGETS
 
 
 @dataclass(frozen=True)
 class Loss:
-    """Which loss: ``kind`` one of KINDS; ``target`` (n × d_model) for "target" (None:
-    the previous-token target); ``cell`` (row, column), 0-based, for "cell"."""
+    """Which loss: ``kind`` one of KINDS; for "target", ``target`` the name of a preset
+    target (TARGETS) or T itself (n × d_model); for "cell", ``cell`` (row, column),
+    0-based. A scenario's own loss is in its settings (``Loss.of``)."""
 
     kind: str = "target"
-    target: np.ndarray | None = field(default=None, compare=False)
+    target: str | np.ndarray = field(default="previous-token", compare=False)
     cell: tuple[int, int] = (0, 0)
+
+    @staticmethod
+    def of(st: Settings) -> Loss:
+        """The loss the settings choose (loss, loss_target, loss_cell)."""
+        return Loss(st.loss, st.loss_target, st.loss_cell)
 
 
 def preset_target(X: np.ndarray, name: str = "previous-token") -> np.ndarray:
@@ -66,7 +72,8 @@ def loss_and_gradient(
     unembedding; None for the others)."""
     final = r.final
     if loss.kind == "target":
-        T = preset_target(np.asarray(s.X)) if loss.target is None else np.asarray(loss.target)
+        given = isinstance(loss.target, np.ndarray)
+        T = np.asarray(loss.target) if given else preset_target(np.asarray(s.X), str(loss.target))
         if T.shape != final.shape:
             raise ScenarioError(f"target: {T.shape[0]}×{T.shape[1]}; expected the output's "
                                 f"{final.shape[0]}×{final.shape[1]}")  # fmt: skip
@@ -106,8 +113,10 @@ def _next_token(s: Scenario, final: np.ndarray) -> tuple[float, np.ndarray, np.n
     return value, d_final, d_X
 
 
-def gradients(s: Scenario, loss: Loss, r: Result | None = None) -> Gradients:
-    """The loss over s and every gradient (r: s's forward pass, if already computed)."""
+def gradients(s: Scenario, loss: Loss | None = None, r: Result | None = None) -> Gradients:
+    """The loss over s (its own, from its settings, unless given) and every gradient (r:
+    s's forward pass, if already computed)."""
+    loss = Loss.of(s.settings) if loss is None else loss
     r = compute(s) if r is None else r
     value, d_final, d_X = loss_and_gradient(s, r, loss)
     g = backward(s, r, d_final, value)

@@ -33,6 +33,8 @@ POSITIONALS = ("none", "sinusoidal", "rope", "alibi")
 ALIGNMENTS = ("top-left", "bottom-right")
 ROPE_STYLES = ("half", "interleaved")
 QK_NORMS = ("none", "rms")
+LOSSES = ("target", "next-token", "cell")  # what the gradients are of (maths/losses.py)
+LOSS_TARGETS = ("previous-token", "copy-self", "first-token")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 Q_HEAD_NAMES = ("W_Q", "b_Q", "q_norm")  # one per query head
 KV_HEAD_NAMES = ("W_K", "W_V", "b_K", "b_V", "k_norm")  # one per key/value head
@@ -111,10 +113,14 @@ class Settings:
     qk_norm_eps: float = 1e-6
     softcap: float | None = None  # scores become c·tanh(s/c)
     sinks: tuple[float, ...] | None = None  # one logit per query head, in the denominator
+    loss: str = "target"  # the loss the gradients are of: one of LOSSES
+    loss_target: str = "previous-token"  # the target output of the "target" loss
+    loss_cell: tuple[int, int] = (0, 0)  # the output cell (row, column) of the "cell" loss
 
     def __post_init__(self) -> None:
         self._check_choices()
         self._check_numbers()
+        _check_cell(self.loss_cell)
         for name in ("alibi_slopes", "sinks"):
             _check_per_head(name, getattr(self, name))
         _check_ablated(self.ablated)
@@ -130,6 +136,8 @@ class Settings:
             ("causal_alignment", ALIGNMENTS),
             ("rope_style", ROPE_STYLES),
             ("qk_norm", QK_NORMS),
+            ("loss", LOSSES),
+            ("loss_target", LOSS_TARGETS),
         ):
             value = getattr(self, name)
             if value not in allowed:
@@ -164,6 +172,16 @@ class Settings:
     def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed (validated)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _check_cell(cell: object) -> None:
+    """loss_cell: a row and a column of the output, from 0 (the scenario checks its size)."""
+    if not (
+        isinstance(cell, tuple)
+        and len(cell) == 2
+        and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in cell)
+    ):
+        raise ScenarioError(f"settings.loss_cell: expected a row and a column, got {cell!r}")
 
 
 def _whole(name: str, value: object, low: int, high: int, what: str, even: bool = False) -> None:
@@ -378,6 +396,12 @@ class Scenario:
         if self.b_O.shape != (1, self.d_model):
             raise ScenarioError(f"b_O: expected length {self.d_model}, got {_dims(self.b_O.shape)}")
         self._check_mask()
+        row, col = self.settings.loss_cell
+        if row >= self.n or col >= self.d_model:
+            raise ScenarioError(
+                f"settings.loss_cell: row {row + 1}, column {col + 1}; the output is "
+                f"{self.n}×{self.d_model}"
+            )
         for name in ("X", "X_kv", "W_O", "b_O"):
             if getattr(self, name) is not None:
                 check_values(name, getattr(self, name))
@@ -694,6 +718,11 @@ def _fit_mask(s: Scenario, n: int, m: int) -> np.ndarray | None:
     return causal
 
 
+def _cell_within(cell: tuple[int, int], n: int, d_model: int) -> tuple[int, int]:
+    """The loss's output cell, moved inside an output of n × d_model."""
+    return min(cell[0], n - 1), min(cell[1], d_model - 1)
+
+
 def _fit_per_head(
     values: tuple[float, ...] | None, heads: int, pad: np.ndarray
 ) -> tuple[float, ...] | None:
@@ -751,6 +780,7 @@ def resized(
         sinks=_fit_per_head(st.sinks, heads, np.zeros(heads)),
         alibi_slopes=_fit_per_head(st.alibi_slopes, heads, alibi_slopes(heads)),
         rope_dims=rope_dims,
+        loss_cell=_cell_within(st.loss_cell, n, d_model),
     )
     stacks: dict[str, Any] = {}
     for name in HEAD_NAMES:
@@ -838,7 +868,10 @@ def remove_token(s: Scenario, index: int) -> Scenario:
         mask = np.delete(mask, index, axis=0)
         if not s.cross:
             mask = np.delete(mask, index, axis=1)
-    return dataclasses.replace(s, tokens=tokens, X=np.delete(s.X, index, axis=0), mask_matrix=mask)
+    settings = s.settings.replace(loss_cell=_cell_within(s.settings.loss_cell, s.n - 1, s.d_model))
+    return dataclasses.replace(
+        s, tokens=tokens, X=np.delete(s.X, index, axis=0), mask_matrix=mask, settings=settings
+    )
 
 
 def permute_tokens(s: Scenario, order: Sequence[int]) -> Scenario:
