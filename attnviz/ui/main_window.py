@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
+    QActionGroup,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QScrollArea,
     QTabWidget,
@@ -405,6 +407,40 @@ class MainWindow(QMainWindow):
         (name, value), *_ = change.items()
         self.doc.replace(s.with_settings(**change), f"Set {name} to {value}")
 
+    def _gradient_menus(self, m: QMenu) -> None:
+        """View → Show Gradients (Ctrl+G), and the loss they are of (View → Loss)."""
+        shown = self._action(m, "Show &Gradients", self.view_state.set_gradients, "Ctrl+G")
+        shown.setCheckable(True)
+        shown.setStatusTip("Show the gradient of the loss beside each value in the Pipeline")
+        self.view_state.gradientsChanged.connect(shown.setChecked)
+        menu = m.addMenu("&Loss")
+        group = QActionGroup(self)
+        choices = {
+            "Target: each row the previous token's X (a previous-token head)": {
+                "loss": "target", "loss_target": "previous-token"},
+            "Target: each row its own X (copy self)": {
+                "loss": "target", "loss_target": "copy-self"},
+            "Target: every row the first token's X": {
+                "loss": "target", "loss_target": "first-token"},
+            "Next token (cross-entropy through a tied unembedding)": {"loss": "next-token"},
+            "One output cell": {"loss": "cell"},
+        }  # fmt: skip
+        actions = []
+        for text, change in choices.items():
+            action = self._action(menu, text, lambda _=False, c=change: self.change_setting(**c))
+            action.setCheckable(True)
+            group.addAction(action)
+            actions.append((action, change))
+
+        def mark() -> None:
+            st = self.doc.scenario.settings
+            for action, change in actions:
+                action.setChecked(all(getattr(st, k) == v for k, v in change.items()))
+            row, col = st.loss_cell
+            actions[-1][0].setText(f"One output cell: final[{row + 1}, {col + 1}]")
+
+        menu.aboutToShow.connect(mark)
+
     def step_head(self, step: int) -> None:
         self.view_state.set_head(self.view_state.head + step)
 
@@ -482,6 +518,8 @@ class MainWindow(QMainWindow):
             m, "Previous Layer (imported model)", lambda: self.models.step(-1), "Ctrl+Alt+["
         )
         self._action(m, "Next Layer (imported model)", lambda: self.models.step(+1), "Ctrl+Alt+]")
+        m.addSeparator()
+        self._gradient_menus(m)
         m.addSeparator()
         for action in self.workspaces.actions.actions():
             m.addAction(action)

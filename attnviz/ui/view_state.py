@@ -48,6 +48,7 @@ class ViewState(QObject):
     headChanged = Signal(int)
     selectionChanged = Signal(object)  # Selection or None
     engineChanged = Signal(str)
+    gradientsChanged = Signal(bool)
 
     def __init__(self, heads: Callable[[], int], parent: QObject | None = None):
         super().__init__(parent)
@@ -55,6 +56,7 @@ class ViewState(QObject):
         self.head = 0
         self.selection: Selection | None = None
         self.engine = "numpy"
+        self.gradients = False  # the views show each gradient beside its value
 
     def set_head(self, head: int) -> None:
         head = max(0, min(head, self._heads() - 1))
@@ -78,3 +80,9 @@ class ViewState(QObject):
         if engine != self.engine:
             self.engine = engine
             self.engineChanged.emit(engine)
+
+    def set_gradients(self, on: bool) -> None:
+        """Show the gradient of the scenario's loss beside each value (or not)."""
+        if on != self.gradients:
+            self.gradients = on
+            self.gradientsChanged.emit(on)

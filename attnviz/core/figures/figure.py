@@ -13,6 +13,7 @@ rendering this same SVG, so both formats show the same picture.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import math
 import struct
@@ -578,3 +579,30 @@ def _colorbar(spec: HeatmapSpec, L: Layout, any_masked: bool, any_leaked: bool) 
         out.append(f'<text x="{x + 18:.1f}" y="{y + 5:.1f}" dy="0.35em">leaked</text>')
     out.append("</g>")
     return out
+
+
+GRADIENT_VIEWS = (*HEAD_MATRICES, *TURNED_MATRICES)  # the per-head views with a gradient
+
+
+def gradient_spec(value: HeatmapSpec, gradient: np.ndarray, view: str, head: int,
+                  mask: str, hidden: np.ndarray | None) -> HeatmapSpec:  # fmt: skip
+    """The heatmap of dL/d(view) beside the view's own (``value``): its labels and hatched
+    cells, a diverging map of its own levels. Under the zero mask the gradient that the
+    scores softmax sees pass to hidden keys is outlined, as leaked weight is: it flows to
+    the future keys (under −∞ it is exactly 0 there)."""
+    spec = make_spec(
+        f"head {head + 1} · dL/d{view}",
+        gradient,
+        value.row_labels,
+        value.col_labels,
+        value.row_title,
+        value.col_title,
+        "diverging",
+        f"dL/d{view}",
+    )
+    leaked = None
+    if mask == "causal-zero" and view == "masked" and hidden is not None:
+        leaked = hidden & (gradient != 0)
+    return dataclasses.replace(
+        spec, masked=value.masked, leaked=leaked if leaked is not None and leaked.any() else None
+    )

@@ -9,11 +9,21 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures.edits import changed_in
-from attnviz.core.figures.figure import HeatmapSpec, make_spec, spec_for, variant_terms
+from attnviz.core.figures.figure import (
+    GRADIENT_VIEWS,
+    HeatmapSpec,
+    gradient_spec,
+    make_spec,
+    spec_for,
+    variant_terms,
+)
+from attnviz.core.maths.backward import Gradients
 from attnviz.core.maths.changes import changes_between
+from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Computed, Result
-from attnviz.core.maths.scenario import Scenario
+from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.maths.variants import softcap
+from attnviz.core.scheduler import Results
 from attnviz.ui.heatmap import HeatmapView, on_screen
 from attnviz.ui.panels.common import ScreenPanel
 from attnviz.ui.view_state import Selection
@@ -68,8 +78,9 @@ def legend(result: Computed, head: int) -> tuple[str, str]:
     return line, tip
 
 
-def best_columns(width: int, height: int, count: int) -> int:
-    """How many columns (2 to 4) leave each heatmap's matrix the most room on its short side.
+def best_columns(width: int, height: int, count: int, choices: tuple[int, ...] = (2, 3, 4)) -> int:
+    """How many columns (of choices) leave each heatmap's matrix the most room on its
+    short side.
 
     About 150 px of a view's width go to its labels, colour bar and margins, 75 px of its
     height to its title and key labels.
@@ -79,7 +90,16 @@ def best_columns(width: int, height: int, count: int) -> int:
         rows = -(-count // columns)
         return min(width / columns - 150, height / rows - 75)
 
-    return max((2, 3, 4), key=room)
+    return max(choices, key=room)
+
+
+def with_gradients(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The views in pairs, each value then its gradient ("dQ"; "" for an empty cell: the
+    ALiBi term and the sink's share have none)."""
+    paired: list[str] = []
+    for name in names:
+        paired += [name, f"d{name}" if name in GRADIENT_VIEWS else ""]
+    return tuple(paired)
 
 
 ORDER = ("Q", "K", "V", *TURNED_MATRICES, "scores", "alibi", *HEAD_MATRICES[4:7], "sink", "output")
@@ -155,10 +175,13 @@ class PipelinePanel(ScreenPanel):
         self.grid = QGridLayout()
         self.grid.setContentsMargins(2, 2, 2, 2)
         self.grid.setSpacing(2)
-        for name in ORDER:
+        for name in (*ORDER, *(f"d{g}" for g in GRADIENT_VIEWS)):
             view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
             self.views[name] = view
+        self.gradients: Gradients | None = None  # the newest answered
+        self._asked: Scenario | None = None  # the scenario they were last asked of
+        self._gradients_of: Scenario | None = None  # the scenario self.gradients are of
         # One line, no word wrap: a wrapping label would make the dock's scroll area size
         # the panel by height-for-width from size hints, and the heatmaps would scroll.
         self.legend = QLabel()
@@ -177,6 +200,8 @@ class PipelinePanel(ScreenPanel):
         ws.compute.resultChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
+        ws.view_state.gradientsChanged.connect(lambda _: self._on_gradients())
+        ws.compute.answered.connect(self._answered)
         self.show_result(ws.compute.result, ws.compute.result_scenario)
 
     def latest(self) -> tuple[Computed, Scenario]:
@@ -201,18 +226,32 @@ class PipelinePanel(ScreenPanel):
         for widget in self.views.values():
             self.grid.removeWidget(widget)
         for k, name in enumerate(names):
-            self.grid.addWidget(self.views[name], k // columns, k % columns)
+            if name:
+                self.grid.addWidget(self.views[name], k // columns, k % columns)
         for name, widget in self.views.items():
             widget.setVisible(name in names)
         for c in range(4):
             self.grid.setColumnStretch(c, 1 if c < columns else 0)
 
+    def _columns(self, names: tuple[str, ...]) -> int:
+        """The best number of columns for the panel's size: even with the gradients, so
+        that each stays beside its value."""
+        size, even = self.size(), self.view_state.gradients
+        return best_columns(size.width(), size.height(), len(names), (2, 4) if even else (2, 3, 4))
+
     def resizeEvent(self, event: QResizeEvent) -> None:
-        size = event.size()
-        self._place(self.names, best_columns(size.width(), size.height(), len(self.names)))
+        self._place(self.names, self._columns(self.names))
         super().resizeEvent(event)
 
+    def _on_gradients(self) -> None:
+        """The gradients switched on or off: lay the views out again, and ask for them."""
+        self._shown, self._asked, self.gradients = (), None, None
+        self.redraw()
+
     def show_result(self, result: Computed, s: Scenario) -> None:
+        if self.view_state.gradients and isinstance(result, Result) and s is not self._asked:
+            self._asked = s  # its gradients, once its whole layer is made
+            self.compute.ask("pipeline-gradients", layer_gradients, needs_layer=True)
         head = min(self.view_state.head, result.n_heads - 1)
         key = (result.head(head), result.tokens)
         if key == self._shown:
@@ -226,10 +265,11 @@ class PipelinePanel(ScreenPanel):
         self.legend.setText(line)
         self.legend.setToolTip(tip)
         names = shown_views(result)
+        if self.view_state.gradients:
+            names = with_gradients(names)
         if names != self.names:
-            size = self.size()
-            self._place(names, best_columns(size.width(), size.height(), len(names)))
-        for name in names:
+            self._place(names, self._columns(names))
+        for name in shown_views(result):
             made = {"sink": sink_spec, "alibi": alibi_spec}.get(name)
             spec = made(result, head) if made else spec_for(result, name, head)
             lines = None if changes is None else changed_in(changes, s, name, head)
@@ -238,16 +278,62 @@ class PipelinePanel(ScreenPanel):
                 # (which would take the cores from the painting).
                 self.views[name].repaint()
 
+        self._draw_gradients()
+
+    def _answered(self, name: str, value: object) -> None:
+        if name == "pipeline-gradients" and isinstance(value, Gradients):
+            self.gradients, self._gradients_of = value, self.compute.scenario
+            self._draw_gradients()
+
+    def _draw_gradients(self) -> None:
+        """Each shown gradient beside its value, for the shown head."""
+        g = self.gradients
+        if g is None or not self.view_state.gradients or not self._drawn:
+            return
+        s, head = self._drawn
+        if s is not self._gradients_of:
+            return  # (of an older version: the next answer draws)
+        line = self.legend.text().split(" · <b>L</b>")[0]
+        short, long = loss_name(s.settings)
+        self.legend.setText(f"{line} · <b>L</b> = {g.loss:.4g} ({short})")
+        tip = self.legend.toolTip().split(" Gradients:")[0]
+        self.legend.setToolTip(f"{tip} Gradients: dL/d each view, beside it, for L = {long} "
+                               "(View → Loss).")  # fmt: skip
+        for name in self.names:
+            if name.startswith("d") and name[1:] in GRADIENT_VIEWS:
+                value = self.views[name[1:]].spec
+                if value is not None:
+                    spec = gradient_spec(value, g.matrix(name[1:], head), name[1:], head,
+                                         s.settings.mask, g.heads[head].future)  # fmt: skip
+                    self.views[name].set_spec(spec)
+
     def _mark(self, sel: Selection | None) -> None:
         """Outline the selected cell when it is one of this head's views."""
         for name, view in self.views.items():
             view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
-        if name in ("sink", "alibi"):
+        if name in ("sink", "alibi") or name not in ORDER:
             return  # explained with each weight (the sink) and scaled score (ALiBi)
         for other, view in self.views.items():
             if other != name:
                 view.select(None)
         self.cellClicked.emit(name, self.view_state.head, row, col)
         self.view_state.select(Selection(name, self.view_state.head, row, col))
+
+
+def layer_gradients(results: Results) -> Gradients:
+    """The gradients of a version's own loss, from its whole layer (in core, off the UI
+    thread)."""
+    return gradients(results.scenario, None, results.layer())
+
+
+def loss_name(st: Settings) -> tuple[str, str]:
+    """The loss the gradients are of: in a word or two, and as a formula."""
+    if st.loss == "target":
+        target = st.loss_target.replace("-", " ")
+        return f"target: {target}", f"½‖final − T‖² with T the {target} target"
+    if st.loss == "next-token":
+        return "next token", "the mean cross-entropy of each next token (tied unembedding)"
+    cell = f"final[{st.loss_cell[0] + 1}, {st.loss_cell[1] + 1}]"
+    return cell, cell

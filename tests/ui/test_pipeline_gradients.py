@@ -1,0 +1,94 @@
+"""Gradients in the Pipeline: View → Show Gradients puts dL/d each intermediate beside
+it, equal to torch autograd through the layer written again in torch primitives; they
+follow edits, the head and the loss (View → Loss, undoable), and under the zero mask the
+gradient that reaches the future keys is outlined as leaked weight is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from waiting import look_at_pipeline, settle
+
+torch = pytest.importorskip("torch")
+
+import backward_reference as ref  # noqa: E402
+
+from attnviz.core.maths.losses import preset_target  # noqa: E402
+from attnviz.core.session import SetCells  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("warnings_shown")
+
+
+def autograd(s) -> dict:
+    """Per-head gradients of the scenario's own loss, by autograd."""
+    leaves, inter = ref.forward(s, None)
+    st = s.settings
+    target = preset_target(np.asarray(s.X), st.loss_target) if st.loss == "target" else None
+    ref.loss_of(s, inter["final"], leaves["X"], st.loss, target, st.loss_cell).backward()
+    return inter
+
+
+def shown(window, qtbot):
+    look_at_pipeline(window)
+    window.view_state.set_gradients(True)
+    settle(qtbot, window)
+    return window.panel("Pipeline")
+
+
+def test_each_gradient_is_drawn_beside_its_value_and_equals_autograd(shown_window, qtbot):
+    window = shown_window()
+    panel = shown(window, qtbot)
+    inter = autograd(window.doc.scenario)
+    for name in ("Q", "V", "scores", "masked", "weights", "output"):
+        assert panel.views[f"d{name}"].isVisible()
+        got = panel.views[f"d{name}"].spec.values
+        np.testing.assert_allclose(got, inter[name][0].grad.numpy(), rtol=1e-10, atol=1e-14)
+        # each gradient stands right of its value
+        assert panel.views[f"d{name}"].x() > panel.views[name].x()
+        assert panel.views[f"d{name}"].y() == panel.views[name].y()
+    assert "<b>L</b> = " in panel.legend.text() and "previous token" in panel.legend.text()
+
+
+def test_gradients_follow_an_edit_the_head_and_the_loss(shown_window, qtbot):
+    window = shown_window()
+    panel = shown(window, qtbot)
+    doc = window.doc
+    doc.push(SetCells(doc.session, "X", None, 1, 0, np.array([[1.5]])))
+    settle(qtbot, window)
+    window.view_state.set_head(1)
+    settle(qtbot, window)
+    inter = autograd(doc.scenario)
+    np.testing.assert_allclose(panel.views["dK"].spec.values, inter["K"][1].grad.numpy(),
+                               rtol=1e-10, atol=1e-14)  # fmt: skip
+    window.change_setting(loss="next-token")
+    settle(qtbot, window)
+    inter = autograd(doc.scenario)
+    np.testing.assert_allclose(panel.views["dweights"].spec.values,
+                               inter["weights"][1].grad.numpy(), rtol=1e-10, atol=1e-14)  # fmt: skip
+    assert "next token" in panel.legend.text()
+    doc.undo_stack.undo()  # the loss is part of the document: undone like any setting
+    settle(qtbot, window)
+    assert doc.scenario.settings.loss == "target" and "previous token" in panel.legend.text()
+
+
+def test_the_zero_mask_outlines_the_gradient_that_reaches_future_keys(shown_window, qtbot):
+    window = shown_window()
+    panel = shown(window, qtbot)
+    assert panel.views["dmasked"].spec.leaked is None  # −∞: exactly 0 there
+    window.change_setting(mask="causal-zero")
+    settle(qtbot, window)
+    leaked = panel.views["dmasked"].spec.leaked
+    future = np.triu(np.ones((4, 4), dtype=bool), 1)
+    np.testing.assert_array_equal(leaked, future)  # every future key gets gradient
+
+
+def test_ctrl_g_switches_the_gradients_off_and_on(shown_window, qtbot):
+    window = shown_window()
+    panel = shown(window, qtbot)
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    settle(qtbot, window)
+    assert not window.view_state.gradients and not panel.views["dQ"].isVisible()
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    settle(qtbot, window)
+    assert window.view_state.gradients and panel.views["dQ"].isVisible()
