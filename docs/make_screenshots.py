@@ -57,6 +57,7 @@ def main() -> None:
             settle(app)
             w.grab().save(str(OUT / f"window-{size}-{plan.key}.png"))
         w.close()
+        gradients(app)
         print(f"wrote the window in each workspace at {screen.width()}×{screen.height()} to {OUT}")
         return
     w = window(app)
@@ -122,9 +123,25 @@ def main() -> None:
     cross.grab().save(str(OUT / "window-cross-attention.png"))
     cross.close()
     tiling(app)
+    gradients(app)
     gallery(app)
     imported_model(app)
     print(f"wrote screenshots to {OUT}")
+
+
+def gradients(app: QApplication) -> None:
+    """The Pipeline with its gradients (View → Show Gradients) under the zero mask: the
+    gradient that reaches the future keys outlined; window-gradients-WxH.png."""
+    w = window(app)
+    w.bring_forward(("Pipeline",))
+    w.change_setting(mask="causal-zero")
+    w.view_state.set_gradients(True)
+    w.compute.wait()
+    settle(app)
+    size = app.primaryScreen().size()
+    w.grab().save(str(OUT / f"window-gradients-{size.width()}x{size.height()}.png"))
+    w.doc.undo_stack.setClean()
+    w.close()
 
 
 def tiling(app: QApplication) -> None:

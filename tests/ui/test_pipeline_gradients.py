@@ -47,7 +47,7 @@ def test_each_gradient_is_drawn_beside_its_value_and_equals_autograd(shown_windo
         # each gradient stands right of its value
         assert panel.views[f"d{name}"].x() > panel.views[name].x()
         assert panel.views[f"d{name}"].y() == panel.views[name].y()
-    assert "<b>L</b> = " in panel.legend.text() and "previous token" in panel.legend.text()
+    assert "previous token" in panel.loss_line.text() and panel.loss_line.isVisible()
 
 
 def test_gradients_follow_an_edit_the_head_and_the_loss(shown_window, qtbot):
@@ -64,12 +64,12 @@ def test_gradients_follow_an_edit_the_head_and_the_loss(shown_window, qtbot):
     window.change_setting(loss="next-token")
     settle(qtbot, window)
     inter = autograd(doc.scenario)
-    np.testing.assert_allclose(panel.views["dweights"].spec.values,
-                               inter["weights"][1].grad.numpy(), rtol=1e-10, atol=1e-14)  # fmt: skip
-    assert "next token" in panel.legend.text()
+    want = inter["weights"][1].grad.numpy()
+    np.testing.assert_allclose(panel.views["dweights"].spec.values, want, rtol=1e-10, atol=1e-14)
+    assert "next-token" in panel.loss_line.text()
     doc.undo_stack.undo()  # the loss is part of the document: undone like any setting
     settle(qtbot, window)
-    assert doc.scenario.settings.loss == "target" and "previous token" in panel.legend.text()
+    assert doc.scenario.settings.loss == "target" and "previous token" in panel.loss_line.text()
 
 
 def test_the_zero_mask_outlines_the_gradient_that_reaches_future_keys(shown_window, qtbot):

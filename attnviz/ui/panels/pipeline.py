@@ -191,6 +191,12 @@ class PipelinePanel(ScreenPanel):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.legend)
+        self.loss_line = QLabel()  # the loss the gradients are of, while they are shown
+        self.loss_line.setMinimumWidth(1)
+        self.loss_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.loss_line.setContentsMargins(6, 0, 6, 2)
+        self.loss_line.setVisible(False)
+        outer.addWidget(self.loss_line)
         outer.addLayout(self.grid)
         self.columns = 0
         self.names: tuple[str, ...] = ()
@@ -245,6 +251,8 @@ class PipelinePanel(ScreenPanel):
 
     def _on_gradients(self) -> None:
         """The gradients switched on or off: lay the views out again, and ask for them."""
+        self.loss_line.setVisible(self.view_state.gradients)
+        self.loss_line.setText("Gradients: computing…")
         self._shown, self._asked, self.gradients = (), None, None
         self.redraw()
 
@@ -293,12 +301,10 @@ class PipelinePanel(ScreenPanel):
         s, head = self._drawn
         if s is not self._gradients_of:
             return  # (of an older version: the next answer draws)
-        line = self.legend.text().split(" · <b>L</b>")[0]
-        short, long = loss_name(s.settings)
-        self.legend.setText(f"{line} · <b>L</b> = {g.loss:.4g} ({short})")
-        tip = self.legend.toolTip().split(" Gradients:")[0]
-        self.legend.setToolTip(f"{tip} Gradients: dL/d each view, beside it, for L = {long} "
-                               "(View → Loss).")  # fmt: skip
+        self.loss_line.setText(
+            f"Beside each view its gradient dL/d…, for <b>L</b> = {loss_name(s.settings)} = "
+            f"{g.loss:.6g} (View → Loss)"
+        )
         for name in self.names:
             if name.startswith("d") and name[1:] in GRADIENT_VIEWS:
                 value = self.views[name[1:]].spec
@@ -328,12 +334,10 @@ def layer_gradients(results: Results) -> Gradients:
     return gradients(results.scenario, None, results.layer())
 
 
-def loss_name(st: Settings) -> tuple[str, str]:
-    """The loss the gradients are of: in a word or two, and as a formula."""
+def loss_name(st: Settings) -> str:
+    """The loss the gradients are of, as a formula and a few words."""
     if st.loss == "target":
-        target = st.loss_target.replace("-", " ")
-        return f"target: {target}", f"½‖final − T‖² with T the {target} target"
+        return f"½‖final − T‖², T: {st.loss_target.replace('-', ' ')}"
     if st.loss == "next-token":
-        return "next token", "the mean cross-entropy of each next token (tied unembedding)"
-    cell = f"final[{st.loss_cell[0] + 1}, {st.loss_cell[1] + 1}]"
-    return cell, cell
+        return "next-token cross-entropy"
+    return f"final[{st.loss_cell[0] + 1}, {st.loss_cell[1] + 1}]"
