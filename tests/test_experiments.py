@@ -301,3 +301,35 @@ def test_permutation_is_frozen_and_rejects_a_bad_order():
     for bad in ([0, 1, 2], [0, 0, 1, 2], [1, 2, 3, 4]):
         with pytest.raises(ScenarioError, match=r"^tokens: "):
             permutation(scenario(), bad)
+
+
+def test_gradient_gain_is_the_median_share_of_a_gradient_that_gets_back_through_softmax():
+    from attnviz.core.maths.experiments import gradient_gain
+
+    (got,) = gradient_gain((8,), keys=5, rows=40, seed=3)
+    rng = np.random.default_rng([3, 8])  # the same draws, in the same order, one block
+    q, K, dP = (
+        rng.standard_normal((40, 8)),
+        rng.standard_normal((40, 5, 8)),
+        rng.standard_normal((40, 5)),
+    )
+    gains = {True: [], False: []}
+    for r in range(40):
+        for scaled in (True, False):
+            s = K[r] @ q[r] / (np.sqrt(8) if scaled else 1.0)
+            P = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+            J = np.diag(P) - np.outer(P, P)  # the softmax's Jacobian, by hand
+            gains[scaled].append(np.linalg.norm(J @ dP[r]) / np.linalg.norm(dP[r]))
+    assert got.scaled == pytest.approx(np.median(gains[True]), rel=1e-12)
+    assert got.unscaled == pytest.approx(np.median(gains[False]), rel=1e-12)
+
+
+def test_without_scaling_the_gradient_through_softmax_vanishes_as_d_k_grows():
+    from attnviz.core.maths.experiments import gradient_gain
+
+    gains = {g.d_k: g for g in gradient_gain((1, 64, 1024), rows=500, seed=0)}
+    assert gains[1].scaled == pytest.approx(gains[1].unscaled)  # √1 = 1
+    for g in gains.values():
+        assert 0.04 < g.scaled < 0.1  # scaled: the same share at every width
+    assert 2 < gains[64].scaled / gains[64].unscaled < 10
+    assert gains[1024].scaled / gains[1024].unscaled > 1000  # orders of magnitude

@@ -70,9 +70,11 @@ STAGES: tuple[Stage, ...] = (
         "near 1. Scores [2, 1, 0, −1] give weights of about [0.64, 0.24, 0.09, 0.03]; "
         "the same scores times 8 give about [1, 0, 0, 0].",
         "In Experiments, run the variance table for d_k = 2, 64 and 512: unscaled scores "
-        "have variance near d_k, scaled ones near 1. Drag the saturation factor. Then switch "
-        "<i>Scale</i> off in the toolbar: the scaled scores become the raw scores, and every "
-        "row's largest weight grows.",
+        "have variance near d_k, scaled ones near 1. Drag the saturation factor. The "
+        "<i>Gradients</i> tab shows the price: unscaled, less and less gradient gets back "
+        "through softmax as d_k grows (a few times less at d_k = 64, thousands of times at "
+        "1024). Then switch <i>Scale</i> off in the toolbar: the scaled scores become the raw "
+        "scores, and every row's largest weight grows.",
         tab=("Experiments", "Scaling"),
     ),
     Stage(

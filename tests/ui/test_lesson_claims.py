@@ -118,6 +118,19 @@ def test_stage_4_variance_near_d_k_unscaled_and_one_scaled_then_scale_off_sharpe
     assert np.all(after.max(axis=1) >= scaled_before - EXACT)
 
 
+def test_stage_4_the_gradients_tab_shows_less_gradient_through_softmax_unscaled(stage, qtbot):
+    window = stage(4)
+    tab = window.experiments.gradient
+    assert "Gradients" in window.lesson.text.toPlainText()  # the stage points to the tab
+    qtbot.waitUntil(lambda: "times less" in tab.note.text(), timeout=20000)
+    pattern = r"At d_k = 64: (\S+) scaled, (\S+) unscaled \((\S+) times less\)"
+    found = re.search(pattern, tab.note.text())
+    assert found, tab.note.text()
+    scaled, unscaled, ratio = (float(x) for x in found.groups())
+    assert ratio == pytest.approx(scaled / unscaled, rel=0.01)
+    assert 2 < ratio < 10  # the claim: a few times less at d_k = 64 (test_experiments: 1024)
+
+
 def test_stage_5_the_probe_moves_no_earlier_output_under_minus_infinity_but_does_under_zero(
     stage, qtbot
 ):

@@ -5,7 +5,8 @@ Experiments dock.
 ``d_k`` and ``q·k / √d_k`` variance about 1; ``saturation`` shows what happens to
 softmax when scores are not scaled down (``[2, 1, 0, -1]`` times 8 is nearly one-hot);
 ``permutation`` checks whether reordering the tokens only reorders the outputs (it does
-when there is no mask and no position encoding).
+when there is no mask and no position encoding); ``gradient_gain`` measures how much of
+a gradient gets back through softmax, with and without ÷√d_k.
 """
 
 from __future__ import annotations
@@ -164,6 +165,61 @@ def scaling_variance(
             )
         )
     return records
+
+
+@dataclass(frozen=True)
+class GradientGain:
+    """How much gradient gets back through softmax: the median over rows of
+    ‖dS‖ / ‖dP‖, dS = P ⊙ (dP − P·dP), for scores of standard-normal q and k of width
+    ``d_k`` over ``keys`` keys, divided by √d_k (``scaled``) or not (``unscaled``), and a
+    standard-normal dP."""
+
+    d_k: int
+    keys: int
+    rows: int
+    scaled: float
+    unscaled: float
+
+
+def softmax_gradient(P: np.ndarray, dP: np.ndarray) -> np.ndarray:
+    """dS = P ⊙ (dP − rowsum(dP ⊙ P)): the gradient softmax passes back to its scores."""
+    return P * (dP - (dP * P).sum(axis=-1, keepdims=True))  # type: ignore[no-any-return]
+
+
+def gradient_gain(
+    d_ks: Sequence[int] = (1, 4, 16, 64, 256, 1024), keys: int = 16, rows: int = 2000, seed: int = 0
+) -> list[GradientGain]:
+    """For each d_k, the median ‖dS‖/‖dP‖ of ``rows`` random rows, scaled and unscaled
+    (each d_k from its own generator seeded with (seed, d_k)). Unscaled scores have
+    variance d_k: softmax saturates, and the gradient through it vanishes."""
+    widths = [_whole(f"d_ks[{i}]", d, 1, MAX_D_K) for i, d in enumerate(d_ks)]
+    keys, rows = _whole("keys", keys, 2, 4096), _whole("rows", rows, 1, 100_000)
+    seed = _whole("seed", seed, 0, 2**32 - 1)
+    records = []
+    for d_k in widths:
+        rng = np.random.default_rng([seed, d_k])
+        block = max(1, _BLOCK_NUMBERS // ((keys + 1) * d_k))  # rows a draw: memory-bounded
+        scaled, unscaled = [], []
+        for start in range(0, rows, block):
+            count = min(rows - start, block)
+            q = rng.standard_normal((count, d_k))
+            K = rng.standard_normal((count, keys, d_k))
+            dP = rng.standard_normal((count, keys))
+            raw = np.einsum("rkd,rd->rk", K, q)
+            scaled.append(_gain(raw / np.sqrt(d_k), dP))
+            unscaled.append(_gain(raw, dP))
+        medians = (float(np.median(np.concatenate(g))) for g in (scaled, unscaled))
+        records.append(GradientGain(d_k, keys, rows, *medians))
+    return records
+
+
+def _gain(scores: np.ndarray, dP: np.ndarray) -> np.ndarray:
+    P = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    P /= P.sum(axis=-1, keepdims=True)
+    gain: np.ndarray = np.linalg.norm(softmax_gradient(P, dP), axis=-1) / np.linalg.norm(
+        dP, axis=-1
+    )
+    return gain
 
 
 def _softmax(row: np.ndarray) -> np.ndarray:

@@ -26,12 +26,15 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures.chart import PALETTE
 from attnviz.core.io.text import parse_table
 from attnviz.core.maths.experiments import (
+    GradientGain,
     Permutation,
     ScalingStats,
+    gradient_gain,
     permutation,
     row_summary,
     saturation,
     scaling_variance,
+    softmax_gradient,
 )
 from attnviz.core.maths.forward import compute
 from attnviz.core.maths.kvcache import KVCache, Step
@@ -43,6 +46,7 @@ from attnviz.ui.plotting import pg
 from attnviz.ui.workspace import Workspace
 
 D_KS = (2, 64, 512)
+GRADIENT_D_KS = (1, 4, 16, 64, 256, 1024)
 # Okabe–Ito (colour-blind safe), as the timing plots: blue, vermillion.
 BLUE, VERMILLION = PALETTE[0], PALETTE[1]
 
@@ -167,6 +171,7 @@ class ScalingTab(QWidget):
             [("softmax(row)", BLUE), ("softmax(factor × row)", VERMILLION)]
         )
         self.saturation_note = QLabel()
+        self.saturation_note.setWordWrap(True)
         self.scores.editingFinished.connect(self.show_saturation)
         self.factor.valueChanged.connect(lambda _: self.show_saturation())
         row = QHBoxLayout()
@@ -232,10 +237,67 @@ class ScalingTab(QWidget):
         bars(plot, scaled, x + 0.2, VERMILLION)
         self.saturation_axis.set_labels([str(i + 1) for i in range(len(row))])
         a, b = row_summary(plain), row_summary(scaled)
+        # what a unit gradient on the largest weight sends back to the scores (its largest)
+        top = np.eye(len(row))[int(np.argmax(row))]
+        back = [float(np.abs(softmax_gradient(P, top)).max()) for P in (plain, scaled)]
         self.saturation_note.setText(
             f"weights {np.round(plain, 2).tolist()} → {np.round(scaled, 2).tolist()}; "
             f"largest weight {a.max_weight:.2f} → {b.max_weight:.2f}; "
-            f"entropy {a.entropy:.2f} → {b.entropy:.2f} nats"
+            f"entropy {a.entropy:.2f} → {b.entropy:.2f} nats; gradient back to the scores "
+            f"{back[0]:.2g} → {back[1]:.2g}"
+        )
+
+
+class GradientTab(QWidget):
+    """How much gradient gets back through softmax, against d_k, with and without ÷√d_k:
+    the saturation of the scaling stage, in the backward pass."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.axis = IndexAxis()
+        self.plot = pg.PlotWidget(title="‖dS‖ / ‖dP‖, log scale", axisItems={"bottom": self.axis})
+        self.legend = legend_label([("scores ÷ √d_k", BLUE), ("scores not scaled", VERMILLION)])
+        self.note = QLabel("sampling…")
+        self.note.setWordWrap(True)
+        self.worker = Background(self)
+        self.worker.done.connect(self.show_gains)
+        self.worker.failed.connect(self.note.setText)
+        layout = QVBoxLayout(self)
+        intro = QLabel(
+            "<b>Saturation stalls learning.</b> Backpropagation reaches the scores through "
+            "softmax: dS = P ⊙ (dP − Σ P·dP). Where one weight is ≈ 1 this is ≈ 0. For random "
+            "q and k of width d_k over 16 keys, the median share of a gradient dP that gets "
+            "back to the scores:"
+        )
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.note)
+        self.worker.run(gradient_gain, GRADIENT_D_KS)
+
+    def show_gains(self, gains: list[GradientGain]) -> None:
+        plot = self.plot.getPlotItem()
+        plot.clear()
+        x = np.arange(len(gains), dtype=float)
+        floor = -7.0  # bars rise from 1e−7, so that a tiny gain is still a bar
+
+        def height(values: list[float]) -> np.ndarray:
+            return np.log10(np.maximum(values, 10**floor)) - floor
+
+        bars(plot, height([g.scaled for g in gains]), x - 0.2, BLUE)
+        bars(plot, height([g.unscaled for g in gains]), x + 0.2, VERMILLION)
+        plot.getAxis("left").setTicks(
+            [[(k - floor, f"1e{k}".replace("-", "−")) for k in range(-7, 1)]]
+        )
+        self.axis.set_labels([f"d_k = {g.d_k}" for g in gains])
+        by = {g.d_k: g for g in gains}
+        g = by.get(64, gains[-1])
+        self.note.setText(
+            f"At d_k = {g.d_k}: {g.scaled:.3g} scaled, {g.unscaled:.3g} unscaled "
+            f"({g.scaled / g.unscaled:.3g} times less); scaled stays near "
+            f"{np.median([x.scaled for x in gains]):.2g} at every width. Median of "
+            f"{g.rows:,} random rows each."
         )
 
 
@@ -406,6 +468,8 @@ class ExperimentsPanel(QTabWidget):
         self.scaling = ScalingTab()
         self.position = PositionTab(ws)
         self.kv_cache = KVCacheTab(ws)
+        self.gradient = GradientTab()
         self.addTab(self.scaling, "Scaling")
+        self.addTab(self.gradient, "Gradients")
         self.addTab(self.position, "Position")
         self.addTab(self.kv_cache, "KV cache")
