@@ -427,7 +427,7 @@ class MainWindow(QMainWindow):
         }  # fmt: skip
         actions = []
         for text, change in choices.items():
-            action = self._action(menu, text, lambda _=False, c=change: self.change_setting(**c))
+            action = self._action(menu, text, lambda _=False, c=change: self._choose_loss(c))
             action.setCheckable(True)
             group.addAction(action)
             actions.append((action, change))
@@ -436,10 +436,23 @@ class MainWindow(QMainWindow):
             st = self.doc.scenario.settings
             for action, change in actions:
                 action.setChecked(all(getattr(st, k) == v for k, v in change.items()))
-            row, col = st.loss_cell
-            actions[-1][0].setText(f"One output cell: final[{row + 1}, {col + 1}]")
+            row, col = self._final_cell() or st.loss_cell
+            chosen = " (the selected cell)" if self._final_cell() else ""
+            actions[-1][0].setText(f"One output cell: final[{row + 1}, {col + 1}]{chosen}")
 
         menu.aboutToShow.connect(mark)
+
+    def _final_cell(self) -> tuple[int, int] | None:
+        """The selected cell of the final output (the Mix dock), if one is selected."""
+        sel = self.view_state.selection
+        return (sel.row, sel.col) if sel is not None and sel.view == "final" else None
+
+    def _choose_loss(self, change: dict[str, object]) -> None:
+        """View → Loss: the one-cell loss takes the selected cell of final, if any."""
+        cell = self._final_cell()
+        if change.get("loss") == "cell" and cell is not None:
+            change = {**change, "loss_cell": cell}
+        self.change_setting(**change)
 
     def step_head(self, step: int) -> None:
         self.view_state.set_head(self.view_state.head + step)

@@ -92,3 +92,23 @@ def test_ctrl_g_switches_the_gradients_off_and_on(shown_window, qtbot):
     qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
     settle(qtbot, window)
     assert window.view_state.gradients and panel.views["dQ"].isVisible()
+
+
+def test_the_one_cell_loss_takes_the_selected_cell_of_the_final_output(shown_window, qtbot):
+    from PySide6.QtGui import QAction
+
+    from attnviz.ui.view_state import Selection
+
+    window = shown_window()
+    panel = shown(window, qtbot)
+    window.view_state.select(Selection("final", None, 2, 1))  # a click in the Mix dock
+    action = next(a for a in window.findChildren(QAction) if a.text().startswith("One output"))
+    action.trigger()
+    settle(qtbot, window)
+    s = window.doc.scenario
+    assert (s.settings.loss, s.settings.loss_cell) == ("cell", (2, 1))
+    inter = autograd(s)
+    want = inter["output"][0].grad.numpy()  # d final[2, 1] / d output: row 2 only
+    np.testing.assert_allclose(panel.views["doutput"].spec.values, want, rtol=1e-12, atol=0)
+    assert not np.delete(want, 2, axis=0).any() and want[2].any()
+    assert "final[3, 2]" in panel.loss_line.text()
