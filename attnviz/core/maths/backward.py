@@ -32,24 +32,12 @@ import numpy as np
 
 from attnviz.core.maths.forward import head_count, inputs, kept_columns, kv_of, turns
 from attnviz.core.maths.positions import positions, rope_width
-from attnviz.core.maths.results import Head, Result
+from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Head, Result
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import rope
 
-HEAD_GRADIENTS = (
-    "Q",
-    "K",
-    "V",
-    "Q_rot",
-    "K_rot",
-    "scores",
-    "scaled",
-    "masked",
-    "weights",
-    "output",
-)
-INPUT_GRADIENTS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                   "q_norm", "k_norm")  # fmt: skip
+# each per-head intermediate, in the order of the layer (as `attnviz compute` gives them)
+HEAD_GRADIENTS = (*HEAD_MATRICES[:3], *TURNED_MATRICES, *HEAD_MATRICES[3:])
 
 
 @dataclass(frozen=True, eq=False)
