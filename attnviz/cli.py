@@ -142,6 +142,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
+    p = sub.add_parser(
+        "train",
+        help="train the scenario's matrices on its loss and write the trained scenario",
+        description="Gradient descent on the scenario's own loss (see 'attnviz grad'): the "
+        "loss before and after, and the inference loss (each position seeing only its past, "
+        "as generation with a KV cache does; under the zero mask the training loss can fall "
+        "through the leak while the inference loss does not).",
+    )
+    _add_source(p)
+    p.add_argument("--steps", type=_positive, required=True, help="optimiser steps")
+    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"), default="adam")
+    p.add_argument("--lr", type=_rate, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--weight-decay", type=_rate, default=0.0, metavar="WD")
+    p.add_argument("--clip", type=_rate, help="the largest gradient norm (default: no clipping)")
+    p.add_argument(
+        "--train",
+        default="W_Q,W_K,W_V,W_O",
+        metavar="NAMES",
+        help="which matrices train, comma-separated (of X, X_kv, W_Q, W_K, W_V, W_O, the "
+        "biases b_Q, b_K, b_V, b_O and the norms q_norm, k_norm); default W_Q,W_K,W_V,W_O",
+    )
+    p.add_argument("--loss", metavar="LOSS", help="as for 'attnviz grad'")
+    p.add_argument("--target", choices=("previous-token", "copy-self", "first-token"))
+    p.add_argument("--out", required=True, metavar="PATH", help="the trained scenario to write")
+    p.add_argument("--log", metavar="PATH", help="also write the loss of every step as CSV")
+
     p = sub.add_parser("code", help="print the scenario as a standalone NumPy or PyTorch script")
     _add_source(p)
     p.add_argument(
@@ -201,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
         "default: named after the model and layer, in the current folder",
     )
     return parser
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number") from None
+    if not 0 <= value < 1e3:
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: expected a number in [0, 1000)")
+    return value
 
 
 def _layer(text: str) -> int:
@@ -593,6 +629,46 @@ def gradient_lines(s: Scenario, g: Any, what: str) -> Iterator[str]:
     yield from table("dL/dfinal:", g.final, toks, numbered[: g.final.shape[1]])
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from attnviz.core.io.files import atomic_write, save_scenario
+    from attnviz.core.io.outputs import SCENARIO_SUFFIXES
+    from attnviz.core.maths.optimizers import Optimizer
+    from attnviz.core.maths.training import train
+
+    reads = [args.file] if args.file else []
+    _check_output(args.out, SCENARIO_SUFFIXES, reads)
+    if args.log:
+        _check_output(args.log, (".csv",), [*reads, args.out], flag="--log")
+    s = load_source(args)
+    loss = parse_loss(args.loss, args.target, s)
+    s = s.with_settings(loss=loss.kind, loss_target=str(loss.target), loss_cell=loss.cell)
+    opt = Optimizer(args.optimizer, lr=args.lr, weight_decay=args.weight_decay, clip=args.clip)
+    trains = tuple(name.strip() for name in args.train.split(",") if name.strip())
+    progress = StepPrinter(sys.stderr)
+    # a terminal's line rewritten a hundred times; a log's a line each tenth of the run
+    every = max(1, args.steps // (100 if progress.terminal else 10))
+
+    def report(k: int, value: float) -> None:
+        if k % every == 0:
+            progress(f"step {k:,} of {args.steps:,}: loss {value:.6g}", k / args.steps)
+
+    try:
+        run = train(s, opt, args.steps, trains, report)
+    finally:
+        progress.close()
+    save_scenario(args.out, run.scenario)
+    if args.log:
+        rows = "".join(f"{k},{value!r}\n" for k, value in enumerate(run.losses))
+        atomic_write(args.log, ("step,loss\n" + rows).encode())
+    print(
+        f"trained {', '.join(trains)} for {args.steps:,} steps ({opt.kind}, lr {opt.lr:g}): "
+        f"loss {run.losses[0]:.6g} → {run.final:.6g}; inference loss (each position its past "
+        f"only) {run.inference:.6g}\nwrote {one_line(args.out)}"
+        + (f" and {one_line(args.log)}" if args.log else "")
+    )
+    return 0
+
+
 def cmd_code(args: argparse.Namespace) -> int:
     from attnviz.core.io.codegen import to_script
 
@@ -805,14 +881,18 @@ class StepPrinter:
 
 
 def _check_output(
-    out: str, suffixes: Sequence[str], reads: Sequence[str] = (), folders: Sequence[str] = ()
+    out: str,
+    suffixes: Sequence[str],
+    reads: Sequence[str] = (),
+    folders: Sequence[str] = (),
+    flag: str = "--out",
 ) -> None:
     """Before any work: out can be written and is none of what the command reads."""
     from attnviz.core.io.outputs import output_problem
 
     problem = output_problem(out, suffixes, reads, folders)
     if problem is not None:
-        raise UsageError(f"--out {out}: {problem}; nothing was written")
+        raise UsageError(f"{flag} {out}: {problem}; nothing was written")
 
 
 def default_import_name(source: str, layer: int, s: Scenario) -> str:
@@ -879,6 +959,7 @@ COMMANDS = {
     "explain": cmd_explain,
     "export": cmd_export,
     "grad": cmd_grad,
+    "train": cmd_train,
     "code": cmd_code,
     "tiles": cmd_tiles,
     "import": cmd_import,
@@ -890,6 +971,7 @@ SUBCOMMANDS = (
     "bench",
     "explain",
     "grad",
+    "train",
     "code",
     "export",
     "tiles",
