@@ -178,12 +178,22 @@ KINDS = ("dQ", "dK", "dV", "dQ_rot", "dK_rot", "dscores", "dscaled", "dmasked", 
          "doutput")  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["worked-example", "llama-style", "sinks"])
+FIT_CASES = {  # a preset and settings
+    "worked-example": ("worked-example", {}),
+    "llama-style": ("llama-style", {}),  # RoPE, 4 query heads over 2 KV heads
+    "llama-style, QK-norm, soft-cap": ("llama-style", {"qk_norm": "rms", "softcap": 5.0}),
+    "sinks": ("sinks", {}),
+    "zero mask, dropout": ("worked-example", {"mask": "causal-zero", "dropout": 0.3}),
+}
+
+
+@pytest.mark.parametrize("case", FIT_CASES)
 def test_every_gradient_explanation_fits_260_px(qtbot, case):
     """At the Inspector's narrowest (260 px, the right column at 1280 × 720) every number
     of every gradient's terms and steps is on the page, with a true minus sign and no
     sideways scrolling."""
-    scenario = make_preset(case)
+    preset, settings = FIT_CASES[case]
+    scenario = make_preset(preset).with_settings(**settings)
     panel = InspectorPanel(Workspace.create(scenario))
     qtbot.addWidget(panel)
     panel.resize(260, 720)

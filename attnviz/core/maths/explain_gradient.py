@@ -383,14 +383,14 @@ class _GradientExplainer:
         steps += [
             Step(f"r = √(mean_k {name}[{label},k]² + ε)", rms),
             Step(f"u[{j + 1}] ÷ r", first),
-            Step(f"Σ_k u[k]·{name}[{label},k] ÷ {d}", mean),
-            Step(f"{name}[{label},{j + 1}] × mean ÷ r³", second),
-            Step(f"u[{j + 1}]/r − {name}·mean/r³", first - second),
+            Step(f"m = Σ_k u[k]·{name}[{label},k] ÷ {d}", mean),
+            Step(f"{name}[{label},{j + 1}] · m ÷ r³", second),
+            Step(f"u[{j + 1}] ÷ r − {name}[{label},{j + 1}] · m ÷ r³", first - second),
         ]
         times = f"{wname} ⊙ " if st.projections else ""
         formula = (
-            f"d{name}[i,j] = u[j]/r − {name}[i,j]·(Σ_k u[k]·{name}[i,k] / d)/r³, "
-            f"u = {times}back[i], r = √(mean_k {name}[i,k]² + ε)"
+            f"d{name}[i,j] = u[j] / r − {name}[i,j] · m / r³; m = Σ_k u[k] · {name}[i,k] / d; "
+            f"u = {times}back[i]; r = √(mean_k {name}[i,k]² + ε)"
         )
         return terms, steps, formula, "through the RMS norm: its Jacobian, row by row"
 
