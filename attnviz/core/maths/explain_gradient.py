@@ -15,16 +15,14 @@ import math
 
 import numpy as np
 
-from attnviz.core.maths.backward import Gradients
+from attnviz.core.maths.backward import HEAD_GRADIENTS, Gradients
 from attnviz.core.maths.explain import Explanation, Step, Term, _bracketed, _notes, _num, _total
 from attnviz.core.maths.positions import positions, rope_width
 from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario
 from attnviz.core.maths.variants import rope_frequencies
 
-GRADIENT_NAMES = ("Q", "K", "V", "Q_rot", "K_rot", "scores", "scaled", "masked", "weights",
-                  "output")  # fmt: skip
-EXPLAINABLE_GRADIENTS = tuple(f"d{name}" for name in GRADIENT_NAMES)
+EXPLAINABLE_GRADIENTS = tuple(f"d{name}" for name in HEAD_GRADIENTS)
 
 
 def _sum_of_products(
