@@ -13,7 +13,10 @@ from PySide6.QtGui import QTextDocument, QTextOption
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.maths.explain import Explanation, explain
+from attnviz.core.maths.explain_gradient import EXPLAINABLE_GRADIENTS, explain_gradient
+from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Result
+from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.scheduler import Results
 from attnviz.ui.view_state import Selection
 from attnviz.ui.workspace import Workspace
@@ -22,12 +25,16 @@ EMPTY = (
     "<p style='color:#666'>Click any cell of a heatmap to see the "
     "arithmetic behind it: the products and their sum for a score, the division by √d_k, "
     "the exponentials and their quotient for a weight, the weighted sum of value rows for "
-    "an output, the head blocks times W_O for the final output.</p>"
+    "an output, the head blocks times W_O for the final output; with View → Show "
+    "Gradients, click a gradient dQ, …, dmasked, … for its step of the chain rule.</p>"
 )
 
 
 REFERENCE = re.compile(r"\w+\[[^\[\]]*\]")  # a cell reference: V[she,1], W_O[1–2, 1], X[i,j]
-SQUARE = ("scores", "scaled", "masked", "weights")  # query × key: a column is a token
+# query × key: a column is a token
+SQUARE = ("scores", "scaled", "masked", "weights", "dscores", "dscaled", "dmasked", "dweights")
+PER_HEAD = HEAD_MATRICES + TURNED_MATRICES + EXPLAINABLE_GRADIENTS  # the views of one head
+KEY_ROWS = ("K", "V", "K_rot", "dK", "dV", "dK_rot")  # a row is a key
 WORD_JOINER, ZERO_WIDTH_SPACE = "\u2060", "\u200b"  # no break here; a break may come here
 
 
@@ -251,7 +258,10 @@ class InspectorPanel(QWidget):
             self._page = None
             self._show(EMPTY)
             return
-        head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
+        head = sel.head if sel.view in PER_HEAD else None
+        if sel.view in EXPLAINABLE_GRADIENTS:
+            self.compute.ask("inspector", lambda r: gradient_job(r, sel), needs_layer=True)
+            return
 
         def job(r: Results) -> tuple[Selection, Result, Explanation | None]:
             mask = sel.mask or r.scenario.settings.mask
@@ -276,9 +286,9 @@ class InspectorPanel(QWidget):
                 self._page = None
                 self._show(EMPTY)
             return
-        head = sel.head if sel.view in HEAD_MATRICES + TURNED_MATRICES else None
+        head = sel.head if sel.view in PER_HEAD else None
         tokens, keys = result.tokens, result.keys
-        rows = keys if sel.view in ("K", "V", "K_rot") else tokens
+        rows = keys if sel.view in KEY_ROWS else tokens
         parts = [nbsp(f"head {head + 1}")] if head is not None else []
         if sel.row < len(rows):  # a token may hold a hyphen, ideographs: unbreakable
             parts.append(unbreakable(f"row {sel.row + 1} ({rows[sel.row]})"))
@@ -290,3 +300,19 @@ class InspectorPanel(QWidget):
             parts.append(nbsp(f"under mask {sel.mask}"))
         self._page = (e, parts)
         self._show(self._fitting(e, parts))
+
+
+def gradient_job(r: Results, sel: Selection) -> tuple[Selection, Result, Explanation | None]:
+    """The chain rule of a selected gradient cell, from the gradients of the version's
+    own loss (in core, off the UI thread); None when the cell or its head is gone."""
+    result = r.layer()
+    try:
+        g = gradients(r.scenario, None, result)
+        head = sel.head or 0
+        return (
+            sel,
+            result,
+            explain_gradient(r.scenario, result, g, sel.view, head, sel.row, sel.col),
+        )
+    except (KeyError, IndexError, ScenarioError):
+        return sel, result, None

@@ -319,7 +319,7 @@ class PipelinePanel(ScreenPanel):
             view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
-        if name in ("sink", "alibi") or name not in ORDER:
+        if name in ("sink", "alibi") or name not in self.views:
             return  # explained with each weight (the sink) and scaled score (ALiBi)
         for other, view in self.views.items():
             if other != name:
