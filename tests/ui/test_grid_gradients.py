@@ -185,3 +185,31 @@ def test_heads_show_each_heads_gradient_norms(shown_window, qtbot, which):
     window.view_state.set_gradients(False)
     settle(qtbot, window)
     assert not any(label.isVisible() for label in panel.norms)
+
+
+def luminance(colour) -> float:
+    """WCAG relative luminance of a QColor."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(x) for x in (colour.redF(), colour.greenF(), colour.blueF()))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_the_strongest_tints_leave_the_numbers_readable(shown_window, qtbot):
+    """The largest gradient of each sign is painted light enough that the grid's text
+    keeps a contrast of at least 4.5 : 1 (WCAG AA) on it."""
+    window = shown_window()
+    gradients_on(window, qtbot)
+    grid = window.panel("Weights").grids[("W_Q", 0)]
+    model = grid.matrix_model()
+    want = autograd(window.doc.scenario)["W_Q"][0]
+    text = luminance(grid.palette().text().color())
+    for cell in (
+        np.unravel_index(want.argmax(), want.shape),
+        np.unravel_index(want.argmin(), want.shape),
+    ):
+        fill = model.data(model.index(*map(int, cell)), Qt.ItemDataRole.BackgroundRole)
+        light, dark = sorted((luminance(fill), text), reverse=True)
+        assert (light + 0.05) / (dark + 0.05) >= 4.5

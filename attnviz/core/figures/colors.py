@@ -208,11 +208,16 @@ def cell_text(value: float) -> str:
     return f"{value:.2f}".replace("-", "−")
 
 
+@functools.cache
+def _light_table() -> tuple[tuple[int, int, int], ...]:
+    return tuple(hex_rgb(c) for c in LIGHT_DIVERGING)
+
+
 def light_tint(fraction: float) -> tuple[int, int, int]:
     """The light diverging colour of fraction in [−1, 1] (clipped; NaN is white)."""
     if not math.isfinite(fraction):
         return 255, 255, 255
-    table = [hex_rgb(c) for c in LIGHT_DIVERGING]
+    table = _light_table()
     pos = (min(max(fraction, -1.0), 1.0) + 1) / 2 * (len(table) - 1)
     i = min(int(pos), len(table) - 2)
     f = pos - i
