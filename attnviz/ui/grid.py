@@ -293,7 +293,11 @@ class MatrixGrid(QTableView):
         self._need = self._needed_width(self.matrix_model().matrix())
         self._apply_group()
 
-    def _data_changed(self, top_left: QModelIndex, bottom_right: QModelIndex) -> None:
+    def _data_changed(
+        self, top_left: QModelIndex, bottom_right: QModelIndex, roles: list[int] | None = None
+    ) -> None:
+        if roles and Qt.ItemDataRole.DisplayRole not in roles:
+            return  # (the colours of the gradients: the numbers are the same)
         model = self.matrix_model()
         rows, cols = model.rowCount(), model.columnCount()
         top, left, bottom, right = (

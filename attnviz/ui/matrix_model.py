@@ -2,7 +2,9 @@
 biases or norm weights, W_O, b_O, the custom mask).
 
 Edits go through commands on the document's undo stack; the model only reports the
-document's changes to its views (one ``dataChanged`` per edited rectangle).
+document's changes to its views (one ``dataChanged`` per edited rectangle). While the
+gradients are shown, each cell's background is its gradient dL/d(cell) (blue negative,
+red positive, white 0, on the matrix's own scale) and its tooltip gives the number.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor
 
+from attnviz.core.figures.colors import light_tint
 from attnviz.core.io.text import parse_number
-from attnviz.core.maths.scenario import Scenario, ScenarioError, matrix_label
+from attnviz.core.maths.backward import Gradients
+from attnviz.core.maths.scenario import KV_HEAD_NAMES, Scenario, ScenarioError, matrix_label
 from attnviz.core.session import Command, Session, SetCells, matrix_title
 
 Index = QModelIndex | QPersistentModelIndex
@@ -46,18 +50,37 @@ class Editable(Protocol):
     def push(self, command: Command) -> None: ...
 
 
+class GradientFeed(Protocol):
+    """Where the shown gradients come from (attnviz.ui.gradients.GradientSource): the
+    newest (None while off) and a signal with each."""
+
+    gradientsReady: Any  # Gradients or None
+    gradients: Gradients | None
+
+
 class MatrixModel(QAbstractTableModel):
     """Rows and columns of one scenario matrix; typed values become undoable edits."""
 
     refused = Signal(str)  # a message naming why an edit was refused
     edited = Signal()  # an edit went through (so an earlier refusal no longer applies)
 
-    def __init__(self, doc: Editable, name: str, head: int | None = None):
+    def __init__(
+        self,
+        doc: Editable,
+        name: str,
+        head: int | None = None,
+        gradients: GradientFeed | None = None,
+    ):
         super().__init__(doc if isinstance(doc, QObject) else None)
         self.doc, self.name, self.head = doc, name, head
         self._shape = self.matrix().shape
+        self.gradient: np.ndarray | None = None  # dL/d this matrix, while shown
+        self._top = 0.0  # its largest size: the colour scale
         doc.cellsChanged.connect(self._on_cells)
         doc.scenarioChanged.connect(self._on_scenario)
+        if gradients is not None:
+            gradients.gradientsReady.connect(self.set_gradients)
+            self.set_gradients(gradients.gradients)
 
     @property
     def label(self) -> str:
@@ -88,9 +111,17 @@ class MatrixModel(QAbstractTableModel):
                 value = float(self.matrix()[index.row(), index.column()])
             except (ScenarioError, IndexError):
                 return None  # the matrix is gone (a paint queued before its grid went)
-            return f"{value:.4g}" if role == _ROLE.DisplayRole else repr(value)
+            if role == _ROLE.DisplayRole:
+                return f"{value:.4g}"
+            if role == _ROLE.ToolTipRole and self._shown_gradient() is not None:
+                return f"{value!r}\n{self.gradient_text(index.row(), index.column())}"
+            return repr(value)
         if role == _ROLE.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        grad = self._shown_gradient()
+        if role == _ROLE.BackgroundRole and grad is not None:
+            g = float(grad[index.row(), index.column()])
+            return QColor(*light_tint(g / self._top if self._top > 0 else 0.0))
         if role == _ROLE.BackgroundRole and self.name == "mask_matrix":
             try:
                 seen = self.matrix()[index.row(), index.column()] != 0
@@ -98,6 +129,46 @@ class MatrixModel(QAbstractTableModel):
                 return None
             return QColor(SEEN if seen else HIDDEN)
         return None
+
+    # Gradients ---------------------------------------------------------------------------
+
+    def set_gradients(self, g: Gradients | None) -> None:
+        """Tint each cell by its gradient in g (None: the plain grid again)."""
+        grad = None
+        if g is not None:
+            try:
+                grad = np.asarray(g.matrix(self.name, self.head))
+            except (KeyError, IndexError):
+                grad = None  # (none for this matrix: the custom mask, projections off)
+        self.gradient = grad
+        finite = grad[np.isfinite(grad)] if grad is not None else np.zeros(0)
+        self._top = float(np.abs(finite).max()) if finite.size else 0.0
+        rows, cols = self._shape
+        if rows and cols:
+            roles = [_ROLE.BackgroundRole, _ROLE.ToolTipRole]
+            self.dataChanged.emit(self.index(0, 0), self.index(rows - 1, cols - 1), roles)
+
+    def _shown_gradient(self) -> np.ndarray | None:
+        """The gradient, when it is of this matrix's present shape."""
+        grad = self.gradient
+        return grad if grad is not None and grad.shape == self._shape else None
+
+    def gradient_text(self, row: int, col: int) -> str:
+        """ "dL/dW_Q[2,1] = -0.0123456 (head 1)": a cell's gradient (rows and columns
+        from 1)."""
+        grad = self._shown_gradient()
+        if grad is None:
+            return ""
+        where = ""
+        if self.head is not None:
+            s = self.doc.scenario
+            if self.name in KV_HEAD_NAMES and s.kv_heads != s.n_heads:
+                group = [h + 1 for h in range(s.n_heads) if s.kv_head_of(h) == self.head]
+                where = f" (KV head {self.head + 1}, shared by heads {group[0]}–{group[-1]})"
+            else:
+                where = f" (head {self.head + 1})"
+        g = float(grad[row, col])
+        return f"dL/d{self.name}[{row + 1},{col + 1}] = {g!r}{where}"
 
     def headerData(
         self, section: int, orientation: Qt.Orientation, role: int = _ROLE.DisplayRole

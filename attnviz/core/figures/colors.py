@@ -23,6 +23,9 @@ SEQUENTIAL = (
     "#ffffd9", "#edf8b1", "#c7e9b4", "#7fcdbb", "#41b6c4",
     "#1d91c0", "#225ea8", "#253494", "#081d58",
 )  # fmt: skip
+# A light diverging map for tinting cells that show numbers (the weight grids' gradients):
+# blue negative, white at 0, red positive, light enough that black digits stay readable.
+LIGHT_DIVERGING = ("#92c5de", "#d1e5f0", "#ffffff", "#fddbc7", "#f4a582")
 MASKED_FILL = "#c8c8c8"
 MASKED_HATCH = "#8c8c8c"
 LEAK = "#d62728"  # outline of weight that reached a future key
@@ -203,3 +206,21 @@ def cell_text(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:.3g}"
     return f"{value:.2f}".replace("-", "−")
+
+
+@functools.cache
+def _light_table() -> tuple[tuple[int, int, int], ...]:
+    return tuple(hex_rgb(c) for c in LIGHT_DIVERGING)
+
+
+def light_tint(fraction: float) -> tuple[int, int, int]:
+    """The light diverging colour of fraction in [−1, 1] (clipped; NaN is white)."""
+    if not math.isfinite(fraction):
+        return 255, 255, 255
+    table = _light_table()
+    pos = (min(max(fraction, -1.0), 1.0) + 1) / 2 * (len(table) - 1)
+    i = min(int(pos), len(table) - 2)
+    f = pos - i
+    low, high = table[i], table[i + 1]
+    return (round(low[0] * (1 - f) + high[0] * f), round(low[1] * (1 - f) + high[1] * f),
+            round(low[2] * (1 - f) + high[2] * f))  # fmt: skip

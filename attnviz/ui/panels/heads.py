@@ -1,15 +1,18 @@
-"""Heads dock: every head's weights side by side; click one to show it everywhere; ablate."""
+"""Heads dock: every head's weights side by side; click one to show it everywhere; ablate.
+While the gradients are shown, each head's ‖dL/dW_Q‖, ‖dL/dW_K‖, ‖dL/dW_V‖ under its map."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from PySide6.QtCore import QPointF, QRect, QSize
+import numpy as np
+from PySide6.QtCore import QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QFontMetricsF, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
 from attnviz.core.figures.figure import HeatmapSpec, colorbar_ticks, spec_for, tick_label
+from attnviz.core.maths.backward import Gradients
 from attnviz.core.maths.results import Result
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.heatmap_parts import ColorBar
@@ -19,6 +22,7 @@ from attnviz.ui.workspace import Workspace
 
 MARGIN, GAP = 4, 6  # pixels: around the panel, between maps
 SWITCH = 24  # pixels: a head's on/off box under its map
+NORMS = 18  # pixels: its gradient norms under that, while the gradients are shown
 BAR = math.ceil(ColorBar.ROOM)  # the shared colour bar's column
 FEW = 12  # tokens: few enough that every one is labelled (the dock scrolls if need be)
 OVERVIEW = 80.0  # pixels: more tokens, down to a pixel a cell or this much a matrix,
@@ -32,12 +36,13 @@ class Grid:
 
     columns: int
     map_size: QSize
+    below: int = SWITCH  # pixels under each map: its switch (and gradient norms)
 
     def rows(self, count: int) -> int:
         return math.ceil(count / self.columns)
 
     def height(self, count: int) -> int:
-        return self.rows(count) * (self.map_size.height() + SWITCH + GAP)
+        return self.rows(count) * (self.map_size.height() + self.below + GAP)
 
 
 def arrange(
@@ -47,6 +52,7 @@ def arrange(
     room: QSize,
     around: tuple[float, float],
     smallest: float,
+    below: int = SWITCH,
 ) -> Grid:
     """count maps of a (rows, cols) matrix with square cells, each needing ``around``
     (width, height) pixels for its labels and caption, in room: the columns that give
@@ -61,7 +67,7 @@ def arrange(
 
     def down(c: int) -> float:
         r = math.ceil(count / c)
-        return ((room.height() - r * GAP) / r - SWITCH - around[1]) / rows
+        return ((room.height() - r * GAP) / r - below - around[1]) / rows
 
     def cell_of(c: int) -> float:
         return min(across(c), down(c), LARGEST)
@@ -76,7 +82,28 @@ def arrange(
         columns = max(wide) if wide else choices[0]
         cell = smallest if wide else max(across(columns), smallest / 4)
     size = QSize(math.floor(around[0] + cols * cell), math.floor(around[1] + rows * cell))
-    return Grid(columns, size)
+    return Grid(columns, size, below)
+
+
+def norm_texts(q: float, k: float, v: float) -> list[str]:
+    """A head's gradient norms as a line, from the longest to the shortest."""
+    texts = []
+    for digits in (3, 2, 1):
+        numbers = f"Q {q:.{digits}g} · K {k:.{digits}g} · V {v:.{digits}g}"
+        texts += [f"‖dL/dW‖ {numbers}", numbers]
+    return [*texts, f"Q{q:.1g} K{k:.1g} V{v:.1g}"]
+
+
+def head_norms(g: Gradients, kv_of: list[int]) -> list[tuple[float, float, float]] | None:
+    """Each query head's ‖dL/dW_Q‖, ‖dL/dW_K‖, ‖dL/dW_V‖ (Frobenius; K and V those of the
+    key/value head it reads), or None without projections."""
+    if "W_Q" not in g.inputs:
+        return None
+    dq, dk, dv = (g.inputs[name] for name in ("W_Q", "W_K", "W_V"))
+    return [
+        (float(np.linalg.norm(dq[h])), float(np.linalg.norm(dk[kv])), float(np.linalg.norm(dv[kv])))
+        for h, kv in enumerate(kv_of)
+    ]
 
 
 def roomy(size: QSize) -> bool:
@@ -119,14 +146,11 @@ class HeadsPanel(ResultPanel):
         super().__init__(ws, parent)
         self.views: list[HeatmapView] = []
         self.switches: list[QCheckBox] = []
+        self.norms: list[QLabel] = []  # each head's gradient norms, while shown
+        self.source = ws.gradients
         self.bar: ScaleBar | None = None
         self._shape = (0, 1)  # heads, and query heads per key/value head
-        self.hint = QLabel(
-            "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
-            "in the Pipeline; untick it to switch it off in the W_O mix (ablation). Heads "
-            "that share keys and values (GQA) sit side by side.",
-            self,
-        )
+        self.hint = QLabel(self)
         self.hint.setWordWrap(True)
         # Laid out here, not by a QLayout: the maps' size depends on the dock's width and
         # height, and the dock scrolls (by heightForWidth) only when they cannot shrink more.
@@ -135,12 +159,27 @@ class HeadsPanel(ResultPanel):
         self.setSizePolicy(policy)
         ws.view_state.headChanged.connect(lambda _: self._mark_selected())
         ws.view_state.selectionChanged.connect(lambda _: self._mark_selected())
+        ws.view_state.gradientsChanged.connect(lambda _: self._lay_out())
+        ws.gradients.gradientsReady.connect(lambda _: self._show_norms())
+        self._set_hint()
+
+    def _set_hint(self) -> None:
+        text = (
+            "Every head's attention weights, on the same 0–1 scale. Click a head to show it "
+            "in the Pipeline; untick it to switch it off in the W_O mix (ablation). Heads "
+            "that share keys and values (GQA) sit side by side."
+        )
+        if self.view_state.gradients:
+            text += " Under each: its gradient norms ‖dL/dW_Q‖, ‖dL/dW_K‖, ‖dL/dW_V‖."
+            if self._shape[1] > 1:
+                text += " (Heads that share a KV head share its ‖dL/dW_K‖ and ‖dL/dW_V‖.)"
+        self.hint.setText(text)
 
     def _build(self, count: int, group: int) -> None:
-        for widget in [*self.views, *self.switches, self.bar]:
+        for widget in [*self.views, *self.switches, *self.norms, self.bar]:
             if widget is not None:
                 widget.deleteLater()
-        self.views, self.switches = [], []
+        self.views, self.switches, self.norms = [], [], []
         self._shape = (count, group)
         for h in range(count):
             view = HeatmapView("weights", self, colorbar=False)
@@ -151,10 +190,13 @@ class HeadsPanel(ResultPanel):
             switch = QCheckBox(f"head {h + 1} on", self)
             switch.setToolTip("Untick to switch this head off in the W_O mix")
             switch.toggled.connect(lambda on, h=h: self._toggle(h, on))
+            norms = QLabel(self)
+            norms.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             for widget in (view, switch):
                 widget.show()
             self.views.append(view)
             self.switches.append(switch)
+            self.norms.append(norms)
         self.bar = ScaleBar(self.views[0], self) if count else None
         if self.bar is not None:
             self.bar.show()
@@ -184,7 +226,8 @@ class HeadsPanel(ResultPanel):
             title = (line + 4) * titled
             beside = 2 * 4 + min(labels, 160.0) + 6 + title
             above = 2 * 4 + caption + 4 + (min(keys, 72.0) if turned else line) + 2 + title
-            grid = arrange(count, group, shape, room, (beside, above), smallest)
+            below = SWITCH + (NORMS if self.view_state.gradients else 0)
+            grid = arrange(count, group, shape, room, (beside, above), smallest, below)
             size = grid.map_size
             now = ((size.width() - beside) / shape[1] < keys + 6, roomy(size))
             if now == (turned, titled):
@@ -215,6 +258,7 @@ class HeadsPanel(ResultPanel):
         self._lay_out()
 
     def _lay_out(self) -> None:
+        self._set_hint()
         width = self.width()
         hint = self._hint_height(width)
         self.hint.setGeometry(MARGIN, MARGIN, width - 2 * MARGIN, hint)
@@ -225,12 +269,42 @@ class HeadsPanel(ResultPanel):
         w, h = grid.map_size.width(), grid.map_size.height()
         for k, (view, switch) in enumerate(zip(self.views, self.switches, strict=True)):
             x = MARGIN + (k % grid.columns) * (w + GAP)
-            y = top + (k // grid.columns) * (h + SWITCH + GAP)
+            y = top + (k // grid.columns) * (h + grid.below + GAP)
             view.setGeometry(x, y, w, h)
             switch.setGeometry(x, y + h, w, SWITCH)
+            self.norms[k].setGeometry(x, y + h + SWITCH, w, NORMS)
         if self.bar is not None:
             self.bar.setGeometry(QRect(MARGIN + grid.columns * (w + GAP), top, BAR, h))
+        self._show_norms()
         self.updateGeometry()  # the scroll area asks heightForWidth again
+
+    def _show_norms(self) -> None:
+        """Each head's gradient norms under its map, all in the longest form that fits
+        every map's width (the exact numbers in the tooltips); hidden while off."""
+        g = self.source.gradients if self.view_state.gradients else None
+        s = self.doc.scenario
+        kv_of = [s.kv_head_of(h) if s.kv_heads != s.n_heads else h for h in range(s.n_heads)]
+        norms = head_norms(g, kv_of) if g is not None and s.n_heads == len(self.norms) else None
+        for label in self.norms:
+            label.setVisible(norms is not None)
+        if norms is None or not self.norms:
+            return
+        texts = [norm_texts(*n) for n in norms]
+        metrics, room = self.norms[0].fontMetrics(), self.norms[0].width()
+        form = next(
+            (i for i in range(len(texts[0])) if all(
+                metrics.horizontalAdvance(t[i]) <= room for t in texts)),
+            len(texts[0]) - 1,
+        )  # fmt: skip
+        shared = "; W_K and W_V are KV head {}'s" if s.kv_heads != s.n_heads else ""
+        for h, label in enumerate(self.norms):
+            q, k, v = norms[h]
+            label.setText(texts[h][form])
+            label.setToolTip(
+                f"Head {h + 1}: ‖dL/dW_Q‖ = {q!r}, ‖dL/dW_K‖ = {k!r}, ‖dL/dW_V‖ = {v!r} "
+                "(Frobenius norms of the gradients of the loss, View → Loss)"
+                + shared.format(kv_of[h] + 1)
+            )
 
     # Drawing ------------------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ class InputsPanel(QWidget):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
-        self.model = MatrixModel(ws.doc, "X")
+        self.source = ws.gradients  # the grids tint their cells by their gradients while shown
+        self.model = MatrixModel(ws.doc, "X", gradients=ws.gradients)
         self.grid = MatrixGrid(self.model)
         self.grid.message.connect(self.message)
         self.grid.verticalHeader().sectionDoubleClicked.connect(self.rename)
@@ -100,7 +101,7 @@ class InputsPanel(QWidget):
         self.kv_box.setVisible(s.cross)
         set_quietly(self.m, s.m)
         if s.cross and self.kv_grid is None:
-            self.kv_grid = MatrixGrid(MatrixModel(self.doc, "X_kv"))
+            self.kv_grid = MatrixGrid(MatrixModel(self.doc, "X_kv", gradients=self.source))
             self.kv_grid.setObjectName("grid-X_kv")
             self.kv_grid.message.connect(self.message)
             self.kv_grid.verticalHeader().sectionDoubleClicked.connect(self.rename_key)

@@ -17,13 +17,10 @@ from attnviz.core.figures.figure import (
     spec_for,
     variant_terms,
 )
-from attnviz.core.maths.backward import Gradients
 from attnviz.core.maths.changes import changes_between
-from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Computed, Result
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.maths.variants import softcap
-from attnviz.core.scheduler import Results
 from attnviz.ui.heatmap import HeatmapView, on_screen
 from attnviz.ui.panels.common import ScreenPanel
 from attnviz.ui.view_state import Selection
@@ -179,9 +176,7 @@ class PipelinePanel(ScreenPanel):
             view = HeatmapView(name, self)  # (a child from the start: never a window)
             view.cellClicked.connect(self._clicked)
             self.views[name] = view
-        self.gradients: Gradients | None = None  # the newest answered
-        self._asked: Scenario | None = None  # the scenario they were last asked of
-        self._gradients_of: Scenario | None = None  # the scenario self.gradients are of
+        self.source = ws.gradients  # the gradients, while shown
         # One line, no word wrap: a wrapping label would make the dock's scroll area size
         # the panel by height-for-width from size hints, and the heatmaps would scroll.
         self.legend = QLabel()
@@ -207,7 +202,7 @@ class PipelinePanel(ScreenPanel):
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         ws.view_state.headChanged.connect(lambda _: self._mark(ws.view_state.selection))
         ws.view_state.gradientsChanged.connect(lambda _: self._on_gradients())
-        ws.compute.answered.connect(self._answered)
+        ws.gradients.gradientsReady.connect(lambda _: self._draw_gradients())
         self.show_result(ws.compute.result, ws.compute.result_scenario)
 
     def latest(self) -> tuple[Computed, Scenario]:
@@ -253,13 +248,10 @@ class PipelinePanel(ScreenPanel):
         """The gradients switched on or off: lay the views out again, and ask for them."""
         self.loss_line.setVisible(self.view_state.gradients)
         self.loss_line.setText("Gradients: computing…")
-        self._shown, self._asked, self.gradients = (), None, None
+        self._shown = ()
         self.redraw()
 
     def show_result(self, result: Computed, s: Scenario) -> None:
-        if self.view_state.gradients and isinstance(result, Result) and s is not self._asked:
-            self._asked = s  # its gradients, once its whole layer is made
-            self.compute.ask("pipeline-gradients", layer_gradients, needs_layer=True)
         head = min(self.view_state.head, result.n_heads - 1)
         key = (result.head(head), result.tokens)
         if key == self._shown:
@@ -288,18 +280,13 @@ class PipelinePanel(ScreenPanel):
 
         self._draw_gradients()
 
-    def _answered(self, name: str, value: object) -> None:
-        if name == "pipeline-gradients" and isinstance(value, Gradients):
-            self.gradients, self._gradients_of = value, self.compute.scenario
-            self._draw_gradients()
-
     def _draw_gradients(self) -> None:
         """Each shown gradient beside its value, for the shown head."""
-        g = self.gradients
+        g = self.source.gradients
         if g is None or not self.view_state.gradients or not self._drawn:
             return
         s, head = self._drawn
-        if s is not self._gradients_of:
+        if s is not self.source.scenario:
             return  # (of an older version: the next answer draws)
         self.loss_line.setText(
             f"Beside each view its gradient dL/d…, for <b>L</b> = {loss_name(s.settings)} = "
@@ -326,12 +313,6 @@ class PipelinePanel(ScreenPanel):
                 view.select(None)
         self.cellClicked.emit(name, self.view_state.head, row, col)
         self.view_state.select(Selection(name, self.view_state.head, row, col))
-
-
-def layer_gradients(results: Results) -> Gradients:
-    """The gradients of a version's own loss, from its whole layer (in core, off the UI
-    thread)."""
-    return gradients(results.scenario, None, results.layer())
 
 
 def loss_name(st: Settings) -> str:

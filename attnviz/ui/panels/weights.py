@@ -195,6 +195,7 @@ class WeightsPanel(QWidget):
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
+        self.source = ws.gradients  # each grid tints its cells by their gradients while shown
         self.grids = Grids(self._build_tab_of)
         self._tab_grids: list[MatrixGrid] = []
         self._built: set[int] = set()  # head tabs are built when first shown: a 32-head
@@ -290,7 +291,7 @@ class WeightsPanel(QWidget):
                 self._build_tab(heads[0])
 
     def _grid(self, name: str, head: int | None) -> MatrixGrid:
-        grid = MatrixGrid(MatrixModel(self.doc, name, head))
+        grid = MatrixGrid(MatrixModel(self.doc, name, head, self.source))
         grid.message.connect(self.message)
         grid.setObjectName(f"grid-{name}-{head}")
         return grid
