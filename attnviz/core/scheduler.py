@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from attnviz.core.maths.backward import Gradients
 from attnviz.core.maths.forward import head_count
+from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.results import HeadResult, Result
 from attnviz.core.maths.reuse import Base, Plan, compute_from
 from attnviz.core.maths.scenario import Scenario
@@ -86,6 +88,7 @@ class Results:
         self.scenario, self._base = scenario, base
         self._plans: dict[object, Plan] = {}
         self._layers: dict[object, Result] = {}
+        self._gradients: Gradients | None = None
 
     def under(self, **settings: object) -> Scenario:
         """The scenario with some settings changed (itself when none change)."""
@@ -113,6 +116,13 @@ class Results:
         if layer is None:
             layer = self._layers[key] = self.plan(**settings).result()
         return layer
+
+    def gradients(self) -> Gradients:
+        """The gradients of the scenario's own loss (its settings'), from its layer: made
+        once for every view that asks."""
+        if self._gradients is None:
+            self._gradients = gradients(self.scenario, None, self.layer())
+        return self._gradients
 
     def keep(self, layer: Result) -> None:
         """The scenario's own layer, made by the scheduler (in float64, by NumPy)."""

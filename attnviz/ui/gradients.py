@@ -6,7 +6,6 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.maths.backward import Gradients
-from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.scenario import Scenario
 from attnviz.core.scheduler import Results
 from attnviz.ui.compute import ComputeService
@@ -18,7 +17,7 @@ QUERY = "gradients"
 def layer_gradients(results: Results) -> Gradients:
     """The gradients of a version's own loss, from its whole layer (in core, off the UI
     thread)."""
-    return gradients(results.scenario, None, results.layer())
+    return results.gradients()
 
 
 class GradientSource(QObject):

@@ -14,7 +14,6 @@ from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from attnviz.core.maths.explain import Explanation, explain
 from attnviz.core.maths.explain_gradient import EXPLAINABLE_GRADIENTS, explain_gradient
-from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.scheduler import Results
@@ -307,7 +306,7 @@ def gradient_job(r: Results, sel: Selection) -> tuple[Selection, Result, Explana
     own loss (in core, off the UI thread); None when the cell or its head is gone."""
     result = r.layer()
     try:
-        g = gradients(r.scenario, None, result)
+        g = r.gradients()  # (made once a version, shared with the views that draw them)
         head = sel.head or 0
         return (
             sel,
