@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--block-q", type=_positive, default=2, metavar="BR", help="tiled: query rows")
     p.add_argument("--block-k", type=_positive, default=2, metavar="BC", help="tiled: key columns")
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        help="also the scenario's own loss and the backward pass (numpy: by hand; torch: "
+        "autograd), printing the gradients 'attnviz grad' gives",
+    )
 
     p = sub.add_parser("export", help="write a heatmap as PNG or SVG without opening a window")
     _add_source(p)
@@ -598,7 +604,10 @@ def cmd_code(args: argparse.Namespace) -> int:
 
     source = args.file or args.example or args.preset or "worked-example"
     blocks = (args.block_q, args.block_k)
-    sys.stdout.write(to_script(load_source(args), args.flavor, source=source, blocks=blocks))
+    script = to_script(
+        load_source(args), args.flavor, source=source, blocks=blocks, backward=args.backward
+    )
+    sys.stdout.write(script)
     return 0
 
 
