@@ -36,6 +36,10 @@ query blocks against key blocks, a running maximum and denominator per row, the 
 rescaled, tiles the mask hides skipped, and the weights printed rebuilt from the rows'
 log-sum-exp (the masks and dropout a kernel does not do are refused).
 
+With ``backward=True`` the NumPy and torch scripts go on to the scenario's own loss and
+its backward pass (by hand, or by autograd), printing every gradient that ``attnviz grad``
+gives (``codegen_backward.py``).
+
 The script text is pure ASCII (non-ASCII token labels appear as ``\\u`` escapes), so it
 runs whatever encoding it is saved or printed in.
 """
@@ -859,10 +863,8 @@ def to_script(
                                 "--flavor numpy or torch")  # fmt: skip
         check_supported(s)
     u = _uses(s)
-    if backward:
-        u = grad.torch_uses(s, u) if flavor == "torch" else u
-        if flavor == "numpy":
-            grad.check_numpy(u)
+    if backward and flavor == "torch":
+        u = grad.torch_uses(s, u)
     imports = _TORCH_HEAD if flavor == "torch" else _NUMPY_HEAD
     lines = _lines(s, flavor, u)
     if backward:

@@ -26,18 +26,10 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.scenario import Scenario
 
 if TYPE_CHECKING:
     from attnviz.core.io.codegen import _Uses
-
-
-def check_numpy(u: _Uses) -> None:
-    """Refuse, in one line, what the hand-written NumPy backward pass does not do."""
-    if u.qk_norm:
-        raise ScenarioError(
-            "--backward with the NumPy flavor does not do QK-norm yet; use --flavor torch"
-        )
 
 
 def torch_uses(s: Scenario, u: _Uses) -> _Uses:
@@ -99,6 +91,9 @@ def forward_edits(text: list[str], u: _Uses, flavor: str) -> list[str]:
         before=("    P = weights  # the softmax itself, before any weight is dropped",),
     )
     keep = '"Q": Q, "K": K, "V": V, "P": P, "weights": weights'
+    if u.qk_norm:
+        lines = _edit(lines, "    # QK-norm: each row", before=("    Q_in, K_in = Q, K",))
+        keep += ', "Q_in": Q_in, "K_in": K_in'
     if u.softcap:
         lines = _edit(lines, "    S = SOFTCAP * ", after=("    capped = S",))
         keep += ', "capped": capped'
@@ -280,6 +275,27 @@ def torch_leaves(s: Scenario) -> list[str]:
     ]
 
 
+def _qk_norm_lines(u: _Uses, kv: str) -> list[str]:
+    """Back through QK-norm: A / r (times the norm's weights), r = sqrt(mean(A^2) + eps)."""
+    out = [
+        "    # QK-norm: A / r times the weights w, r = sqrt(mean(A^2) + eps) row by row, so",
+        "    # dA = d / r - A mean(d A) / r^3 for d the gradient of A / r",
+        '    Q_in, K_in = saved[h]["Q_in"], saved[h]["K_in"]',
+        "    r_Q = np.sqrt(np.mean(Q_in**2, axis=1, keepdims=True) + QK_NORM_EPS)",
+        "    r_K = np.sqrt(np.mean(K_in**2, axis=1, keepdims=True) + QK_NORM_EPS)",
+        "    if PROJECTIONS:",
+        "        d_q_norm[h] += (d_Q * Q_in / r_Q).sum(axis=0, keepdims=True)",
+        f"        d_k_norm[{kv}] += (d_K * K_in / r_K).sum(axis=0, keepdims=True)",
+    ]
+    if u.norm_weights:
+        out.append(f"        d_Q, d_K = d_Q * q_norm[h], d_K * k_norm[{kv}]")
+    return [
+        *out,
+        "    d_Q = d_Q / r_Q - Q_in * np.mean(d_Q * Q_in, axis=1, keepdims=True) / r_Q**3",
+        "    d_K = d_K / r_K - K_in * np.mean(d_K * K_in, axis=1, keepdims=True) / r_K**3",
+    ]
+
+
 def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
     kv = "g" if u.grouped else "h"
     X_kv = "X_kv" if u.cross else "X"
@@ -300,6 +316,14 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         "    d_b_Q = np.zeros((len(W_Q), 1, W_Q.shape[2]))",
         "    d_b_K = np.zeros((len(W_K), 1, W_K.shape[2]))",
         "    d_b_V = np.zeros((len(W_V), 1, W_V.shape[2]))",
+        *(
+            [
+                "    d_q_norm = np.zeros((len(W_Q), 1, W_Q.shape[2]))",
+                "    d_k_norm = np.zeros((len(W_K), 1, W_K.shape[2]))",
+            ]
+            if u.qk_norm
+            else []
+        ),
         "else:",
         "    d_concat = d_final",
         f"d_X = {start}  # the sinusoidal encoding is a constant: X's gradient is X + PE's",
@@ -308,6 +332,11 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         "for h in range(n_heads):",
         '    Q, K, V, P, weights = (saved[h][name] for name in ("Q", "K", "V", "P", "weights"))',
         "    d_k = Q.shape[1]",
+        *(
+            ["    g = h * len(W_K) // len(W_Q)  # a group's query heads add up"]
+            if u.grouped
+            else []
+        ),
         "    d_output = d_concat[:, h * d_k : (h + 1) * d_k]",
         "    d_weights = d_output @ V.T  # head output = weights V",
         "    d_V = weights.T @ d_output",
@@ -333,15 +362,16 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         else "        d_scores = d_scores / np.sqrt(d_k)",
         "    d_Q, d_K = d_scores @ K, d_scores.T @ Q  # scores = Q K^T",
     ]
+    if u.rope_dims or u.qk_norm:
+        out.append("    d_Q_rot, d_K_rot = d_Q, d_K")
     if u.rope_dims:
         out += [
-            "    d_Q_rot, d_K_rot = d_Q, d_K",
             '    if POSITIONAL == "rope":  # a turn by an angle is undone by the opposite angle',
             "        d_Q, d_K = rope(d_Q_rot, -q_pos), rope(d_K_rot, -k_pos)",
         ]
+    if u.qk_norm:
+        out += _qk_norm_lines(u, kv)
     out += ["    if PROJECTIONS:  # Q = X W_Q[h] + b_Q[h], K and V likewise"]
-    if u.grouped:
-        out.append("        g = h * len(W_K) // len(W_Q)  # query heads of a group add up")
     out += [
         "        d_W_Q[h] += X.T @ d_Q",
         "        d_b_Q[h] += d_Q.sum(axis=0, keepdims=True)",
@@ -352,11 +382,11 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         f"        d_W_V[{kv}] += {X_kv}.T @ d_V",
         f"        d_b_V[{kv}] += d_V.sum(axis=0, keepdims=True)",
         f"        {d_X_kv} += d_V @ W_V[{kv}].T",
-        "    else:  # Q = K = V = X",
+        "    else:  # Q = X, K = V = X_kv" if u.cross else "    else:  # Q = K = V = X",
         "        d_X += d_Q",
         f"        {d_X_kv} += d_K + d_V",
         '    got = {"Q": d_Q, "K": d_K, "V": d_V,'
-        + (' "Q_rot": d_Q_rot, "K_rot": d_K_rot,' if u.rope_dims else ""),
+        + (' "Q_rot": d_Q_rot, "K_rot": d_K_rot,' if u.rope_dims or u.qk_norm else ""),
         '           "scores": d_scores, "scaled": d_scaled, "masked": d_masked,',
         '           "weights": d_weights, "output": d_output}',
         "    for name, A in got.items():",
