@@ -254,6 +254,8 @@ def _torch_lines(s: Scenario) -> list[str]:
         'show("dL/dconcat", concat.grad)',
         'show("dL/dfinal", output.grad)',
         "for name, A in gradients_of.items():",
+        "    if A.grad is None:  # not used (PROJECTIONS changed to False)",
+        "        continue",
         "    if A.dim() == 3:  # a stack: one matrix per head",
         "        for h, one in enumerate(A.grad):",
         '            show(f"dL/d{name} head {h + 1}", one)',
@@ -394,11 +396,16 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         'show("dL/dconcat", d_concat)',
         'show("dL/dfinal", d_final)',
     ]
+    weights = ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"]
+    weights += ["q_norm", "k_norm"] if u.qk_norm else []
+    given = ", ".join(f'"{x}": d_{x}' for x in ("X", "X_kv")[: 1 + s.cross])
     return [
         *out,
-        "d_inputs = {",
-        *(f'    "{name}": d_{name},' for name in inputs(s)),
-        "}",
+        f"d_inputs = {{{given}}}",
+        "if PROJECTIONS:",
+        "    d_inputs.update(",
+        *(f"        {name}=d_{name}," for name in weights),
+        "    )",
         "for name, A in d_inputs.items():",
         "    if A.ndim == 3:  # a stack: one matrix per head",
         "        for h, one in enumerate(A):",
