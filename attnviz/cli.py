@@ -8,6 +8,7 @@ stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -178,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--block-q", type=_positive, default=2, metavar="BR", help="tiled: query rows")
     p.add_argument("--block-k", type=_positive, default=2, metavar="BC", help="tiled: key columns")
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        help="also the scenario's own loss and the backward pass (numpy: by hand; torch: "
+        "autograd), printing the gradients 'attnviz grad' gives",
+    )
 
     p = sub.add_parser("export", help="write a heatmap as PNG or SVG without opening a window")
     _add_source(p)
@@ -254,9 +261,10 @@ def _scale(text: str) -> float:
 
 
 def _views() -> tuple[str, ...]:
-    from attnviz.core.figures.figure import VIEWS
+    """The views export draws: each intermediate, and the gradients d<view> beside them."""
+    from attnviz.core.figures.figure import GRADIENT_VIEWS, VIEWS
 
-    return VIEWS
+    return (*VIEWS, *(f"d{v}" for v in (*GRADIENT_VIEWS, "concat", "final")))
 
 
 def _version() -> str:
@@ -674,7 +682,10 @@ def cmd_code(args: argparse.Namespace) -> int:
 
     source = args.file or args.example or args.preset or "worked-example"
     blocks = (args.block_q, args.block_k)
-    sys.stdout.write(to_script(load_source(args), args.flavor, source=source, blocks=blocks))
+    script = to_script(
+        load_source(args), args.flavor, source=source, blocks=blocks, backward=args.backward
+    )
+    sys.stdout.write(script)
     return 0
 
 
@@ -684,8 +695,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES
     from attnviz.core.maths.streaming import layer
 
-    if args.view not in VIEWS:
-        raise UsageError(f"--view {quoted(args.view)}: expected one of {', '.join(VIEWS)}")
+    if args.view not in _views():
+        raise UsageError(f"--view {quoted(args.view)}: expected one of {', '.join(_views())}")
     fmt = args.format or os.path.splitext(args.out)[1].lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise UsageError(f"--out {args.out}: give --format png or svg, or a .png or .svg name")
@@ -694,7 +705,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     n_heads = s.n_heads if s.settings.projections else 1
     if args.head > n_heads:
         raise UsageError(f"--head {args.head}: the scenario has {n_heads} head(s)")
-    if args.view in (*HEAD_MATRICES, *TURNED_MATRICES, "X"):
+    if args.view not in VIEWS:  # a gradient, dL/d(view), for the scenario's own loss
+        spec = _gradient_spec(s, args.view[1:], args.head - 1)
+    elif args.view in (*HEAD_MATRICES, *TURNED_MATRICES, "X"):
         spec = _one_head_spec(s, args.view, args.head - 1)
     else:  # concat and final mix every head; layer() stores no n × n matrix
         spec = spec_for(layer(s), args.view)
@@ -909,6 +922,22 @@ def _one_head_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
     from attnviz.core.maths.forward import one_head
 
     return spec_for(one_head(s, head), view, head)
+
+
+def _gradient_spec(s: Scenario, view: str, head: int) -> HeatmapSpec:
+    """The heatmap of dL/d(view) for the scenario's own loss, as the Pipeline draws it
+    beside the view (concat and final: the layer's, not a head's)."""
+    from attnviz.core.figures.figure import gradient_spec, spec_for
+    from attnviz.core.maths.forward import compute
+    from attnviz.core.maths.losses import gradients
+
+    r = compute(s)
+    g = gradients(s, r=r)
+    layer_wide = view in ("concat", "final")
+    value = spec_for(r, view, None if layer_wide else head)
+    spec = gradient_spec(value, g.matrix(view, head), view, head, s.settings.mask,
+                         g.heads[head].future)  # fmt: skip
+    return dataclasses.replace(spec, title=f"dL/d{view}") if layer_wide else spec
 
 
 def one_line(text: str, most: int = 1000) -> str:

@@ -36,6 +36,10 @@ query blocks against key blocks, a running maximum and denominator per row, the 
 rescaled, tiles the mask hides skipped, and the weights printed rebuilt from the rows'
 log-sum-exp (the masks and dropout a kernel does not do are refused).
 
+With ``backward=True`` the NumPy and torch scripts go on to the scenario's own loss and
+its backward pass (by hand, or by autograd), printing every gradient that ``attnviz grad``
+gives (``codegen_backward.py``).
+
 The script text is pure ASCII (non-ASCII token labels appear as ``\\u`` escapes), so it
 runs whatever encoding it is saved or printed in.
 """
@@ -49,8 +53,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import __version__
+from attnviz.core.io import codegen_backward as grad
 from attnviz.core.maths.head_stack import HeadStack
-from attnviz.core.maths.scenario import MASKS, MINUS_INF_MASKS, Scenario
+from attnviz.core.maths.scenario import MASKS, MINUS_INF_MASKS, Scenario, ScenarioError
 from attnviz.core.maths.tiling import check_supported
 from attnviz.core.maths.variants import visible
 
@@ -125,10 +130,9 @@ def _uses(s: Scenario) -> _Uses:
 Pick = Callable[[str, str], str]  # (numpy text, torch text) -> the script's flavor's
 
 
-def _lines(s: Scenario, flavor: str) -> list[str]:
+def _lines(s: Scenario, flavor: str, u: _Uses) -> list[str]:
     """The computation, as the script's lines: the textbook steps, and each optional part
     only where the scenario uses it."""
-    u = _uses(s)
 
     def pick(numpy_text: str, torch_text: str) -> str:
         return numpy_text if flavor != "torch" else torch_text
@@ -648,7 +652,7 @@ def _describe(s: Scenario) -> str:
     return ", ".join(parts) + "."
 
 
-def _header(s: Scenario, flavor: str, source: str | None) -> str:
+def _header(s: Scenario, flavor: str, source: str | None, backward: bool = False) -> str:
     library = {
         "numpy": "NumPy",
         "torch": "PyTorch (float64, CPU)",
@@ -664,8 +668,20 @@ def _header(s: Scenario, flavor: str, source: str | None) -> str:
         "It prints each head's attention weights (rows: queries, columns: keys), then the",
         "final output (one row per token); each matrix row is a list of floats that reads",
         "back exactly. Change any number or setting below and run it again.",
-        '"""',
     ]
+    if backward:
+        how = "by autograd" if flavor == "torch" else "by hand, step by step"
+        st = s.settings
+        loss = {"target": f"target, {st.loss_target}", "next-token": "next-token"}.get(
+            st.loss, f"cell {st.loss_cell[0] + 1},{st.loss_cell[1] + 1}"
+        )
+        lines += [
+            "",
+            f"Then the scenario's loss ({loss}) and the backward pass, {how}: the loss (a "
+            "title 'loss', its value), then dL/d each intermediate of each head, of concat "
+            "and final, and of each input (titles 'dL/d<name>' or 'dL/d<name> head <h>').",
+        ]
+    lines.append('"""')
     text = "\n".join(_wrap_docstring(lines)) + "\n"
     if source is not None:
         # ascii() escapes newlines and quotes, so no file name can end the comment.
@@ -685,10 +701,9 @@ def _wrap_docstring(lines: list[str]) -> list[str]:
     return out
 
 
-def _data(s: Scenario, flavor: str) -> str:
+def _data(s: Scenario, flavor: str, u: _Uses) -> str:
     """The scenario's tokens, matrices and settings as Python constants (the optional ones
     only when the scenario uses them)."""
-    u = _uses(s)
 
     def array(literal: str) -> str:
         if flavor != "torch":
@@ -830,24 +845,38 @@ def to_script(
     *,
     source: str | None = None,
     blocks: tuple[int, int] = (2, 2),
+    backward: bool = False,
 ) -> str:
     """A standalone NumPy or PyTorch script that recomputes and prints the scenario's numbers.
 
     source (a file name or preset name) is recorded in the script's opening comment. The
     "tiled" flavor computes each head FlashAttention-2's way, in blocks of ``blocks``
-    (query rows, key columns), and prints the same lines.
+    (query rows, key columns), and prints the same lines. backward: then the scenario's
+    own loss and every gradient, by hand (NumPy) or by autograd (torch); see
+    ``codegen_backward``.
     """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor: {flavor!r} is not one of {', '.join(FLAVORS)}")
     if flavor == "tiled":
+        if backward:
+            raise ScenarioError("--backward: the tiled flavor is a forward pass only; use "
+                                "--flavor numpy or torch")  # fmt: skip
         check_supported(s)
+    u = _uses(s)
+    if backward and flavor == "torch":
+        u = grad.torch_uses(s, u)
     imports = _TORCH_HEAD if flavor == "torch" else _NUMPY_HEAD
-    body = "\n".join(_lines(s, flavor)) + "\n"
-    data = _data(s, flavor)
+    lines = _lines(s, flavor, u)
+    if backward:
+        lines = grad.forward_edits(lines, u, flavor) + grad.backward_lines(s, u, flavor)
+        if flavor == "torch":
+            lines = grad.torch_leaves(s) + lines
+    body = "\n".join(lines) + "\n"
+    data = _data(s, flavor, u)
     if flavor == "tiled":
         block_q, block_k = (max(1, int(b)) for b in blocks)
         sizes = (
             f"BLOCK_Q = {block_q}  # query rows a tile\nBLOCK_K = {block_k}  # key columns a tile\n"
         )
         data = data.replace("# The computation ---", sizes + "\n# The computation ---", 1)
-    return "\n".join([_header(s, flavor, source), imports, data, body])
+    return "\n".join([_header(s, flavor, source, backward), imports, data, body])
