@@ -4,6 +4,7 @@ scenario shrinks, and used by `attnviz grad` on a file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -13,7 +14,8 @@ import pytest
 from attnviz.cli import main
 from attnviz.core.io.files import FileFormatError, load_scenario, save_scenario
 from attnviz.core.maths.changes import changes_between
-from attnviz.core.maths.scenario import ScenarioError, remove_token, resized
+from attnviz.core.maths.losses import gradients
+from attnviz.core.maths.scenario import ScenarioError, insert_token, remove_token, resized
 from attnviz.core.presets import worked_example
 
 LOSSES = [
@@ -106,3 +108,44 @@ def test_grad_uses_the_file_s_own_loss(tmp_path, capsys):
     assert doc["loss"]["kind"] == "cell" and doc["loss"]["name"] == "cell:2,3"
     assert doc["loss"]["value"] == pytest.approx(final[1, 2], rel=1e-12)
     assert doc["final"] == [[1.0 if (i, j) == (1, 2) else 0.0 for j in range(4)] for i in range(4)]
+
+
+def custom(T=None):
+    s = worked_example().with_settings(loss_target="custom")
+    return s if T is None else dataclasses.replace(s, target=T)
+
+
+def test_the_custom_target_starts_as_the_previous_token_target_and_is_edited_like_a_matrix():
+    s = custom()
+    X = np.asarray(s.X)
+    np.testing.assert_array_equal(s.target, np.concatenate([X[:1], X[:-1]]))
+    edited = s.with_cells("target", None, 1, 2, np.array([[5.0]]))
+    T = np.array(s.target)
+    T[1, 2] = 5.0
+    final = np.asarray(gradients(edited).final)  # dL/dfinal = final − T, by hand
+    from attnviz.core.maths.forward import compute
+
+    np.testing.assert_allclose(final, compute(edited).final - T, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("suffix", [".attn.json", ".attn.npz"])
+def test_the_custom_target_is_saved_and_read_back(tmp_path, suffix):
+    T = np.arange(16.0).reshape(4, 4) / 7
+    path = tmp_path / f"t{suffix}"
+    save_scenario(path, custom(T))
+    back = load_scenario(path)
+    assert back.settings.loss_target == "custom"
+    np.testing.assert_array_equal(back.target, T)
+
+
+def test_the_custom_target_follows_the_tokens():
+    T = np.arange(16.0).reshape(4, 4)
+    s = custom(T)
+    np.testing.assert_array_equal(remove_token(s, 1).target, np.delete(T, 1, axis=0))
+    np.testing.assert_array_equal(resized(s, d_model=2).target, T[:, :2])
+    np.testing.assert_array_equal(insert_token(s, 0).target[1:], T)
+
+
+def test_a_custom_target_without_its_grid_in_a_file_is_named(tmp_path):
+    with pytest.raises(FileFormatError, match=re.escape("settings.target: missing")):
+        load_scenario(saved_with(tmp_path, 4, loss_target="custom"))

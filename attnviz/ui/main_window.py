@@ -422,6 +422,8 @@ class MainWindow(QMainWindow):
                 "loss": "target", "loss_target": "copy-self"},
             "Target: every row the first token's X": {
                 "loss": "target", "loss_target": "first-token"},
+            "Target: your own grid T (in the Inputs dock)": {
+                "loss": "target", "loss_target": "custom"},
             "Next token (cross-entropy through a tied unembedding)": {"loss": "next-token"},
             "One output cell": {"loss": "cell"},
         }  # fmt: skip

@@ -180,9 +180,9 @@ class MatrixModel(QAbstractTableModel):
             if self.name == "mask_matrix" and section < len(keys):
                 return keys[section]
             return str(section + 1)
-        if self.name in ("X", "X_kv"):
+        if self.name in ("X", "X_kv", "target"):
             s = self.doc.scenario
-            tokens = s.tokens if self.name == "X" else s.key_tokens
+            tokens = s.key_tokens if self.name == "X_kv" else s.tokens
             return tokens[section] if section < len(tokens) else None
         if self.name == "mask_matrix":
             return self.doc.scenario.tokens[section] if section < self.doc.scenario.n else None

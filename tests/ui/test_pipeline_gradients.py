@@ -112,3 +112,32 @@ def test_the_one_cell_loss_takes_the_selected_cell_of_the_final_output(shown_win
     np.testing.assert_allclose(panel.views["doutput"].spec.values, want, rtol=1e-12, atol=0)
     assert not np.delete(want, 2, axis=0).any() and want[2].any()
     assert "final[3, 2]" in panel.loss_line.text()
+
+
+def test_your_own_target_grid_appears_under_x_and_drives_the_gradients(shown_window, qtbot):
+    from PySide6.QtGui import QAction
+
+    window = shown_window()
+    panel = shown(window, qtbot)
+    action = next(a for a in window.findChildren(QAction) if a.text().startswith("Target: your"))
+    action.trigger()
+    settle(qtbot, window)
+    grid = window.inputs.target_grid
+    assert grid is not None and grid.isVisible()
+    X = np.asarray(window.doc.scenario.X)
+    model = grid.model()
+    shown_T = [[float(model.data(model.index(i, j))) for j in range(4)] for i in range(4)]
+    np.testing.assert_allclose(shown_T, np.concatenate([X[:1], X[:-1]]), atol=5e-5)
+    model.setData(model.index(2, 1), "3")  # typed into T
+    settle(qtbot, window)
+    s = window.doc.scenario
+    assert s.target[2, 1] == 3.0
+    leaves, inter = ref.forward(s, None)
+    ref.loss_of(s, inter["final"], leaves["X"], "target", np.asarray(s.target)).backward()
+    want = inter["output"][0].grad.numpy()
+    np.testing.assert_allclose(panel.views["doutput"].spec.values, want, rtol=1e-10, atol=1e-14)
+    window.doc.undo_stack.undo()
+    window.doc.undo_stack.undo()
+    settle(qtbot, window)
+    assert window.doc.scenario.settings.loss_target == "previous-token"
+    assert window.inputs.target_grid is None

@@ -88,6 +88,8 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
     d["settings"] = settings_to_dict(s.settings)
     if s.settings.mask == "custom" and s.mask_matrix is not None:
         d["settings"]["mask_matrix"] = s.mask_matrix.astype(int).tolist()
+    if s.settings.loss_target == "custom" and s.target is not None:
+        d["settings"]["target"] = _rows(s.target)
     if s.provenance is not None:
         d["provenance"] = provenance_to_dict(s.provenance, lambda _, a: a.tolist())
     d["version"] = version_for(s)
@@ -254,6 +256,10 @@ def scenario_from_dict(data: Any) -> Scenario:
         mask = matrix_field("settings.mask_matrix", settings_value["mask_matrix"])
         expect_shape("settings.mask_matrix", mask, (n, m))
         extra["mask_matrix"] = mask
+    if settings.loss_target == "custom":
+        target = matrix_field("settings.target", settings_value["target"])
+        expect_shape("settings.target", target, (n, d_model))
+        extra["target"] = target
     if "provenance" in data:
         extra["provenance"] = provenance_from_json(data["provenance"])
     try:

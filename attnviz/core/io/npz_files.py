@@ -131,6 +131,8 @@ def scenario_to_npz_parts(s: Scenario) -> tuple[dict[str, Any], dict[str, np.nda
     d["settings"] = settings_to_dict(s.settings)
     if s.settings.mask == "custom" and s.mask_matrix is not None:
         d["settings"]["mask_matrix"] = put("settings.mask_matrix", s.mask_matrix)
+    if s.settings.loss_target == "custom" and s.target is not None:
+        d["settings"]["target"] = put("settings.target", s.target)
     if s.provenance is not None:
         d["provenance"] = provenance_to_dict(s.provenance, put)
     d["version"] = max(version_for(s), 2 if optional else 1)
@@ -505,6 +507,10 @@ def _scenario_from_archive(archive: _Archive) -> Scenario:
         mask = take("settings.mask_matrix", settings_value["mask_matrix"], "n × m")
         expect_shape("settings.mask_matrix", mask.shape, (n, m))
         plan["mask_matrix"] = mask
+    if settings.loss_target == "custom":
+        target = take("settings.target", settings_value["target"], "n × d_model")
+        expect_shape("settings.target", target.shape, (n, d_model))
+        plan["target"] = target
     model = None
     if "provenance" in data:
         fields = provenance_fields(data["provenance"])

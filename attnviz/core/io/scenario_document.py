@@ -47,7 +47,12 @@ V2_SETTINGS = (
     "softcap",
     "sinks",
 )
-V4_SETTINGS = ("loss", "loss_target", "loss_cell")  # the gradients' loss, when not the default
+V4_SETTINGS = (
+    "loss",
+    "loss_target",
+    "loss_cell",
+    "target",
+)  # the gradients' loss, when not the default
 SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
 V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
@@ -84,7 +89,7 @@ def settings_to_dict(st: Settings) -> dict[str, Any]:
                 d[name] = value
         elif name != "mask_matrix" and value != getattr(_DEFAULTS, name):
             d[name] = list(value) if isinstance(value, tuple) else value
-    for name in V4_SETTINGS:
+    for name in V4_SETTINGS[:3]:  # (the target's grid T is the caller's, as mask_matrix)
         value = getattr(st, name)
         if value != getattr(_DEFAULTS, name):
             d[name] = [k + 1 for k in value] if name == "loss_cell" else value  # (from 1)
@@ -188,7 +193,7 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
             f"settings.{key_text(unknown[0])}: unknown setting; "
             f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
-    value = {k: v for k, v in value.items() if k != "mask_matrix"}
+    value = {k: v for k, v in value.items() if k not in ("mask_matrix", "target")}
     if "ablated" in value:
         value["ablated"] = _ablated(value["ablated"])
     if "loss_cell" in value:
@@ -264,5 +269,12 @@ def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any
     elif "mask_matrix" in value:
         raise FileFormatError(
             f"settings.mask_matrix: only for the custom mask (mask is {settings.mask!r})"
+        )
+    if (settings.loss_target == "custom") != ("target" in value):
+        raise FileFormatError(
+            "settings.target: missing (the custom target needs it)"
+            if "target" not in value
+            else f"settings.target: only for the custom target (loss_target is "
+            f"{settings.loss_target!r})"
         )
     return settings, value

@@ -3,7 +3,8 @@ pass (``backward.py``) starts from.
 
 - ``target``: ½‖final − T‖² for a target T of final's shape. The default asks for a
   previous-token head: row i of T is row i − 1 of X (row 0 its own); "copy self" (T = X)
-  and "first token" (every row is X's first) are the other presets.
+  and "first token" (every row is X's first) are the other presets, and "custom" the
+  scenario's own grid T (``Scenario.target``), edited like any matrix.
 - ``next-token``: final times a tied unembedding (each distinct token's first row of X,
   as GPT-2 ties its embeddings) gives logits over the scenario's own tokens; the mean
   cross-entropy against the next token at each position but the last. The unembedding
@@ -21,7 +22,14 @@ import numpy as np
 from attnviz.core.maths.backward import Gradients, backward
 from attnviz.core.maths.forward import compute
 from attnviz.core.maths.results import Result
-from attnviz.core.maths.scenario import LOSS_TARGETS, LOSSES, Scenario, ScenarioError, Settings
+from attnviz.core.maths.scenario import (
+    LOSS_TARGETS,
+    LOSSES,
+    Scenario,
+    ScenarioError,
+    Settings,
+    previous_rows,
+)
 
 KINDS = LOSSES
 TARGETS = LOSS_TARGETS
@@ -46,12 +54,24 @@ class Loss:
 def preset_target(X: np.ndarray, name: str = "previous-token") -> np.ndarray:
     """A target output made from X: previous-token, copy-self or first-token."""
     if name == "previous-token":
-        return np.concatenate([X[:1], X[:-1]])
+        return previous_rows(X)
     if name == "copy-self":
         return np.array(X, dtype=np.float64)
     if name == "first-token":
         return np.repeat(X[:1], len(X), axis=0)
-    raise ScenarioError(f"target {name!r}: expected one of {', '.join(TARGETS)}")
+    presets = [t for t in TARGETS if t != "custom"]
+    raise ScenarioError(f"target {name!r}: expected one of {', '.join(presets)}")
+
+
+def _target(s: Scenario, target: str | np.ndarray) -> np.ndarray:
+    """T itself, the scenario's own grid ("custom"), or a preset made from its X."""
+    if isinstance(target, np.ndarray):
+        return target
+    if target == "custom":
+        if s.target is None:
+            raise ScenarioError("target: the custom target needs its grid T")
+        return np.asarray(s.target)
+    return preset_target(np.asarray(s.X), str(target))
 
 
 def vocabulary(tokens: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -72,8 +92,7 @@ def loss_and_gradient(
     unembedding; None for the others)."""
     final = r.final
     if loss.kind == "target":
-        given = isinstance(loss.target, np.ndarray)
-        T = np.asarray(loss.target) if given else preset_target(np.asarray(s.X), str(loss.target))
+        T = _target(s, loss.target)
         if T.shape != final.shape:
             raise ScenarioError(f"target: {T.shape[0]}×{T.shape[1]}; expected the output's "
                                 f"{final.shape[0]}×{final.shape[1]}")  # fmt: skip

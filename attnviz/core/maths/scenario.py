@@ -34,13 +34,13 @@ ALIGNMENTS = ("top-left", "bottom-right")
 ROPE_STYLES = ("half", "interleaved")
 QK_NORMS = ("none", "rms")
 LOSSES = ("target", "next-token", "cell")  # what the gradients are of (maths/losses.py)
-LOSS_TARGETS = ("previous-token", "copy-self", "first-token")
+LOSS_TARGETS = ("previous-token", "copy-self", "first-token", "custom")  # custom: the T grid
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 Q_HEAD_NAMES = ("W_Q", "b_Q", "q_norm")  # one per query head
 KV_HEAD_NAMES = ("W_K", "W_V", "b_K", "b_V", "k_norm")  # one per key/value head
 HEAD_NAMES = Q_HEAD_NAMES + KV_HEAD_NAMES  # per-head stacks, (heads, rows, cols)
 OPTIONAL_NAMES = ("b_Q", "q_norm", "b_K", "b_V", "k_norm", "b_O")  # neutral when left out
-MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix")
+MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix", "target")
 
 
 @dataclass(frozen=True)
@@ -322,6 +322,7 @@ class Scenario:
     kv_tokens: tuple[str, ...] | None = None
     X_kv: np.ndarray | None = None
     mask_matrix: np.ndarray | None = None
+    target: np.ndarray | None = None  # the loss's own target T (n × d_model), when custom
     provenance: Provenance | None = None  # set when imported from a model; kept by edits
 
     def __post_init__(self) -> None:
@@ -344,7 +345,9 @@ class Scenario:
                 set_field(name, head_stack(name, value))
         if self.settings.mask == "custom" and self.mask_matrix is None:
             set_field("mask_matrix", causal_start(self.n, self.m, self.settings.causal_alignment))
-        for name in ("b_O", "X_kv", "mask_matrix"):
+        if self.settings.loss_target == "custom" and self.target is None:
+            set_field("target", previous_rows(np.asarray(self.X)))  # the default target's T
+        for name in ("b_O", "X_kv", "mask_matrix", "target"):
             if getattr(self, name) is not None:
                 set_field(name, _frozen(np.asarray(getattr(self, name))))
         self._check()
@@ -396,6 +399,7 @@ class Scenario:
         if self.b_O.shape != (1, self.d_model):
             raise ScenarioError(f"b_O: expected length {self.d_model}, got {_dims(self.b_O.shape)}")
         self._check_mask()
+        self._check_target()
         row, col = self.settings.loss_cell
         if row >= self.n or col >= self.d_model:
             raise ScenarioError(
@@ -475,6 +479,17 @@ class Scenario:
             raise ScenarioError(
                 f"settings.mask_matrix[{r + 1},{c + 1}]: {float(mask[r, c])!r} is not 0 or 1"
             )
+
+    def _check_target(self) -> None:
+        """The loss's own target T: n × d_model numbers (kept while another target is
+        chosen, as the custom mask is, so that choosing it again brings it back)."""
+        if self.target is None:
+            return
+        if self.target.shape != (self.n, self.d_model):
+            raise ScenarioError(
+                f"settings.target: expected {self.n}×{self.d_model}, got {_dims(self.target.shape)}"
+            )
+        check_values("settings.target", self.target)
 
     def shape_of(self, name: str) -> tuple[int, ...] | None:
         """The shape of matrix ``name``; None if absent."""
@@ -597,6 +612,11 @@ class Scenario:
     def with_settings(self, **changes: object) -> Scenario:
         """A copy with some settings changed (the matrices shared)."""
         return dataclasses.replace(self, settings=self.settings.replace(**changes))
+
+
+def previous_rows(X: np.ndarray) -> np.ndarray:
+    """Each row the one before it (the first its own): the previous-token target."""
+    return np.concatenate([X[:1], X[:-1]])
 
 
 @functools.lru_cache(maxsize=8)
@@ -803,6 +823,7 @@ def resized(
         W_O=W_O,
         b_O=_fit(s.b_O, (1, d_model)),
         mask_matrix=_fit_mask(s, n, m),
+        target=None if s.target is None else _fit(s.target, (n, d_model)),
         **stacks,
         **cross,
     )
@@ -851,8 +872,13 @@ def insert_token(s: Scenario, index: int, label: str = "", x: object = None) -> 
         if not s.cross:
             mask = np.insert(mask, index, causal[:-1, index], axis=1)
         mask = np.insert(mask, index, causal[index], axis=0)
+    target = None if s.target is None else np.insert(s.target, index, 0.0, axis=0)
     return dataclasses.replace(
-        s, tokens=tuple(tokens), X=np.insert(s.X, index, row, axis=0), mask_matrix=mask
+        s,
+        tokens=tuple(tokens),
+        X=np.insert(s.X, index, row, axis=0),
+        mask_matrix=mask,
+        target=target,
     )
 
 
@@ -869,8 +895,14 @@ def remove_token(s: Scenario, index: int) -> Scenario:
         if not s.cross:
             mask = np.delete(mask, index, axis=1)
     settings = s.settings.replace(loss_cell=_cell_within(s.settings.loss_cell, s.n - 1, s.d_model))
+    target = None if s.target is None else np.delete(s.target, index, axis=0)
     return dataclasses.replace(
-        s, tokens=tokens, X=np.delete(s.X, index, axis=0), mask_matrix=mask, settings=settings
+        s,
+        tokens=tokens,
+        X=np.delete(s.X, index, axis=0),
+        mask_matrix=mask,
+        settings=settings,
+        target=target,
     )
 
 
@@ -882,8 +914,9 @@ def permute_tokens(s: Scenario, order: Sequence[int]) -> Scenario:
     mask = s.mask_matrix
     if mask is not None:
         mask = mask[order] if s.cross else mask[np.ix_(order, order)]
+    target = None if s.target is None else s.target[order]
     return dataclasses.replace(
-        s, tokens=tuple(s.tokens[i] for i in order), X=s.X[order], mask_matrix=mask
+        s, tokens=tuple(s.tokens[i] for i in order), X=s.X[order], mask_matrix=mask, target=target
     )
 
 

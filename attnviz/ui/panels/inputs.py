@@ -82,6 +82,13 @@ class InputsPanel(QWidget):
         kv_layout.setContentsMargins(4, 4, 4, 4)
         kv_layout.addLayout(kv_bar)
         self.kv_grid: MatrixGrid | None = None
+        self.target_box = QGroupBox("Target T of the loss ½‖final − T‖² (n × d_model)")
+        self.target_box.setToolTip(
+            "The output the loss asks for (View → Loss → Target: your own grid T); it starts "
+            "as each row the previous token's row of X"
+        )
+        QVBoxLayout(self.target_box).setContentsMargins(4, 4, 4, 4)
+        self.target_grid: MatrixGrid | None = None
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -89,6 +96,7 @@ class InputsPanel(QWidget):
         layout.addWidget(self.grid, 2)
         layout.addWidget(self.cross)
         layout.addWidget(self.kv_box, 1)
+        layout.addWidget(self.target_box, 1)
         ws.doc.scenarioChanged.connect(self.sync)
         self.sync()
 
@@ -110,11 +118,33 @@ class InputsPanel(QWidget):
             assert layout is not None
             layout.addWidget(self.kv_grid)
         elif not s.cross and self.kv_grid is not None:
-            self.kv_grid.hide()
-            self.kv_grid.setParent(None)
-            self.kv_grid.model().deleteLater()
-            self.kv_grid.deleteLater()
+            _drop(self.kv_grid)
             self.kv_grid = None
+        self._sync_target(s)
+
+    def _sync_target(self, s: Scenario) -> None:
+        """The target's grid T while the loss is the target with a grid of its own."""
+        shown = s.settings.loss == "target" and s.settings.loss_target == "custom"
+        self.target_box.setVisible(shown)
+        if shown and self.target_grid is None:
+            self.target_grid = MatrixGrid(MatrixModel(self.doc, "target"))
+            self.target_grid.setObjectName("grid-target")
+            self.target_grid.message.connect(self.message)
+            layout = self.target_box.layout()
+            assert layout is not None
+            layout.addWidget(self.target_grid)
+        elif not shown and self.target_grid is not None:
+            _drop(self.target_grid)
+            self.target_grid = None
+        # With T below X, the dock scrolls rather than squeeze either grid's rows away.
+        for grid in (self.grid, self.target_grid):
+            if grid is not None:
+                rows = grid.verticalHeader().length() + grid.horizontalHeader().height()
+                whole = (
+                    rows + 2 * grid.frameWidth() + grid.horizontalScrollBar().sizeHint().height()
+                )
+                grid.setMinimumHeight(min(whole, 220) if shown else 0)
+                grid.setMaximumHeight(whole if shown else 16777215)
 
     def set_cross(self, on: bool) -> None:
         text = "Cross-attention on" if on else "Cross-attention off"
@@ -173,3 +203,11 @@ class InputsPanel(QWidget):
     def set_d_model(self, value: int) -> None:
         if value != self.doc.scenario.d_model:
             self._replace(lambda s: resized(s, d_model=value), f"Set d_model to {value}")
+
+
+def _drop(grid: MatrixGrid) -> None:
+    """Take a grid out of its panel, with its model."""
+    grid.hide()
+    grid.setParent(None)
+    grid.model().deleteLater()
+    grid.deleteLater()
