@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     from attnviz.core.maths.scenario import Scenario, Settings
 
 EXIT_USAGE = 2
+TARGETS = ("previous-token", "copy-self", "first-token")  # the preset targets of --loss target
 SCENARIO_FILES = ".attn.json (text) or .attn.npz (binary)"
 
 
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--target",
-        choices=("previous-token", "copy-self", "first-token"),
+        choices=TARGETS,
         help="the target T of --loss target: each row the previous token's row of X (a "
         "previous-token head, the default), X itself, or X's first row",
     )
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "biases b_Q, b_K, b_V, b_O and the norms q_norm, k_norm); default W_Q,W_K,W_V,W_O",
     )
     p.add_argument("--loss", metavar="LOSS", help="as for 'attnviz grad'")
-    p.add_argument("--target", choices=("previous-token", "copy-self", "first-token"))
+    p.add_argument("--target", choices=TARGETS, help="as for 'attnviz grad'")
     p.add_argument("--out", required=True, metavar="PATH", help="the trained scenario to write")
     p.add_argument("--log", metavar="PATH", help="also write the loss of every step as CSV")
 

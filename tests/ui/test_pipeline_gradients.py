@@ -141,3 +141,17 @@ def test_your_own_target_grid_appears_under_x_and_drives_the_gradients(shown_win
     settle(qtbot, window)
     assert window.doc.scenario.settings.loss_target == "previous-token"
     assert window.inputs.target_grid is None
+
+
+def test_gradients_made_while_the_pipeline_was_hidden_show_when_it_is_raised(shown_window, qtbot):
+    window = shown_window()
+    panel = shown(window, qtbot)
+    window.bring_forward(("Masks",))  # the Pipeline's tab behind another
+    doc = window.doc
+    doc.push(SetCells(doc.session, "X", None, 2, 1, np.array([[-1.25]])))
+    settle(qtbot, window)
+    look_at_pipeline(window)
+    settle(qtbot, window)
+    inter = autograd(doc.scenario)
+    np.testing.assert_allclose(panel.views["dQ"].spec.values, inter["Q"][0].grad.numpy(),
+                               rtol=1e-10, atol=1e-14)  # fmt: skip

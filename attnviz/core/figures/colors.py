@@ -40,7 +40,7 @@ def kind_for(view: str) -> str:
 
 def stops(kind: str) -> np.ndarray:
     """The map's colours as an (k, 3) uint8 array, evenly spaced from low to high."""
-    table = SEQUENTIAL if kind == "sequential" else DIVERGING
+    table = {"sequential": SEQUENTIAL, "light": LIGHT_DIVERGING}.get(kind, DIVERGING)
     return np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in table], dtype=np.uint8)
 
 
@@ -208,19 +208,10 @@ def cell_text(value: float) -> str:
     return f"{value:.2f}".replace("-", "−")
 
 
-@functools.cache
-def _light_table() -> tuple[tuple[int, int, int], ...]:
-    return tuple(hex_rgb(c) for c in LIGHT_DIVERGING)
-
-
 def light_tint(fraction: float) -> tuple[int, int, int]:
     """The light diverging colour of fraction in [−1, 1] (clipped; NaN is white)."""
     if not math.isfinite(fraction):
         return 255, 255, 255
-    table = _light_table()
-    pos = (min(max(fraction, -1.0), 1.0) + 1) / 2 * (len(table) - 1)
-    i = min(int(pos), len(table) - 2)
-    f = pos - i
-    low, high = table[i], table[i + 1]
-    return (round(low[0] * (1 - f) + high[0] * f), round(low[1] * (1 - f) + high[1] * f),
-            round(low[2] * (1 - f) + high[2] * f))  # fmt: skip
+    level = round((min(max(fraction, -1.0), 1.0) + 1) / 2 * (LUT_SIZE - 1))
+    red, green, blue, _ = lut("light")[level]
+    return int(red), int(green), int(blue)

@@ -254,8 +254,9 @@ class PipelinePanel(ScreenPanel):
     def show_result(self, result: Computed, s: Scenario) -> None:
         head = min(self.view_state.head, result.n_heads - 1)
         key = (result.head(head), result.tokens)
-        if key == self._shown:
-            return  # the whole layer after its shown head, the same head: nothing new
+        if key == self._shown:  # the whole layer after its shown head, the same head:
+            self._draw_gradients()  # nothing new but gradients that came while off screen
+            return
         self._shown = key
         # What changed since the views drew (the same head of another scenario): the
         # lines the edits touched, from their record; else each view compares.
@@ -283,8 +284,8 @@ class PipelinePanel(ScreenPanel):
     def _draw_gradients(self) -> None:
         """Each shown gradient beside its value, for the shown head."""
         g = self.source.gradients
-        if g is None or not self.view_state.gradients or not self._drawn:
-            return
+        if g is None or not self.view_state.gradients or not self._drawn or self._stale:
+            return  # (off screen: drawn with the values when shown again)
         s, head = self._drawn
         if s is not self.source.scenario:
             return  # (of an older version: the next answer draws)
@@ -306,7 +307,7 @@ class PipelinePanel(ScreenPanel):
             view.select(sel.cell_in(name, self.view_state.head) if sel else None)
 
     def _clicked(self, name: str, row: int, col: int) -> None:
-        if name in ("sink", "alibi") or name not in self.views:
+        if name in ("sink", "alibi"):
             return  # explained with each weight (the sink) and scaled score (ALiBi)
         for other, view in self.views.items():
             if other != name:
