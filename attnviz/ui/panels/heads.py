@@ -283,7 +283,7 @@ class HeadsPanel(ResultPanel):
         every map's width (the exact numbers in the tooltips); hidden while off."""
         g = self.source.gradients if self.view_state.gradients else None
         s = self.doc.scenario
-        kv_of = [s.kv_head_of(h) if s.kv_heads != s.n_heads else h for h in range(s.n_heads)]
+        kv_of = [s.kv_head_of(h) for h in range(s.n_heads)]
         norms = head_norms(g, kv_of) if g is not None and s.n_heads == len(self.norms) else None
         for label in self.norms:
             label.setVisible(norms is not None)
