@@ -24,9 +24,11 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
     from attnviz.core.figures.figure import HeatmapSpec
     from attnviz.core.maths.results import Result
     from attnviz.core.maths.scenario import Scenario, Settings
+    from attnviz.core.maths.training import Losses, Trainer
 
 EXIT_USAGE = 2
 TARGETS = ("previous-token", "copy-self", "first-token")  # the preset targets of --loss target
+TASK_NAMES = ("toy-corpus", "copy", "previous-token", "induction")  # core.maths.tasks.TASKS
 SCENARIO_FILES = ".attn.json (text) or .attn.npz (binary)"
 
 
@@ -146,29 +148,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "train",
-        help="train the scenario's matrices on its loss and write the trained scenario",
-        description="Gradient descent on the scenario's own loss (see 'attnviz grad'): the "
-        "loss before and after, and the inference loss (each position seeing only its past, "
+        help="train the layer on the scenario's loss or a task and write the trained scenario",
+        description="Gradient descent on the scenario's own loss (see 'attnviz grad') or on a "
+        "task (a token embedding table around the layer, examples and a held-out split): the "
+        "losses before and after, and the inference loss (each position seeing only its past, "
         "as generation with a KV cache does; under the zero mask the training loss can fall "
         "through the leak while the inference loss does not).",
     )
     _add_source(p)
+    p.add_argument(
+        "--task",
+        choices=("scenario", *TASK_NAMES),
+        default="scenario",
+        help="what to learn: the scenario's own loss (default), or a shipped task's next "
+        "tokens over its examples",
+    )
     p.add_argument("--steps", type=_positive, required=True, help="optimiser steps")
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"), default="adam")
     p.add_argument("--lr", type=_rate, default=0.01, help="learning rate (default 0.01)")
     p.add_argument("--weight-decay", type=_rate, default=0.0, metavar="WD")
     p.add_argument("--clip", type=_rate, help="the largest gradient norm (default: no clipping)")
+    p.add_argument("--batch", type=_positive, default=8, help="a task's examples a step (8)")
     p.add_argument(
         "--train",
-        default="W_Q,W_K,W_V,W_O",
         metavar="NAMES",
         help="which matrices train, comma-separated (of X, X_kv, W_Q, W_K, W_V, W_O, the "
-        "biases b_Q, b_K, b_V, b_O and the norms q_norm, k_norm); default W_Q,W_K,W_V,W_O",
+        "biases b_Q, b_K, b_V, b_O and the norms q_norm, k_norm; under a task E, the token "
+        "embedding table, instead of X); default W_Q,W_K,W_V,W_O (and E under a task)",
     )
     p.add_argument("--loss", metavar="LOSS", help="as for 'attnviz grad'")
     p.add_argument("--target", choices=TARGETS, help="as for 'attnviz grad'")
     p.add_argument("--out", required=True, metavar="PATH", help="the trained scenario to write")
-    p.add_argument("--log", metavar="PATH", help="also write the loss of every step as CSV")
+    p.add_argument(
+        "--log",
+        metavar="PATH",
+        help="also write the losses as CSV: each step's loss (a task: its batch's) and, "
+        "every hundredth of the run, the held-out and inference losses",
+    )
 
     p = sub.add_parser("code", help="print the scenario as a standalone NumPy or PyTorch script")
     _add_source(p)
@@ -639,43 +655,72 @@ def gradient_lines(s: Scenario, g: Any, what: str) -> Iterator[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from attnviz.core import presets
     from attnviz.core.io.files import atomic_write, save_scenario
     from attnviz.core.io.outputs import SCENARIO_SUFFIXES
     from attnviz.core.maths.optimizers import Optimizer
-    from attnviz.core.maths.training import train
+    from attnviz.core.maths.tasks import load_task
+    from attnviz.core.maths.training import Trainer
 
     reads = [args.file] if args.file else []
     _check_output(args.out, SCENARIO_SUFFIXES, reads)
     if args.log:
         _check_output(args.log, (".csv",), [*reads, args.out], flag="--log")
+    seed = args.seed or 0
+    preset = presets.PRESETS.get(args.preset or "worked-example")
+    if args.file or preset is None or not preset.sized:
+        args.seed = None  # the run's seed only; a sized preset's weights take it too
     s = load_source(args)
-    loss = parse_loss(args.loss, args.target, s)
-    s = s.with_settings(loss=loss.kind, loss_target=str(loss.target), loss_cell=loss.cell)
+    if args.task == "scenario":
+        loss = parse_loss(args.loss, args.target, s)
+        s = s.with_settings(loss=loss.kind, loss_target=str(loss.target), loss_cell=loss.cell)
+    elif args.loss or args.target:
+        raise UsageError("--loss and --target apply to --task scenario: a task has its own")
     opt = Optimizer(args.optimizer, lr=args.lr, weight_decay=args.weight_decay, clip=args.clip)
-    trains = tuple(name.strip() for name in args.train.split(",") if name.strip())
+    trains = [name.strip() for name in (args.train or "").split(",") if name.strip()]
+    task = None if args.task == "scenario" else load_task(args.task)
+    trainer = Trainer(s, opt, task, seed=seed, trains=trains or None, batch=args.batch)
+    first, last, rows = _train_rows(trainer, args.steps)
+    save_scenario(args.out, trainer.scenario)
+    if args.log:
+        atomic_write(args.log, ("step,loss,held_out,inference\n" + "".join(rows)).encode())
+    what = "" if task is None else f" on {task.name}"
+    held = "" if last.held_out is None else f"; held-out loss {last.held_out:.6g}"
+    print(
+        f"trained {', '.join(trainer.trains)}{what} for {args.steps:,} steps ({opt.kind}, lr "
+        f"{opt.lr:g}, seed {seed}): loss {first.train:.6g} → {last.train:.6g}{held}; "
+        f"inference loss (each position its past only) {last.inference:.6g}"
+    )
+    print(f"wrote {one_line(args.out)}" + (f" and {one_line(args.log)}" if args.log else ""))
+    return 0
+
+
+def _train_rows(trainer: Trainer, steps: int) -> tuple[Losses, Losses, list[str]]:
+    """Run the steps with a progress line. The CSV's row k: the loss after k steps (a
+    task's: its next batch's; the last row: over every training example) and, every
+    hundredth of the run, the held-out and inference losses."""
     progress = StepPrinter(sys.stderr)
     # a terminal's line rewritten a hundred times; a log's a line each tenth of the run
-    every = max(1, args.steps // (100 if progress.terminal else 10))
-
-    def report(k: int, value: float) -> None:
-        if k % every == 0:
-            progress(f"step {k:,} of {args.steps:,}: loss {value:.6g}", k / args.steps)
-
+    every = max(1, steps // (100 if progress.terminal else 10))
+    evaluate = max(1, steps // 100)
+    at = {0: trainer.losses()}
+    losses = []
     try:
-        run = train(s, opt, args.steps, trains, report)
+        for k in range(1, steps + 1):
+            losses.append(trainer.step())
+            if k % evaluate == 0 or k == steps:
+                at[k] = trainer.losses()
+            if k % every == 0:
+                progress(f"step {k:,} of {steps:,}: loss {losses[-1]:.6g}", k / steps)
     finally:
         progress.close()
-    save_scenario(args.out, run.scenario)
-    if args.log:
-        rows = "".join(f"{k},{value!r}\n" for k, value in enumerate(run.losses))
-        atomic_write(args.log, ("step,loss\n" + rows).encode())
-    print(
-        f"trained {', '.join(trains)} for {args.steps:,} steps ({opt.kind}, lr {opt.lr:g}): "
-        f"loss {run.losses[0]:.6g} → {run.final:.6g}; inference loss (each position its past "
-        f"only) {run.inference:.6g}\nwrote {one_line(args.out)}"
-        + (f" and {one_line(args.log)}" if args.log else "")
-    )
-    return 0
+    losses.append(at[steps].train)
+    rows = []
+    for k, loss in enumerate(losses):
+        held = "" if k not in at or at[k].held_out is None else repr(at[k].held_out)
+        inference = repr(at[k].inference) if k in at else ""
+        rows.append(f"{k},{loss!r},{held},{inference}\n")
+    return at[0], at[steps], rows
 
 
 def cmd_code(args: argparse.Namespace) -> int:

@@ -86,15 +86,24 @@ def train_step(
         raise ScenarioError(f"train {unknown[0]!r}: expected some of {', '.join(TRAINABLE)}")
     g = gradients(s, loss)
     grads = {name: g.inputs[name] for name in trains if name in g.inputs}
+    params = {name: np.asarray(getattr(s, name), dtype=np.float64) for name in grads}
+    changed, state = step(opt, state, params, grads)
+    return dataclasses.replace(s, **changed), state, g.loss
+
+
+def step(
+    opt: Optimizer, state: State, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], State]:
+    """Each parameter after one step against its gradient (clipped together), and the
+    optimiser's new state."""
     if opt.clip is not None:
         grads = _clipped(grads, opt.clip)
     t = state.step + 1
     changed: dict[str, Any] = {}
     buffers = dict(state.buffers)
     for name, grad in grads.items():
-        p = np.asarray(getattr(s, name), dtype=np.float64)
-        changed[name], buffers[name] = _update(opt, p, grad, buffers.get(name, ()), t)
-    return dataclasses.replace(s, **changed), State(t, buffers), g.loss
+        changed[name], buffers[name] = _update(opt, params[name], grad, buffers.get(name, ()), t)
+    return changed, State(t, buffers)
 
 
 def _clipped(grads: dict[str, np.ndarray], most: float) -> dict[str, np.ndarray]:
