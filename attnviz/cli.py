@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the modules themselves are imported where used: `bench` nee
 
 EXIT_USAGE = 2
 TARGETS = ("previous-token", "copy-self", "first-token")  # the preset targets of --loss target
-TASK_NAMES = ("toy-corpus", "copy", "previous-token", "induction")  # core.maths.tasks.TASKS
+TASK_NAMES = ("toy-corpus", "copy", "previous-token", "previous-and-first", "induction")  # = TASKS
 SCENARIO_FILES = ".attn.json (text) or .attn.npz (binary)"
 
 

@@ -11,6 +11,7 @@ that every file equals what this script makes.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,54 +24,48 @@ NOUNS = ("cat", "dog", "bird", "fox", "cow", "owl")
 VERBS = ("sat", "slept", "stood", "lay")
 PLACES = ("mat", "rug", "bed", "log")
 LETTERS = tuple("abcdefghijkl")
-COUNT = 160  # examples a task: 144 to train on, 16 held out
+COUNT = 160  # examples a task (the toy corpus has 96 sentences): 16 held out
 
 
-def toy_corpus(rng: np.random.Generator) -> list[Example]:
-    """Short sentences over the worked example's words and a few more: each position
+def toy_corpus(rng: np.random.Generator) -> Example:
+    """A short sentence over the worked example's words and a few more: each position
     predicts the next word."""
-    examples = []
-    for _ in range(COUNT):
-        words = ["the", rng.choice(NOUNS), rng.choice(VERBS), "on", "the",
-                 rng.choice(PLACES), "."]  # fmt: skip
-        examples.append(([str(w) for w in words], [str(w) for w in words[1:]] + ["_"]))
-    return examples
+    words = ["the", rng.choice(NOUNS), rng.choice(VERBS), "on", "the", rng.choice(PLACES), "."]
+    return [str(w) for w in words], [str(w) for w in words[1:]] + ["_"]
 
 
-def copy(rng: np.random.Generator) -> list[Example]:
+def copy(rng: np.random.Generator) -> Example:
     """Four letters, "=", the same four again: from "=" each position predicts the letter
     four places back, the next one to copy."""
-    examples = []
-    for _ in range(COUNT):
-        letters = [str(c) for c in rng.choice(LETTERS, 4, replace=False)]
-        tokens = [*letters, "=", *letters]
-        examples.append((tokens, ["_"] * 4 + letters[:4] + ["_"]))
-    return examples
+    letters = [str(c) for c in rng.choice(LETTERS, 4, replace=False)]
+    return [*letters, "=", *letters], ["_"] * 4 + letters + ["_"]
 
 
-def previous_token(rng: np.random.Generator) -> list[Example]:
+def previous_token(rng: np.random.Generator) -> Example:
     """Eight random letters: each position from the second predicts the letter before it."""
-    examples = []
-    for _ in range(COUNT):
-        letters = [str(c) for c in rng.choice(LETTERS, 8)]
-        examples.append((letters, ["_", *letters[:-1]]))
-    return examples
+    letters = [str(c) for c in rng.choice(LETTERS, 8)]
+    return letters, ["_", *letters[:-1]]
 
 
-def induction(rng: np.random.Generator) -> list[Example]:
+def previous_and_first(rng: np.random.Generator) -> Example:
+    """Eight random letters: each position from the third predicts two tokens at once
+    ("b+A": each half the probability), the letter before it and the first letter in
+    capitals. Two patterns, each with its own map from what is read to what is said: one
+    head cannot do both, two can."""
+    letters = [str(c) for c in rng.choice(LETTERS, 8)]
+    targets = [f"{letters[i - 1]}+{letters[0].upper()}" for i in range(2, 8)]
+    return letters, ["_", "_", *targets]
+
+
+def induction(rng: np.random.Generator) -> Example:
     """Letters with a pair A B early and A again last: the last position predicts B
     (… A B … A → B). One attention layer alone cannot: it needs a previous-token head
     in a layer before it."""
-    examples = []
-    for _ in range(COUNT):
-        letters = [str(c) for c in rng.choice(LETTERS, 7, replace=False)]
-        a, b = letters[1], letters[2]
-        tokens = [*letters, a]
-        examples.append((tokens, ["_"] * 7 + [b]))
-    return examples
+    letters = [str(c) for c in rng.choice(LETTERS, 7, replace=False)]
+    return [*letters, letters[1]], ["_"] * 7 + [letters[2]]
 
 
-TASKS: dict[str, tuple[str, str, Callable[[np.random.Generator], list[Example]]]] = {
+TASKS: dict[str, tuple[str, str, Callable[[np.random.Generator], Example]]] = {
     "toy-corpus": (
         "Toy corpus",
         "next word of short sentences such as “the cat sat on the mat .”",
@@ -78,15 +73,33 @@ TASKS: dict[str, tuple[str, str, Callable[[np.random.Generator], list[Example]]]
     ),
     "copy": ("Copy", "four letters, “=”, and the same four again: copy them", copy),
     "previous-token": ("Previous token", "name the letter before each position", previous_token),
+    "previous-and-first": (
+        "Previous and first",
+        "name the letter before each position and the first letter in capitals, both at once",
+        previous_and_first,
+    ),
     "induction": ("Induction", "… A B … A → B: one layer alone cannot", induction),
 }
 HELD_OUT = 16  # the last examples of each task
 
 
+def distinct(make: Callable[[np.random.Generator], Example], seed: int) -> list[Example]:
+    """COUNT different examples (fewer if the task has fewer): none held out is trained on."""
+    rng = np.random.default_rng(seed)
+    seen: dict[str, Example] = {}
+    for _ in range(50 * COUNT):
+        tokens, targets = make(rng)
+        seen.setdefault(" ".join(tokens), (tokens, targets))
+        if len(seen) == COUNT:
+            break
+    return list(seen.values())
+
+
 def document(name: str) -> dict[str, object]:
     title, description, make = TASKS[name]
-    examples = make(np.random.default_rng(sorted(TASKS).index(name) + 1))
-    vocabulary = sorted({t for tokens, _ in examples for t in tokens})
+    examples = distinct(make, zlib.crc32(name.encode()))
+    said = {w for _, targets in examples for t in targets for w in t.split("+")}
+    vocabulary = sorted({t for tokens, _ in examples for t in tokens} | said - {"_"})
     rows = [[" ".join(tokens), " ".join(targets)] for tokens, targets in examples]
     return {
         "format": "attnviz-task",

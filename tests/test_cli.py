@@ -312,7 +312,7 @@ def test_presets_lists_one_line_each(capsys):
     assert names[0] == "worked-example"
     assert "gpt2-small" in names
     stages = [n for n in names if n.startswith("stage-")]
-    assert [s.split("-")[1] for s in stages] == [str(i) for i in range(1, 10)]  # 9 stages
+    assert [s.split("-")[1] for s in stages] == [str(i) for i in range(1, 14)]  # 13 stages
     variants = [
         *("sliding-window", "llama-style", "qk-norm", "softcap"),
         *("sinks", "alibi", "cross-attention"),

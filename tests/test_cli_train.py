@@ -5,10 +5,12 @@ zero mask's training loss falls through the leak while its inference loss does n
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
 
+from attnviz.assets import resource
 from attnviz.cli import main
 from attnviz.core.io.files import load_scenario, save_scenario
 from attnviz.core.presets import worked_example
@@ -102,3 +104,81 @@ def test_training_never_overwrites_its_input(capsys, tmp_path):
     before = path.read_bytes()
     code, _, err = run(capsys, str(path), "--steps", "5", "--out", str(path))
     assert code == 2 and "nothing was written" in err and path.read_bytes() == before
+
+
+def summary(stdout: str) -> dict[str, float]:
+    """The losses the last line names: train (after the arrow), held-out, inference."""
+    found = {
+        "train": stdout.split("→ ")[1].split(";")[0],
+        "held_out": stdout.split("held-out loss ")[1].split(";")[0],
+        "inference": stdout.split("past only) ")[1].split()[0],
+    }
+    return {k: float(v) for k, v in found.items()}
+
+
+def test_the_leak_lesson_is_reproduced_from_the_command_line(capsys, tmp_path):
+    """Lesson 10's figures: the zero mask's training loss far below −∞'s, its inference
+    loss (the held-out sentences generated token by token) far above."""
+    doc = json.loads(resource("tasks", "toy-corpus.task.json").read_text(encoding="utf-8"))
+    first_held_out = doc["held_out"][0][0].split()
+    losses = {}
+    for mask in ("causal", "causal-zero"):
+        log = tmp_path / f"{mask}.csv"
+        out = str(tmp_path / f"{mask}.attn.json")
+        code, stdout, _ = run(capsys, "--preset", "stage-10-leak", "--task", "toy-corpus",
+                              "--mask", mask, "--seed", "2", "--steps", "300", "--lr", "0.02",
+                              "--out", out, "--log", str(log))  # fmt: skip
+        assert code == 0 and "on toy-corpus for 300 steps (adam, lr 0.02, seed 2)" in stdout
+        losses[mask] = summary(stdout)
+        with open(log) as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 301 and rows[-1]["step"] == "300"
+        assert float(rows[-1]["loss"]) == pytest.approx(losses[mask]["train"], rel=1e-5)
+        assert float(rows[-1]["inference"]) == pytest.approx(losses[mask]["inference"], rel=1e-5)
+        assert sum(bool(r["held_out"]) for r in rows) == 101  # every hundredth, and the start
+        trained = load_scenario(tmp_path / f"{mask}.attn.json")
+        assert list(trained.tokens) == first_held_out  # the layer over a held-out sentence
+    causal, zero = losses["causal"], losses["causal-zero"]
+    assert causal["inference"] == pytest.approx(causal["held_out"], rel=1e-9)
+    assert zero["train"] < causal["train"] / 100 and zero["inference"] > 10 * causal["inference"]
+
+
+def test_an_interrupted_run_writes_nothing(capsys, tmp_path, monkeypatch):
+    from attnviz.core.maths import training
+
+    calls = []
+
+    def interrupted(self):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return 1.0
+
+    monkeypatch.setattr(training.Trainer, "step", interrupted)
+    out, log = tmp_path / "t.attn.json", tmp_path / "t.csv"
+    code, stdout, err = run(capsys, "--steps", "50", "--out", str(out), "--log", str(log))
+    assert code == 130 and "interrupted" in err and not stdout
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "copy", "--loss", "cell"], "--loss and --target apply to --task scenario"),
+        (["--task", "nope"], "argument --task: invalid choice: 'nope'"),
+        (["--task", "copy", "--train", "X"], "train 'X': expected some of E, W_Q"),
+        (["--task", "copy", "--batch", "300"], "batch: expected a whole number from 1 to 256"),
+        (["--task", "copy", "--preset", "cross-attention"], "a task trains self-attention"),
+    ],
+)
+def test_bad_task_arguments_are_one_line(capsys, tmp_path, args, message):
+    code, out, err = run(capsys, "--steps", "5", "--out", str(tmp_path / "t.attn.json"), *args)
+    assert code == 2 and not out and err.count("\n") == 1 and message in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_task_names_are_the_shipped_tasks():
+    from attnviz.cli import TASK_NAMES
+    from attnviz.core.maths.tasks import TASKS
+
+    assert TASK_NAMES == TASKS

@@ -125,6 +125,27 @@ def _stage(**settings: object) -> Callable[..., Scenario]:
     return lambda **_: worked_example(Settings(**settings))  # type: ignore[arg-type]
 
 
+SENTENCE = ("the", "cat", "sat", "on", "the", "mat", ".")
+LETTERS = ("b", "i", "a", "k", "h", "g", "i", "h")
+
+
+def leak_lesson(dropout: float = 0.0) -> Scenario:
+    """A sentence of the toy corpus, d_model 16, two heads of 8, RoPE, next-token loss."""
+    st = Settings(positional="rope", loss="next-token", dropout=dropout)
+    return small_model(SENTENCE, 16, 2, 8, seed=10, settings=st)
+
+
+def saturation_lesson() -> Scenario:
+    """Eight letters, one head of d_k 64 in d_model 64, RoPE, ÷√d_k off."""
+    st = Settings(scale=False, positional="rope")
+    return small_model(LETTERS, 64, 1, 64, seed=11, settings=st)
+
+
+def specialise_lesson() -> Scenario:
+    """Eight letters, d_model 16, two heads of 8, sinusoidal positions."""
+    return small_model(LETTERS, 16, 2, 8, seed=12, settings=Settings(positional="sinusoidal"))
+
+
 @dataclass(frozen=True)
 class Preset:
     """A ready-made scenario: ``name`` for the command line, ``title`` for menus."""
@@ -199,6 +220,33 @@ PRESETS: dict[str, Preset] = {
             "Lesson 9: tiles instead of the n × n matrix",
             "the worked example, for stepping FlashAttention's tiles in the Tiling dock",
             _stage(),
+        ),
+        Preset(
+            "stage-10-leak",
+            "Lesson 10: the leak exploited",
+            "a sentence of the toy corpus, d_model 16, two heads of 8, RoPE: train it to "
+            "predict the next word under −∞ and under the zero mask",
+            leak_lesson,
+        ),
+        Preset(
+            "stage-11-saturation",
+            "Lesson 11: saturation stalls learning",
+            "eight letters, one head of d_k 64, RoPE, ÷√d_k off: train it to name the "
+            "previous letter, against the same head scaled",
+            saturation_lesson,
+        ),
+        Preset(
+            "stage-12-specialise",
+            "Lesson 12: heads specialise",
+            "eight letters, d_model 16, two heads of 8, sinusoidal positions: train it to "
+            "name the previous letter and the first in capitals",
+            specialise_lesson,
+        ),
+        Preset(
+            "stage-13-dropout",
+            "Lesson 13: dropout in training, not at inference",
+            "lesson 10's layer with attention dropout 0.3 while training",
+            lambda: leak_lesson(dropout=0.3),
         ),
         Preset(
             "sliding-window",

@@ -71,7 +71,7 @@ def test_the_gallery_lists_the_catalogue_by_section_and_remembers_the_last(qtbot
             expected.append((section, None, None))
         expected.append((e.title, e.name, e.summary))
     assert [(r.text(), r.data(NAME), r.data(SUMMARY)) for r in rows] == expected
-    assert len(examples()) == 18 and sum(r.data(NAME) is None for r in rows) == 4
+    assert len(examples()) == 22 and sum(r.data(NAME) is None for r in rows) == 4
     assert all(r.flags() == r.flags().NoItemFlags for r in rows if r.data(NAME) is None)
     assert all(r.flags() & r.flags().ItemIsSelectable for r in rows if r.data(NAME))
     assert gallery.chosen() == find("worked-example") and gallery.open_button.isEnabled()

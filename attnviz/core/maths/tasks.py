@@ -21,17 +21,18 @@ from attnviz.core.maths.backward import Gradients, backward
 from attnviz.core.maths.forward import compute
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 
-TASKS = ("toy-corpus", "copy", "previous-token", "induction")
+TASKS = ("toy-corpus", "copy", "previous-token", "previous-and-first", "induction")
 UNSCORED = "_"
 
 
 @dataclass(frozen=True)
 class Example:
-    """Token indices into the vocabulary, and at each position the index to predict
-    there (−1: nothing)."""
+    """Token indices into the vocabulary, and at each position the indices to predict
+    there: none (not scored), one, or several (each as likely: the target is the
+    uniform distribution over them)."""
 
     tokens: tuple[int, ...]
-    targets: tuple[int, ...]
+    targets: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,8 @@ def load_task(name: str) -> Task:
 
     def example(row: list[str]) -> Example:
         tokens, targets = (line.split(" ") for line in row)
-        return Example(
-            tuple(index[t] for t in tokens),
-            tuple(-1 if t == UNSCORED else index[t] for t in targets),
-        )
+        answers = (() if t == UNSCORED else tuple(index[w] for w in t.split("+")) for t in targets)
+        return Example(tuple(index[t] for t in tokens), tuple(answers))
 
     return Task(
         name,
@@ -101,20 +100,20 @@ def example_gradients(s: Scenario, E: np.ndarray, example: Example) -> tuple[Gra
 
 
 def _cross_entropy(
-    final: np.ndarray, E: np.ndarray, targets: tuple[int, ...]
+    final: np.ndarray, E: np.ndarray, targets: tuple[tuple[int, ...], ...]
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    """The mean cross-entropy over the scored positions, dL/dfinal and dL/dlogits."""
-    rows = np.array([i for i, t in enumerate(targets) if t >= 0])
-    if rows.size == 0:
+    """The mean cross-entropy over the scored positions (against the uniform distribution
+    over each one's answers), dL/dfinal and dL/dlogits."""
+    rows = [i for i, answers in enumerate(targets) if answers]
+    if not rows:
         raise ScenarioError("task: an example scores no position")
-    answers = np.array([targets[i] for i in rows])
+    want = np.zeros((len(rows), E.shape[0]))
+    for k, i in enumerate(rows):
+        np.add.at(want[k], list(targets[i]), 1.0 / len(targets[i]))
     logits = final[rows] @ E.T
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    value = -float(log_p[np.arange(rows.size), answers].mean())
-    d_scored = np.exp(log_p)
-    d_scored[np.arange(rows.size), answers] -= 1.0
-    d_scored /= rows.size
+    value = -float(np.sum(want * log_p)) / len(rows)
     d_logits = np.zeros((len(targets), E.shape[0]))
-    d_logits[rows] = d_scored
+    d_logits[rows] = (np.exp(log_p) - want) / len(rows)
     return value, d_logits @ E, d_logits
