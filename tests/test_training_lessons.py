@@ -72,6 +72,11 @@ def test_without_scaling_a_wide_head_barely_learns(seed):
     assert u.train == pytest.approx(cross_entropy(unscaled, task, task.train), rel=1e-9)
     assert u.train > 0.85 * chance and u.held_out > 0.85 * chance
     assert s.train < 0.1 * chance and s.held_out < 0.15 * chance
+    # what Pipeline shows (the first held-out example): rows one-hot, or on the letter before
+    stuck = reference(unscaled.scenario)["weights"][0][1:]
+    learned = reference(scaled.scenario)["weights"][0]
+    assert stuck.max(axis=1).mean() > 0.85
+    assert np.mean([learned[i, i - 1] for i in range(1, len(learned))]) > 0.6
 
 
 @pytest.mark.parametrize("seed", SEEDS)
