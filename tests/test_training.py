@@ -136,3 +136,15 @@ def test_wrong_settings_are_named(kwargs, message):
 def test_a_task_refuses_cross_attention():
     with pytest.raises(ScenarioError, match="a task trains self-attention"):
         Trainer(make_preset("cross-attention"), Optimizer(), load_task("copy"))
+
+
+@pytest.mark.parametrize("task", [None, "copy"])
+def test_a_diverging_run_is_named_and_stays_at_its_last_good_step(task):
+    trainer = Trainer(make_preset("stage-10-leak"), Optimizer("sgd", lr=900.0),
+                      None if task is None else load_task(task), seed=0)  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"step [\d,]+ diverged \(.*\); try a smaller") as e:
+        for _ in range(500):
+            trainer.step()
+    k = int(re.search(r"step ([\d,]+)", str(e.value)).group(1).replace(",", ""))
+    assert trainer.steps == k - 1
+    assert all(np.all(np.abs(a) <= 1e6) for a in state(trainer).values() if a is not None)

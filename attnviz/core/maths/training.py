@@ -19,7 +19,7 @@ import numpy as np
 
 from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.optimizers import TRAINABLE, Optimizer, State, step
-from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
 from attnviz.core.maths.tasks import (
     Example,
     Task,
@@ -31,6 +31,7 @@ from attnviz.core.maths.tasks import (
 
 MAX_STEPS = 1_000_000
 MAX_BATCH = 256
+LARGEST = LIMITS.abs_value  # the largest entry a scenario's matrices may hold
 DEFAULT_TRAINS = ("W_Q", "W_K", "W_V", "W_O")
 TASK_TRAINABLE = ("E", *(name for name in TRAINABLE if name not in ("X", "X_kv")))
 DEFAULT_TASK_TRAINS = ("E", *DEFAULT_TRAINS)
@@ -115,10 +116,17 @@ class Trainer:
         else:
             value, grads = self._batch_gradients(s)
         params = {name: self._param(name) for name in grads}
-        changed, self.state = step(self.opt, self.state, params, grads)
-        if "E" in changed:
-            self.E = changed.pop("E")
-        self.layer = dataclasses.replace(self.layer, **changed)
+        changed, state = step(self.opt, self.state, params, grads)
+        E = changed.pop("E", self.E)
+        try:
+            if E is not None and not np.all(np.abs(E) <= LARGEST):
+                raise ScenarioError(f"E: an entry beyond ±{LARGEST:g}")
+            layer = dataclasses.replace(self.layer, **changed)
+        except ScenarioError as e:  # the run stays at the last good step
+            raise ScenarioError(
+                f"step {state.step:,} diverged ({e}); try a smaller learning rate or clipping"
+            ) from None
+        self.layer, self.E, self.state = layer, E, state
         return value
 
     def losses(self) -> Losses:
