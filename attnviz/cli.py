@@ -85,7 +85,11 @@ def _add_source(p: argparse.ArgumentParser, overrides: bool = True) -> None:
             metavar="W",
             help="sliding-window: each query sees itself and the W - 1 keys before it",
         )
-        p.add_argument("--no-scale", action="store_true", help="do not divide scores by √d_k")
+        scaling = p.add_mutually_exclusive_group()
+        scaling.add_argument(
+            "--scaled", action="store_true", help="divide scores by √d_k (if the file does not)"
+        )
+        scaling.add_argument("--no-scale", action="store_true", help="do not divide by √d_k")
         p.add_argument("--no-projections", action="store_true", help="Q = K = V = X, no W_O")
         p.add_argument("--positional", choices=POSITIONALS, help="override the position encoding")
 
@@ -318,8 +322,8 @@ def load_source(args: argparse.Namespace) -> Scenario:
     changes: dict[str, object] = {}
     if getattr(args, "mask", None):
         changes["mask"] = args.mask
-    if getattr(args, "no_scale", False):
-        changes["scale"] = False
+    if getattr(args, "scaled", False) or getattr(args, "no_scale", False):
+        changes["scale"] = bool(args.scaled)
     if getattr(args, "no_projections", False):
         changes["projections"] = False
     if getattr(args, "positional", None):

@@ -402,6 +402,16 @@ def test_compute_from_a_file_and_override_it(capsys, tmp_path):
     assert_matches(data, *reference(mask="causal-zero", scale=False))
 
 
+def test_scaled_turns_scaling_back_on_for_an_unscaled_file(capsys, tmp_path):
+    path = write_worked_file(tmp_path / "w.attn.json", scale=False)
+    data = compute_json(capsys, str(path), "--scaled")
+    assert data["scenario"]["settings"]["scale"] is True
+    assert_matches(data, *reference(scale=True))
+    rc, out, err = cli(capsys, "compute", str(path), "--scaled", "--no-scale")
+    assert rc == 2 and out == ""
+    assert "not allowed with argument" in err
+
+
 def test_json_scenario_reloads_to_the_same_result(capsys, tmp_path):
     first = compute_json(capsys, "--mask", "drop-after-softmax", "--positional", "sinusoidal")
     path = tmp_path / "again.attn.json"
