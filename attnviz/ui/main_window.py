@@ -140,7 +140,7 @@ class MainWindow(QMainWindow):
         }
         self.models = ModelImports(self.ws, settings, self, self.show_message)
         self.models.imported.connect(self._imported)
-        self.training = Training(self.doc, self)
+        self.training = Training(self.doc, self.compute, self.view_state, self)
         self.training.message.connect(self.show_message)
         self._factories: dict[str, Callable[[Workspace], QWidget]] = {
             **LAZY_PANELS,

@@ -1,28 +1,34 @@
 """The window's training run: a thin Qt adapter over attnviz.core.maths.training_run.
 
-The run steps on the window's worker pool, one chunk (about a frame of display time) at
-a time; each chunk's ``Progress`` comes back to the UI thread, which puts the trained
-layer in the document without an undo entry (so every view follows at display rate)
-and only then asks for the next chunk. The run is one undoable step: its entry ("Train
-N steps", from the scenario before it to the one shown) is made with the first chunk
-and finished when the run pauses. An edit pauses the run first; anything else that
-changes the document under it (undo, opening a file) stops it.
+The run steps on the window's worker pool, a chunk of about 40 ms at a time; each
+chunk's ``Progress`` comes back to the UI thread, which draws its curves and puts the
+trained layer in the document without an undo entry, so every view follows: at most
+once a chunk, and only once the views have the layer shown before and have answered
+every question about it. A click (a head or a cell picked) ends the chunk after its
+step and holds the run a moment, so its answer is drawn at full speed. The run is one
+undoable step: its entry ("Train N steps", from the scenario before it to the one
+shown) is made with the first chunk and finished when the run pauses. An edit pauses
+the run first; anything else that changes the document under it (undo, opening a
+file) stops it.
 """
 
 from __future__ import annotations
 
 import threading
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.training_run import Progress, RunConfig, TrainingRun
 from attnviz.core.session import SwapScenario
 from attnviz.ui.commands import UndoCommand
+from attnviz.ui.compute import ComputeService
 from attnviz.ui.document import Document
+from attnviz.ui.view_state import ViewState
 from attnviz.ui.workers import SerialQueue
 
-CHUNK_S = 1 / 15  # steps per chunk: the views redraw about 15 times a second
+CHUNK_S = 0.04  # seconds of steps per chunk: a click waits for one step at most
+QUIET_MS = 150  # after a click, the time its answer has before the run goes on
 
 
 class Training(QObject):
@@ -33,9 +39,15 @@ class Training(QObject):
     message = Signal(str)
     _chunk = Signal(int, object, bool, str)  # generation, Progress, final, error
 
-    def __init__(self, doc: Document, parent: QObject | None = None):
+    def __init__(
+        self,
+        doc: Document,
+        compute: ComputeService,
+        view_state: ViewState,
+        parent: QObject | None = None,
+    ):
         super().__init__(parent)
-        self.doc = doc
+        self.doc, self.compute = doc, compute
         self.config = RunConfig()
         self.run: TrainingRun | None = None
         self.progress: Progress | None = None
@@ -48,8 +60,19 @@ class Training(QObject):
         self._entry: SwapScenario | None = None
         self._undo_entry: UndoCommand | None = None  # the entry as the undo stack holds it
         self._target: int | None = None  # the step to stop at, if any
+        self._waiting: Progress | None = None  # to show once the views have the last one
+        self._in_flight = False  # a chunk is running
+        self._hold = threading.Event()  # a click: the chunk ends after the step under way
         self._chunk.connect(self._deliver)
         doc.before_edit(self._before_edit)
+        compute.busyChanged.connect(self._views_ready)
+        compute.answered.connect(lambda *_: self._views_ready(compute.busy))
+        self._quiet = QTimer(self)  # after a click: no new chunk or frame for a moment
+        self._quiet.setSingleShot(True)
+        self._quiet.setInterval(QUIET_MS)
+        self._quiet.timeout.connect(lambda: self._views_ready(compute.busy))
+        for clicked in (view_state.headChanged, view_state.selectionChanged):
+            clicked.connect(self._clicked)
 
     # Commands -------------------------------------------------------------------------
 
@@ -72,6 +95,7 @@ class Training(QObject):
         from what the document shows."""
         if self.running:
             return
+        self._queue.wait()  # a chunk dropped by an edit may still be finishing its step
         if not self._continues():
             try:
                 self.run = TrainingRun(self.doc.scenario, self.config)
@@ -137,12 +161,20 @@ class Training(QObject):
     # The chunks -----------------------------------------------------------------------
 
     def _submit(self) -> None:
-        run, gen, stop, target = self.run, self._generation, self._stop, self._target
+        run, gen, stop, target, hold = (
+            self.run,
+            self._generation,
+            self._stop,
+            self._target,
+            self._hold,
+        )
+        hold.clear()
         assert run is not None
 
         def chunk() -> None:
             try:
-                run.advance(CHUNK_S, stop.is_set, None if target is None else target - run.steps)
+                left = None if target is None else target - run.steps
+                run.advance(CHUNK_S, lambda: stop.is_set() or hold.is_set(), left)
                 final = stop.is_set() or (target is not None and run.steps >= target)
                 if final:
                     run.record()
@@ -150,6 +182,7 @@ class Training(QObject):
             except Exception as e:  # shown to the user; the run stops where it was
                 self._chunk.emit(gen, run.progress(), True, f"{type(e).__name__}: {e}")
 
+        self._in_flight = True
         self._queue.submit(chunk)
 
     def _deliver(self, gen: int, progress: Progress, final: bool, error: str) -> None:
@@ -161,12 +194,45 @@ class Training(QObject):
             self._halt()
             return
         self.progress = progress
-        self._show(progress)
-        self.progressed.emit(progress)
+        self._in_flight = False
         if final:
+            self._waiting = None
+            self._show(progress)
             self._set_running(False)
         else:
-            self._submit()
+            self._waiting = progress
+            self._views_ready(self.compute.busy)
+        self.progressed.emit(progress)
+
+    def _clicked(self) -> None:
+        """A head or a cell picked: the chunk ends after its step, and the run waits a
+        moment, so that the answer is drawn at full speed before the next frame."""
+        if self.running:
+            self._hold.set()
+            self._quiet.start()
+
+    def _views_ready(self, busy: bool) -> None:
+        """The views have the layer shown last and have answered what they asked about it
+        (the Inspector's cell, say): show the newest, or train on."""
+        if busy or not self.running or self._quiet.isActive():
+            return
+        if not self.compute.scheduler.idle():
+            return
+        if self._waiting is not None:
+            progress, self._waiting = self._waiting, None
+            self._show(progress)
+        QTimer.singleShot(0, self._go_on)
+
+    def _go_on(self) -> None:
+        """The next chunk, once the views have answered everything asked of them (the
+        chunk holds the interpreter while it runs: a click waits for it at most)."""
+        if not self.running or self._in_flight or self._waiting is not None:
+            return
+        if self._quiet.isActive():
+            return
+        if self.compute.busy or not self.compute.scheduler.idle():
+            return  # (asked again when the compute service answers)
+        self._submit()
 
     def _shown(self) -> Scenario | None:
         return self._start if self._entry is None else self._entry.new
@@ -219,6 +285,8 @@ class Training(QObject):
         """Stop now, dropping the chunk under way (the document keeps what it shows)."""
         self._stop.set()
         self._generation += 1
+        self._waiting = None
+        self._in_flight = False
         self._set_running(False)
 
     def _set_running(self, on: bool) -> None:
