@@ -90,3 +90,11 @@ def test_a_bad_setting_is_refused_before_the_run():
         TrainingRun(worked_example(), RunConfig(task="poetry"))
     with pytest.raises(ScenarioError):
         TrainingRun(worked_example(), RunConfig(compare="colour"))
+
+
+def test_the_same_run_is_the_same_settings_whatever_the_evaluation():
+    plain = RunConfig(optimizer="sgd", lr=0.05)
+    assert plain.same_run(RunConfig(optimizer="sgd", lr=0.05, eval_every=3))
+    assert plain.same_run(RunConfig(optimizer="sgd", lr=0.05, trains=("W_V", "W_O", "W_Q", "W_K")))
+    assert not plain.same_run(RunConfig(optimizer="sgd", lr=0.01))
+    assert not plain.same_run(RunConfig(optimizer="sgd", lr=0.05, trains=("W_Q",)))

@@ -91,8 +91,8 @@ class Training(QObject):
 
     def play(self, steps: int | None = None) -> None:
         """Go on training (``steps`` more, or until paused). The run goes on where it
-        stopped if the document still shows its latest layer; otherwise a new run starts
-        from what the document shows."""
+        stopped if the document still shows its latest layer and the settings are its
+        own; otherwise a new run starts from what the document shows."""
         if self.running:
             return
         self._queue.wait()  # a chunk dropped by an edit may still be finishing its step
@@ -266,11 +266,13 @@ class Training(QObject):
         return k == stack.count() and k > 0 and stack.command(k - 1) is self._undo_entry
 
     def _continues(self) -> bool:
-        """Whether the document still shows the run's latest layer."""
+        """Whether the document still shows the run's latest layer, and the run has the
+        settings asked for (how often it evaluates aside)."""
         run = self.run
+        if run is None or self.progress is None:
+            return False
         return (
-            run is not None
-            and self.progress is not None
+            run.config.same_run(self.config)
             and self.progress.step == run.steps
             and self.doc.scenario is run.scenario
         )

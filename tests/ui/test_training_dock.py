@@ -191,3 +191,18 @@ def test_the_dock_fits_its_words_at_the_window_sizes(train, size):
                 label.text()
             )
     assert panel.legend.isVisible() and panel.slider.isVisible()
+
+
+def test_play_goes_on_with_the_same_settings_and_starts_anew_with_others(train):
+    window, panel = train()
+    panel.start(SGD, steps=4)
+    window.training.wait()
+    panel.set_config(SGD)
+    panel.step_button.click()  # one more step of the same run
+    window.training.wait()
+    assert window.training.progress.step == 5
+    np.testing.assert_array_equal(window.doc.scenario.W_Q, fresh_trainer(5).scenario.W_Q)
+    panel.lr.setValue(0.01)  # another rate: a new run from what the document shows
+    panel.step_button.click()
+    window.training.wait()
+    assert window.training.progress.step == 1

@@ -9,6 +9,7 @@ thread and hands each ``Progress`` (an immutable picture of the run) to the view
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from attnviz.core.maths.optimizers import Optimizer
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.tasks import TASKS, load_task
-from attnviz.core.maths.training import Losses, Trainer
+from attnviz.core.maths.training import DEFAULT_TASK_TRAINS, DEFAULT_TRAINS, Losses, Trainer
 
 MAX_POINTS = 200  # loss points and snapshots kept; a longer run keeps every other one
 COMPARISONS = ("mask", "scale", "dropout")
@@ -65,6 +66,15 @@ class RunConfig:
     trains: tuple[str, ...] = ()
     compare: str | None = None
     eval_every: int = 10
+
+    def same_run(self, other: RunConfig) -> bool:
+        """Whether a run of ``other`` trains as this one does (how often each evaluates
+        aside; no choice of matrices is the default one)."""
+        return self._plain() == other._plain()
+
+    def _plain(self) -> RunConfig:
+        default = DEFAULT_TRAINS if self.task is None else DEFAULT_TASK_TRAINS
+        return dataclasses.replace(self, trains=tuple(sorted(self.trains or default)), eval_every=1)
 
     def optimiser(self) -> Optimizer:
         return Optimizer(self.optimizer, lr=self.lr, clip=self.clip)

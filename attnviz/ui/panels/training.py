@@ -46,7 +46,9 @@ GROUPS = {  # a check box each: what trains
 }
 CURVES = (("train", "train", PALETTE[0]), ("held_out", "held-out", PALETTE[2]),
           ("inference", "inference", PALETTE[1]))  # fmt: skip
-FIXED_TIP = "A run keeps the settings it started with: pause and Reset to change this"
+FIXED_TIP = (
+    "A run keeps the settings it started with: pause to change this (Play then starts a new run)"
+)
 
 
 class LossPlot(pg.PlotWidget):  # type: ignore[misc]  # (pyqtgraph has no types)
@@ -80,6 +82,15 @@ class TrainingPanel(QWidget):
         self.plot.addItem(self.marker)
         self.legend = QLabel()
         self.legend.setWordWrap(True)
+        meaning = (
+            "train: the loss of the training pass (one pass over every position, with the "
+            "run's mask); held-out: the same on examples never trained on; inference: the "
+            "loss when generating token by token, each position seeing only its past (what a "
+            "KV cache computes). Solid: this run; dashed: the comparison run. Numbers: the "
+            "latest evaluation."
+        )
+        self.legend.setToolTip(meaning)
+        self.plot.setToolTip(meaning)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip("Scrub through the run's snapshots: every view shows that step")
         self.slider.valueChanged.connect(self._scrubbed)
@@ -171,7 +182,7 @@ class TrainingPanel(QWidget):
         self.play_button.clicked.connect(self.toggle)
         self.step_button = QPushButton("Step")
         self.step_button.setToolTip("Train this many steps, then pause (.)")
-        self.step_button.clicked.connect(lambda: self.training.step(self.steps.value()))
+        self.step_button.clicked.connect(self._step_key)
         self.reset_button = QPushButton("Reset")
         self.reset_button.setToolTip(
             "Forget the run: its curves and snapshots (Edit → Undo still goes back)"
