@@ -206,3 +206,12 @@ def test_play_goes_on_with_the_same_settings_and_starts_anew_with_others(train):
     panel.step_button.click()
     window.training.wait()
     assert window.training.progress.step == 1
+
+
+def test_the_loss_axis_labels_a_few_round_values_in_range():
+    from attnviz.ui.panels.training import log_ticks
+
+    assert [label for _, label in log_ticks(0.18, 36.4)] == ["0.3", "1", "3", "10", "30"]
+    assert [label for _, label in log_ticks(0.05, 0.3)] == ["0.05", "0.1", "0.2"]
+    for position, label in log_ticks(0.6, 12.2):
+        assert position == pytest.approx(np.log10(float(label)))  # the axis is log10

@@ -5,6 +5,7 @@ given and sends it commands."""
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 import numpy as np
@@ -289,6 +290,7 @@ class TrainingPanel(QWidget):
         if progress is None:
             for curve in self.curves.values():
                 curve.setData([], [])
+            self.plot.getAxis("left").setTicks(None)
             self.readout.setText("No run yet: press Play (Space) or Step.")
             self.legend.setText("")
             self._set_slider(0, 0)
@@ -307,6 +309,10 @@ class TrainingPanel(QWidget):
                     label = title if not name else f"{title} ({name})"
                     entries.append((f"{label} {values[-1]:.3g}", colour, is_other))
         self.legend.setText(legend(entries))
+        drawn = [np.asarray(c.yData) for c in self.curves.values() if c.yData is not None]
+        ys = np.concatenate(drawn) if drawn else np.array([])
+        ticks = log_ticks(float(ys.min()), float(ys.max())) if ys.size else None
+        self.plot.getAxis("left").setTicks(None if ticks is None else [ticks, []])
         rate = f"{progress.steps_per_second:,.0f} steps/s" if progress.steps_per_second else ""
         self.readout.setText(" · ".join(t for t in (f"<b>step {progress.step}</b>", rate) if t))
         self._set_slider(len(progress.snapshots), len(progress.snapshots) - 1)
@@ -343,3 +349,15 @@ def legend(entries: list[tuple[str, str, bool]]) -> str:
         words = escape(name).replace(" ", "&nbsp;").replace("-", "\u2011")
         lines.setdefault(colour, []).append(f"{stroke}&nbsp;{words}")
     return "<br>".join("&nbsp;&nbsp;&nbsp; ".join(line) for line in lines.values())
+
+
+def log_ticks(low: float, high: float) -> list[tuple[float, str]]:
+    """Labelled ticks of a short log axis (at log10 of each value): 1, 2 and 5 of each
+    decade over a narrow range, the decades alone over a wide one, never crowded."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    span = last - first
+    steps = (1, 2, 5) if span <= 2 else (1, 3) if span <= 4 else (1,)
+    every = 1 if span <= 6 else 2
+    values = [m * 10.0**k for k in range(first, last + 1, every) for m in steps]
+    inside = [v for v in values if low / 1.2 <= v <= high * 1.2]
+    return [(math.log10(v), f"{v:g}") for v in inside]
