@@ -226,3 +226,18 @@ class Session:
         command.do(self)
         self._done.append(command)
         return True
+
+
+class SwapScenario(Command):
+    """Go from one given scenario to another: a training run, recorded once it has run
+    (the session already holds ``new`` then, and doing it again changes nothing)."""
+
+    def __init__(self, old: Scenario, new: Scenario, text: str):
+        self.old, self.new, self.text = old, new, text
+
+    def do(self, session: Session) -> None:
+        if session.scenario is not self.new:
+            session.set_scenario(self.new)
+
+    def undo(self, session: Session) -> None:
+        session.set_scenario(self.old)

@@ -38,6 +38,11 @@ class Document(QObject):
         self.session = Session(scenario)
         self.undo_stack = QUndoStack(self)
         self.session.subscribe(self._on_change)
+        self._before_edit: list[Callable[[], None]] = []
+
+    def before_edit(self, hook: Callable[[], None]) -> None:
+        """Call hook before every edit goes on the undo stack (a training run pauses)."""
+        self._before_edit.append(hook)
 
     @property
     def scenario(self) -> Scenario:
@@ -71,6 +76,8 @@ class Document(QObject):
 
     def push(self, command: Command) -> None:
         """Do command as one undoable step."""
+        for hook in self._before_edit:
+            hook()
         self.undo_stack.push(UndoCommand(self.session, command))
 
     def change(self, make: Callable[[Scenario], Scenario], text: str) -> str:

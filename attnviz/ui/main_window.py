@@ -61,8 +61,10 @@ from attnviz.ui.panels.overview import OverviewPanel
 from attnviz.ui.panels.pipeline import PipelinePanel
 from attnviz.ui.panels.rope import RopePanel
 from attnviz.ui.panels.tiling import TilingPanel
+from attnviz.ui.panels.training import TrainingPanel
 from attnviz.ui.panels.variants import VariantsPanel
 from attnviz.ui.panels.weights import WeightsPanel
+from attnviz.ui.training import Training
 from attnviz.ui.view_state import ENGINES
 from attnviz.ui.workspace import Workspace
 from attnviz.ui.workspaces import Workspaces
@@ -84,6 +86,7 @@ DOCK_ORDER = (
     "Tiling",
     "Timing",
     "Lesson",
+    "Training",
     "Model",
     "Inspector",
     "Cost",
@@ -137,10 +140,13 @@ class MainWindow(QMainWindow):
         }
         self.models = ModelImports(self.ws, settings, self, self.show_message)
         self.models.imported.connect(self._imported)
+        self.training = Training(self.doc, self.compute, self.view_state, self)
+        self.training.message.connect(self.show_message)
         self._factories: dict[str, Callable[[Workspace], QWidget]] = {
             **LAZY_PANELS,
             "Model": lambda ws: ModelPanel(ws, self.models),
             "Overview": lambda ws: OverviewPanel(ws, self.models),
+            "Training": lambda ws: TrainingPanel(ws, self.training),
         }
         self._dock_shown: dict[str, bool] = {}
         self.docks = {title: self._dock(title) for title in DOCK_ORDER}
@@ -282,6 +288,10 @@ class MainWindow(QMainWindow):
     @property
     def cost(self) -> CostPanel:
         return self.panel("Cost")  # type: ignore[return-value]
+
+    @property
+    def training_panel(self) -> TrainingPanel:
+        return self.panel("Training")  # type: ignore[return-value]
 
     def _imported(self, _got: object) -> None:
         """An imported layer opens on its heads, with where it came from beside them."""
@@ -702,6 +712,7 @@ class MainWindow(QMainWindow):
         self.save_layout()
         self.autosaver.close()
         self.models.close()
+        self.training.close()
         self.files.close()
         self.ws.close()
         for worker in self.findChildren(Background):

@@ -1,4 +1,4 @@
-"""Workspaces: named arrangements of the docks, one click (or Ctrl+1 … Ctrl+4) each.
+"""Workspaces: named arrangements of the docks, one click (or Ctrl+1 … Ctrl+5) each.
 
 A workspace shows the docks for one kind of work: the inputs on the left, its views as
 tabs in the middle, its helpers on the right; the other docks are closed (View menu
@@ -34,6 +34,7 @@ class Plan:
     centre: tuple[str, ...]
     right: tuple[tuple[str, ...], ...]
     heights: tuple[int, ...] = (330, 470)  # of the cells on the right, in proportion
+    right_width: tuple[int, int] = (260, 290)  # of the column on the right: compact, wide
 
     @property
     def docks(self) -> tuple[str, ...]:
@@ -71,10 +72,19 @@ PLANS: tuple[Plan, ...] = (
         ("Tiling", "Timing", "Cost"),
         (("Lesson",), ("Inspector",)),
     ),
+    Plan(
+        "train",
+        "Train",
+        "Train the layer: loss curves, a comparison run, and the heads as they learn",
+        ("Heads", "Pipeline", "Masks"),
+        (("Training",), ("Lesson", "Inspector")),
+        (600, 200),  # the curves and their controls, then the lesson under them
+        (370, 430),  # room for the curves beside the heads
+    ),
 )
 BY_KEY = {plan.key: plan for plan in PLANS}
 NOWHERE = QRect(-9999, -9999, 1, 1)  # where no layout puts a tab bar
-VERSION = 2  # of the saved arrangements: older ones (another set of docks) are not restored
+VERSION = 3  # of the saved arrangements: older ones (another set of docks) are not restored
 
 
 def needing(titles: tuple[str, ...], current: Plan) -> Plan:
@@ -216,7 +226,7 @@ class Workspaces(QObject):
     def _size(self, plan: Plan) -> None:
         w, d = self.window, self.docks
         compact = w.width() < 1400
-        left, right = (380, 260) if compact else (400, 290)
+        left, right = (380, plan.right_width[0]) if compact else (400, plan.right_width[1])
         centre, top = d[plan.centre[0]], d[plan.right[0][0]]
         middle = max(400, w.width() - left - right)
         w.resizeDocks([d["Inputs"], centre, top], [left, middle, right], Qt.Orientation.Horizontal)

@@ -1,4 +1,4 @@
-"""Workspaces: a few named arrangements of the docks, one click or Ctrl+1…4 each, every view
+"""Workspaces: a few named arrangements of the docks, one click or Ctrl+1…5 each, every view
 tab in sight at 1280×720 and 1440×900, the user's changes remembered and resettable."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QTabBar, QToolButton
 
 from attnviz.core.lessons import STAGES
 
-NAMES = ("Learn", "Current models", "Real models", "Kernels")
+NAMES = ("Learn", "Current models", "Real models", "Kernels", "Train")
 SIZES = ((1280, 720), (1440, 900))
 
 
