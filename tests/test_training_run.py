@@ -10,6 +10,7 @@ import pytest
 from attnviz.core.maths.losses import gradients
 from attnviz.core.maths.optimizers import Optimizer
 from attnviz.core.maths.scenario import ScenarioError
+from attnviz.core.maths.tasks import load_task
 from attnviz.core.maths.training import Trainer
 from attnviz.core.maths.training_run import MAX_POINTS, RunConfig, TrainingRun, compared
 from attnviz.core.presets import worked_example
@@ -98,3 +99,17 @@ def test_the_same_run_is_the_same_settings_whatever_the_evaluation():
     assert plain.same_run(RunConfig(optimizer="sgd", lr=0.05, trains=("W_V", "W_O", "W_Q", "W_K")))
     assert not plain.same_run(RunConfig(optimizer="sgd", lr=0.01))
     assert not plain.same_run(RunConfig(optimizer="sgd", lr=0.05, trains=("W_Q",)))
+
+
+def test_each_point_keeps_the_mean_loss_its_steps_saw():
+    dropped = ROPE.with_settings(dropout=0.3)
+    config = RunConfig(task="toy-corpus", compare="dropout", lr=0.02, seed=1, eval_every=3)
+    run = TrainingRun(dropped, config)
+    run.advance(600.0, lambda: False, limit=6)
+    task = load_task("toy-corpus")
+    for scenario, side in ((dropped, 0), (ROPE, 1)):
+        fresh = Trainer(scenario, Optimizer("adam", lr=0.02), task, seed=1)
+        seen = [fresh.step() for _ in range(6)]
+        got = [p.seen[side] for p in run.progress().points]
+        assert got[0] is None
+        assert got[1:] == pytest.approx([np.mean(seen[:3]), np.mean(seen[3:])], rel=1e-12)

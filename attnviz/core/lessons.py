@@ -1,8 +1,21 @@
-"""The nine stages of the lesson: what each sets up, shows and asks the learner to try."""
+"""The thirteen stages of the lesson: what each sets up, shows and asks the learner to try;
+the last four train the layer (``Rehearsal``: what the Training dock is set to)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """A training run a stage sets up: the task, Adam's learning rate, how many steps, and
+    the setting a second run from the same start and seed switches ("" for none; "mask":
+    causal −∞ against causal-zero, "scale": ÷√d_k on against off)."""
+
+    task: str
+    lr: float
+    steps: int
+    compare: str = ""
 
 
 @dataclass(frozen=True)
@@ -14,6 +27,7 @@ class Stage:
     explanation: str  # HTML, a few sentences
     try_this: str
     tab: tuple[str, str] | None = None  # (dock, tab): a tab to open in a dock with tabs
+    training: Rehearsal | None = None  # the run the Training dock is set up for
 
 
 STAGES: tuple[Stage, ...] = (
@@ -153,5 +167,69 @@ STAGES: tuple[Stage, ...] = (
         "e^(m<sub>old</sub> − m<sub>new</sub>) before the new terms are added; then the output "
         "equals dense attention. Set B_r and B_c to 1: 16 tiles, the 6 above the diagonal "
         "skipped. Choose float16: the output moves by less than 10⁻³.",
+    ),
+    Stage(
+        10,
+        "The leak exploited",
+        "stage-10-leak",
+        ("Training", "Heads", "Pipeline"),
+        "A next-token model learns to predict, at each word, the word after it. Training "
+        "scores every position in one pass; if the mask lets a word see the future, the "
+        "answer is in its input, and the model can learn to read it instead of learning to "
+        "predict. At inference the model generates word by word (the KV cache): the future "
+        "is not there to read. Under <b>−∞</b> training and inference see the same past; "
+        "under the <b>zero</b> mask every future word gets the score 0, e⁰ = 1, and leaks in.",
+        "Press <i>Step</i> in Training: the same layer trains 300 steps on the toy corpus with "
+        "the zero mask (what the views show) and with −∞ (dashed), same start, same seed. The "
+        "zero mask's training loss falls to about 0.001, far below the 0.77 that −∞ reaches "
+        "(what predicting the next word honestly costs on these sentences); its inference loss "
+        "climbs past 14, against 0.84. In Heads, the leaky heads keep a quarter to a half of "
+        "each row on future words: every future key scores 0, so a head cannot single out the "
+        "next word, but the values and embeddings learned to read it from the mix.",
+        training=Rehearsal("toy-corpus", 0.02, 300, compare="mask"),
+    ),
+    Stage(
+        11,
+        "Saturation stalls learning",
+        "stage-11-saturation",
+        ("Training", "Pipeline", "Heads"),
+        "One head of d_k = 64 without ÷√d_k: each score is a sum of 64 products, with a "
+        "standard deviation near 8, so softmax puts nearly all of a row's weight on one key "
+        "whatever the weights say. A saturated softmax passes back almost no gradient "
+        "(stage 4), so the attention pattern hardly moves.",
+        "Press <i>Step</i> in Training: 100 steps of Adam on the previous-token task, unscaled "
+        "(the views) and scaled (dashed). Unscaled, the loss stays near chance (ln 12 ≈ 2.5) "
+        "and the rows of weights in Pipeline stay almost one-hot, mostly on the wrong letters; "
+        "scaled, it falls below 0.25 and most of each row moves onto the letter before.",
+        training=Rehearsal("previous-token", 0.01, 100, compare="scale"),
+    ),
+    Stage(
+        12,
+        "Heads specialise",
+        "stage-12-specialise",
+        ("Training", "Heads", "Pipeline"),
+        "Each position must name two things at once: the letter before it, and the first "
+        "letter in capitals. The two answers need two attention patterns and two different "
+        "maps from what is read to what is said (copy a letter; make it a capital), and one "
+        "head has only one W_V and W_O. Two heads that start alike end up dividing the work.",
+        "Press <i>Step</i> in Training (600 steps). In Heads, one head ends with most of each "
+        "row on the previous letter (the diagonal below the main one), the other with nearly "
+        "all of it on the first letter (the first column). Drag the snapshot slider back to "
+        "watch the patterns form.",
+        training=Rehearsal("previous-and-first", 0.01, 600),
+    ),
+    Stage(
+        13,
+        "Dropout in training, not at inference",
+        "stage-13-dropout",
+        ("Training", "Pipeline", "Heads"),
+        "Attention dropout zeroes a random share p of the weights while training and scales "
+        "the rest by 1/(1 − p), a fresh draw each step, so no head can lean on one exact "
+        "pattern. At inference it is off: the model uses all of its weights.",
+        "Press <i>Step</i> in Training (300 steps, p = 0.3). The loss the steps saw (with "
+        "dropout: “steps, with dropout” under the plot) stays well above the training loss "
+        "measured without it; the held-out and inference curves, without dropout, follow the "
+        "latter.",
+        training=Rehearsal("toy-corpus", 0.02, 300),
     ),
 )

@@ -129,9 +129,9 @@ SENTENCE = ("the", "cat", "sat", "on", "the", "mat", ".")
 LETTERS = ("b", "i", "a", "k", "h", "g", "i", "h")
 
 
-def leak_lesson(dropout: float = 0.0) -> Scenario:
+def leak_lesson(mask: str = "causal", dropout: float = 0.0) -> Scenario:
     """A sentence of the toy corpus, d_model 16, two heads of 8, RoPE, next-token loss."""
-    st = Settings(positional="rope", loss="next-token", dropout=dropout)
+    st = Settings(mask=mask, positional="rope", loss="next-token", dropout=dropout)
     return small_model(SENTENCE, 16, 2, 8, seed=10, settings=st)
 
 
@@ -224,9 +224,9 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "stage-10-leak",
             "Lesson 10: the leak exploited",
-            "a sentence of the toy corpus, d_model 16, two heads of 8, RoPE: train it to "
-            "predict the next word under −∞ and under the zero mask",
-            leak_lesson,
+            "a sentence of the toy corpus, d_model 16, two heads of 8, RoPE, the leaky zero "
+            "mask: train it to predict the next word, against the same layer under −∞",
+            lambda: leak_lesson(mask="causal-zero"),
         ),
         Preset(
             "stage-11-saturation",

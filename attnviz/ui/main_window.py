@@ -35,8 +35,10 @@ from shiboken6 import isValid
 
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
-from attnviz.core.lessons import STAGES
+from attnviz.core.lessons import STAGES, Rehearsal
 from attnviz.core.maths.scenario import LIMITS, MASKS, POSITIONALS, Scenario
+from attnviz.core.maths.training import DEFAULT_TASK_TRAINS
+from attnviz.core.maths.training_run import RunConfig
 from attnviz.core.presets import PRESETS, make_preset
 from attnviz.core.session import untitled_name
 from attnviz.ui.autosave import Autosave
@@ -153,6 +155,7 @@ class MainWindow(QMainWindow):
         self.workspaces = Workspaces(self, self.docks, settings)
         self.lesson.showDocks.connect(self.bring_forward)
         self.lesson.showTab.connect(self.open_tab)
+        self.lesson.setUpTraining.connect(self.set_up_training)
 
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
@@ -292,6 +295,17 @@ class MainWindow(QMainWindow):
     @property
     def training_panel(self) -> TrainingPanel:
         return self.panel("Training")  # type: ignore[return-value]
+
+    def set_up_training(self, rehearsal: Rehearsal) -> None:
+        """A lesson stage's run in the Training dock: the last run forgotten, the controls
+        set to the stage's task, rate, comparison and steps (Step plays them)."""
+        self.training.reset()
+        trains = DEFAULT_TASK_TRAINS
+        config = RunConfig(rehearsal.task, "adam", rehearsal.lr, None, 0, 8, trains,
+                           rehearsal.compare or None)  # fmt: skip
+        self.training_panel.set_config(config)
+        self.training_panel.steps.setValue(rehearsal.steps)
+        self.training.configure(config)
 
     def _imported(self, _got: object) -> None:
         """An imported layer opens on its heads, with where it came from beside them."""

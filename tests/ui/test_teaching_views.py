@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFormLayout, QMessageBox, QPushButton
 
+from attnviz.core.lessons import STAGES
 from attnviz.ui.view_state import Selection
 
 TOKENS = ("she", "saw", "the", "cat")
@@ -725,14 +726,18 @@ STAGE_SETTINGS = {
     7: (True, True, "causal", "Cost"),
     8: (True, True, "causal", "Pipeline"),
     9: (True, True, "causal", "Tiling"),
+    10: (True, True, "causal-zero", "Training"),
+    11: (True, False, "causal", "Training"),
+    12: (True, True, "causal", "Training"),
+    13: (True, True, "causal", "Training"),
 }
 
 
-def test_lesson_walks_the_nine_stages(window):
+def test_lesson_walks_the_thirteen_stages(window):
     lesson, doc = window.lesson, window.doc
     assert not lesson.previous.isEnabled()
     start = doc.undo_stack.count()
-    for number in range(1, 10):
+    for number in range(1, 14):
         lesson.next.click()
         settle()
         projections, scale, mask, front = STAGE_SETTINGS[number]
@@ -742,7 +747,17 @@ def test_lesson_walks_the_nine_stages(window):
         assert doc.undo_stack.count() == start + number  # one undo step per stage
         assert doc.undo_stack.undoText() == f"Lesson stage {number}"
         assert on_front(window, front), (number, front)
-        assert f"Stage {number} of 9" in lesson.text.toPlainText()
+        assert f"Stage {number} of 13" in lesson.text.toPlainText()
+        rehearsal = STAGES[number - 1].training
+        if rehearsal:  # the Training dock is set to the stage's run, ready for Step
+            config = window.training_panel.config()
+            assert (config.task, config.lr, config.compare) == (
+                rehearsal.task,
+                rehearsal.lr,
+                rehearsal.compare or None,
+            )
+            assert window.training_panel.steps.value() == rehearsal.steps
+            assert window.training.progress is None  # no run of an earlier stage shown
         if number == 1:
             # softmax(X Xᵀ) X, by hand.
             S = ref.X @ ref.X.T
@@ -754,6 +769,8 @@ def test_lesson_walks_the_nine_stages(window):
         if number == 5:
             assert not on_front(window, "Pipeline")  # Masks is on top of its tab group
     assert not lesson.next.isEnabled()
+    for _ in range(4):  # back through the training stages
+        doc.undo_stack.undo()
     assert doc.scenario.n == 4  # stage 9: the worked example, in tiles
     doc.undo_stack.undo()  # back to stage 8's scenario, as if stage 9 had never been chosen
     lesson.index = 7

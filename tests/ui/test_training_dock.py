@@ -215,3 +215,19 @@ def test_the_loss_axis_labels_a_few_round_values_in_range():
     assert [label for _, label in log_ticks(0.05, 0.3)] == ["0.05", "0.1", "0.2"]
     for position, label in log_ticks(0.6, 12.2):
         assert position == pytest.approx(np.log10(float(label)))  # the axis is log10
+
+
+def test_under_dropout_the_steps_own_losses_are_drawn_above_the_evaluated_ones(train):
+    window, panel = train(worked_example().with_settings(positional="rope", dropout=0.3))
+    config = RunConfig(task="toy-corpus", compare="dropout", lr=0.02, seed=0, eval_every=10)
+    panel.start(config, steps=40)
+    window.training.wait()
+    seen, train_curve = panel.curves["seen", False], panel.curves["train", False]
+    assert list(seen.xData) == [10, 20, 30, 40]
+    fresh = fresh_trainer(0, config, worked_example().with_settings(positional="rope", dropout=0.3))
+    steps = [fresh.step() for _ in range(40)]
+    expected = [np.mean(steps[k : k + 10]) for k in range(0, 40, 10)]
+    np.testing.assert_allclose(seen.yData, expected, rtol=1e-12)
+    assert seen.yData[-1] > train_curve.yData[-1]  # dropout's noise costs while training
+    assert not panel.curves["seen", True].xData  # the twin trains without dropout
+    assert "steps,&nbsp;with&nbsp;dropout" in panel.legend.text()

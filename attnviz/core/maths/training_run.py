@@ -24,7 +24,7 @@ COMPARISONS = ("mask", "scale", "dropout")
 COMPARISON_TITLES = {
     "mask": "mask: causal −∞ ↔ causal-zero",
     "scale": "scale: ÷√d_k on ↔ off",
-    "dropout": "dropout: 0.1 ↔ none",
+    "dropout": "dropout: on ↔ off",
 }
 
 
@@ -89,11 +89,14 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Point:
-    """The losses of the run (and of the comparison run) after ``step`` steps."""
+    """The losses of the run (and of the comparison run) after ``step`` steps, and the
+    mean loss its steps saw since the previous point (their batches, with dropout; None
+    at the start)."""
 
     step: int
     main: Losses
     other: Losses | None
+    seen: tuple[float | None, float | None] = (None, None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +130,7 @@ class TrainingRun:
         self.snapshots: list[tuple[int, Scenario]] = []
         self.steps_per_second = 0.0
         self.scenario = self.main.scenario
+        self._seen: tuple[list[float], list[float]] = ([], [])
         self.record()
 
     @property
@@ -141,9 +145,9 @@ class TrainingRun:
 
     def step(self) -> None:
         """One step of the run (and of its twin); the losses every ``every`` steps."""
-        self.main.step()
+        self._seen[0].append(self.main.step())
         if self.other is not None:
-            self.other.step()
+            self._seen[1].append(self.other.step())
         self.scenario = self.main.scenario
         if self.steps % self.every == 0:
             self.record()
@@ -153,7 +157,9 @@ class TrainingRun:
         if self.points and self.points[-1].step == self.steps:
             return
         other = None if self.other is None else self.other.losses()
-        self.points.append(Point(self.steps, self.main.losses(), other))
+        seen = tuple(sum(values) / len(values) if values else None for values in self._seen)
+        self._seen = ([], [])
+        self.points.append(Point(self.steps, self.main.losses(), other, (seen[0], seen[1])))
         self.snapshots.append((self.steps, self.scenario))
         if len(self.points) > MAX_POINTS:  # thin: every other one, the first and the latest kept
             last = len(self.points) - 1

@@ -1,5 +1,6 @@
-"""Lesson dock: the brief's seven stages, what current models change and the tiled pass,
-in order, each setting up its scenario and docks."""
+"""Lesson dock: the brief's seven stages, what current models change, the tiled pass and
+four training stages, in order, each setting up its scenario and docks (and the training
+stages, the Training dock's run)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class LessonPanel(QWidget):
 
     showDocks = Signal(tuple)  # dock titles to bring forward, most important first
     showTab = Signal(str, str)  # dock title, tab: a tab to open in a dock that has tabs
+    setUpTraining = Signal(object)  # Rehearsal: the run a stage sets the Training dock to
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
@@ -58,9 +60,11 @@ class LessonPanel(QWidget):
 
     def _show_intro(self) -> None:
         self.text.setHtml(
-            "<h3>The attention lesson</h3><p>Nine stages, from plain dot products to the cost "
-            "of attention over long sequences, what current models change and how a fused "
-            "kernel computes it in tiles. Each stage sets up the example, brings the "
+            "<h3>The attention lesson</h3><p>Thirteen stages, from plain dot products to the "
+            "cost of attention over long sequences, what current models change, how a fused "
+            "kernel computes it in tiles, and what training does with it: a model that cheats "
+            "through the leaky mask, a saturated softmax that stalls, heads that specialise, "
+            "dropout. Each stage sets up the example, brings the "
             "relevant panels forward and suggests one thing to try. You can leave the lesson "
             "at any time and keep editing; <b>Ctrl+Z</b> undoes a stage's change.</p>"
             "<p>Press <b>Next</b> to begin.</p>"
@@ -96,6 +100,8 @@ class LessonPanel(QWidget):
         self.showDocks.emit((*stage.docks, "Lesson"))
         if stage.tab:
             self.showTab.emit(*stage.tab)
+        if stage.training:
+            self.setUpTraining.emit(stage.training)
 
     @staticmethod
     def page(stage: Stage) -> str:

@@ -27,7 +27,13 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures.chart import PALETTE
 from attnviz.core.maths.optimizers import OPTIMIZERS
 from attnviz.core.maths.tasks import TASKS
-from attnviz.core.maths.training_run import COMPARISON_TITLES, COMPARISONS, Progress, RunConfig
+from attnviz.core.maths.training_run import (
+    COMPARISON_TITLES,
+    COMPARISONS,
+    Point,
+    Progress,
+    RunConfig,
+)
 from attnviz.ui.panels.common import int_spin
 from attnviz.ui.plotting import pg
 from attnviz.ui.training import Training
@@ -46,7 +52,8 @@ GROUPS = {  # a check box each: what trains
     "E": ("E",),
 }
 CURVES = (("train", "train", PALETTE[0]), ("held_out", "held-out", PALETTE[2]),
-          ("inference", "inference", PALETTE[1]))  # fmt: skip
+          ("inference", "inference", PALETTE[1]),
+          ("seen", "steps, with dropout", PALETTE[3]))  # fmt: skip
 FIXED_TIP = (
     "A run keeps the settings it started with: pause to change this (Play then starts a new run)"
 )
@@ -87,8 +94,9 @@ class TrainingPanel(QWidget):
             "train: the loss of the training pass (one pass over every position, with the "
             "run's mask); held-out: the same on examples never trained on; inference: the "
             "loss when generating token by token, each position seeing only its past (what a "
-            "KV cache computes). Solid: this run; dashed: the comparison run. Numbers: the "
-            "latest evaluation."
+            "KV cache computes). Under dropout, also the mean loss the training steps saw (their "
+            "batches, with dropout). Solid: this run; dashed: the comparison run. Numbers: "
+            "the latest evaluation."
         )
         self.legend.setToolTip(meaning)
         self.plot.setToolTip(meaning)
@@ -300,11 +308,15 @@ class TrainingPanel(QWidget):
         entries = []
         for key, title, colour in CURVES:
             for is_other, name in ((False, main), (True, other)):
-                values = [getattr(p.other if is_other else p.main, key, None)
-                          for p in progress.points]  # fmt: skip
+                values = [curve_value(p, key, is_other) for p in progress.points]
+                if key == "seen":  # the steps' own losses matter only where dropout differs
+                    values = values[1:] if dropout(progress, is_other) else []
+                    xs = steps[1:]
+                else:
+                    xs = steps
                 shown = name is not None and all(v is not None for v in values) and values
                 ys = np.maximum(np.array(values if shown else [], dtype=float), 1e-12)
-                self.curves[key, is_other].setData(steps if shown else [], ys)
+                self.curves[key, is_other].setData(xs if shown else [], ys)
                 if shown:
                     label = title if not name else f"{title} ({name})"
                     entries.append((f"{label} {values[-1]:.3g}", colour, is_other))
@@ -338,6 +350,21 @@ class TrainingPanel(QWidget):
     def _scrubbed(self, index: int) -> None:
         self._label_snapshot(index)
         self.training.scrub(index)
+
+
+def curve_value(point: Point, key: str, other: bool) -> float | None:
+    """One curve's value at a point: a loss of the run (or of its twin)."""
+    if key == "seen":
+        return point.seen[1 if other else 0]
+    losses = point.other if other else point.main
+    value = None if losses is None else getattr(losses, key)
+    return None if value is None else float(value)
+
+
+def dropout(progress: Progress, other: bool) -> bool:
+    """Whether the run (or its twin) trains with attention dropout."""
+    on = progress.scenario.settings.dropout > 0
+    return not on if other and progress.config.compare == "dropout" else on
 
 
 def legend(entries: list[tuple[str, str, bool]]) -> str:
