@@ -135,6 +135,7 @@ class MatrixGrid(QTableView):
     """A QTableView that behaves like a spreadsheet over one matrix."""
 
     message = Signal(str)  # refusals and other notes for the status bar
+    picked = Signal(int, int)  # the current cell moved here (a click, a key)
 
     def __init__(self, model: MatrixModel, parent: QWidget | None = None):
         super().__init__(parent)
@@ -173,6 +174,11 @@ class MatrixGrid(QTableView):
             action.triggered.connect(slot)
             self.addAction(action)
         self.fit_columns()
+
+    def currentChanged(self, current: Index, previous: Index) -> None:
+        super().currentChanged(current, previous)
+        if current.isValid():
+            self.picked.emit(current.row(), current.column())
 
     def matrix_model(self) -> MatrixModel:
         model = self.model()

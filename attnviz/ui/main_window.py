@@ -53,6 +53,7 @@ from attnviz.ui.panels.cost import CostPanel
 from attnviz.ui.panels.experiments import ExperimentsPanel
 from attnviz.ui.panels.heads import HeadsPanel
 from attnviz.ui.panels.inputs import InputsPanel
+from attnviz.ui.panels.inspector import GRIDS as INSPECTED_GRIDS
 from attnviz.ui.panels.inspector import InspectorPanel
 from attnviz.ui.panels.lesson import LessonPanel
 from attnviz.ui.panels.lines import LinesPanel
@@ -67,7 +68,7 @@ from attnviz.ui.panels.training import TrainingPanel
 from attnviz.ui.panels.variants import VariantsPanel
 from attnviz.ui.panels.weights import WeightsPanel
 from attnviz.ui.training import Training
-from attnviz.ui.view_state import ENGINES
+from attnviz.ui.view_state import ENGINES, Selection
 from attnviz.ui.workspace import Workspace
 from attnviz.ui.workspaces import Workspaces
 
@@ -132,7 +133,9 @@ class MainWindow(QMainWindow):
         self.weights = WeightsPanel(self.ws)
         self.pipeline = PipelinePanel(self.ws)
         self.lesson = LessonPanel(self.ws)
-        self.inspector = InspectorPanel(self.ws)
+        self.training = Training(self.doc, self.compute, self.view_state, self)
+        self.training.message.connect(self.show_message)
+        self.inspector = InspectorPanel(self.ws, self.training.step_of)
         self._panels: dict[str, QWidget] = {
             "Inputs": self.inputs,
             "Weights": self.weights,
@@ -142,8 +145,6 @@ class MainWindow(QMainWindow):
         }
         self.models = ModelImports(self.ws, settings, self, self.show_message)
         self.models.imported.connect(self._imported)
-        self.training = Training(self.doc, self.compute, self.view_state, self)
-        self.training.message.connect(self.show_message)
         self._factories: dict[str, Callable[[Workspace], QWidget]] = {
             **LAZY_PANELS,
             "Model": lambda ws: ModelPanel(ws, self.models),
@@ -159,6 +160,8 @@ class MainWindow(QMainWindow):
 
         for panel in (self.inputs, self.weights):
             panel.message.connect(self.show_message)
+            panel.cellPicked.connect(self._grid_cell_picked)
+        self.training.progressed.connect(lambda _: self._refresh_step())
         self.pipeline.cellClicked.connect(self._cell_clicked)
         self.busy = QLabel()
         self.statusBar().addPermanentWidget(self.busy)
@@ -306,6 +309,17 @@ class MainWindow(QMainWindow):
         self.training_panel.set_config(config)
         self.training_panel.steps.setValue(rehearsal.steps)
         self.training.configure(config)
+
+    def _grid_cell_picked(self, name: str, head: int | None, row: int, col: int) -> None:
+        """A grid's cell clicked while a training run is held: the Inspector writes out
+        its latest step (a run trained it); otherwise the Inspector keeps its cell."""
+        if self.training.step_of(name, head, row, col) is not None:
+            self.view_state.select(Selection(name, head, row, col))
+
+    def _refresh_step(self) -> None:
+        sel = self.view_state.selection
+        if sel is not None and sel.view in INSPECTED_GRIDS:
+            self.inspector.refresh()
 
     def _imported(self, _got: object) -> None:
         """An imported layer opens on its heads, with where it came from beside them."""

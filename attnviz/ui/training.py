@@ -18,6 +18,8 @@ import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from attnviz.core.maths.explain import Explanation
+from attnviz.core.maths.explain_step import explain_step
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.training_run import Progress, RunConfig, TrainingRun
 from attnviz.core.session import SwapScenario
@@ -145,6 +147,28 @@ class Training(QObject):
         elif self.doc.scenario is not scenario:
             self._start, self._start_step = self.doc.scenario, step
             self._push(SwapScenario(self.doc.scenario, scenario, f"Show training step {step}"))
+
+    def step_of(self, view: str, head: int | None, row: int, col: int) -> Explanation | None:
+        """The latest step of a trained entry (a cell of grid ``view``; under a task a
+        cell of X is its token's row of E), written out; None when the document does not
+        show the run's latest step or the matrix did not train."""
+        progress, run = self.progress, self.run
+        if progress is None or progress.last is None or run is None:
+            return None
+        if self.doc.scenario is not progress.scenario:
+            return None
+        last = progress.last
+        task = run.main.task
+        name, cell = view, (row, col) if head is None else (head, row, col)
+        where = f"{view}[{row + 1},{col + 1}]" + ("" if head is None else f" (head {head + 1})")
+        if view == "X" and task is not None and row < len(progress.scenario.tokens):
+            token = progress.scenario.tokens[row]
+            name, cell = "E", (task.vocabulary.index(token), col)
+            where = f"E[{token},{col + 1}] (X row {row + 1})"
+        try:
+            return explain_step(last, name, cell, where)
+        except (KeyError, IndexError, ValueError):
+            return None
 
     def close(self) -> None:
         self._halt()

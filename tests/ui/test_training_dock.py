@@ -231,3 +231,23 @@ def test_under_dropout_the_steps_own_losses_are_drawn_above_the_evaluated_ones(t
     assert seen.yData[-1] > train_curve.yData[-1]  # dropout's noise costs while training
     assert not panel.curves["seen", True].xData  # the twin trains without dropout
     assert "steps,&nbsp;with&nbsp;dropout" in panel.legend.text()
+
+
+def test_a_trained_cell_clicked_shows_its_last_step_in_the_inspector(train, qtbot):
+    window, panel = train()
+    config = RunConfig(optimizer="adam", lr=0.05, seed=2, eval_every=2)
+    panel.start(config, steps=3)
+    window.training.wait()
+    settle(qtbot, window)
+    grid = window.weights.grids[("W_Q", 1)]
+    grid.setCurrentIndex(grid.model().index(2, 0))  # head 2's W_Q[3,1], as a click does
+    text = window.inspector.view.toPlainText()
+    assert "W_Q[3,1] (head 2): the last training step" in text
+    before = fresh_trainer(2, config).layer.W_Q[1, 2, 0]
+    after = window.doc.scenario.W_Q[1, 2, 0]
+    for value in (before, after):  # the entry before and after step 3, with Adam's m and v
+        assert f"{value:.6g}".replace("-", "−") in text
+    assert "m = m + (1 − β₁)·(g − m)" in text.replace("\u00a0", " ")
+    window.doc.undo_stack.undo()  # the grids no longer show the run's last step
+    settle(qtbot, window)
+    assert "latest training step here" in window.inspector.view.toPlainText()

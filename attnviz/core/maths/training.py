@@ -37,6 +37,18 @@ TASK_TRAINABLE = ("E", *(name for name in TRAINABLE if name not in ("X", "X_kv")
 DEFAULT_TASK_TRAINS = ("E", *DEFAULT_TRAINS)
 
 
+@dataclass(frozen=True, eq=False)
+class LastStep:
+    """The run's latest step, as the Inspector writes it out: its number, the optimiser,
+    and before it each trained parameter, its gradient and the optimiser's buffers."""
+
+    step: int
+    opt: Optimizer
+    params: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    buffers: dict[str, tuple[np.ndarray, ...]]
+
+
 @dataclass(frozen=True)
 class Losses:
     """The losses after ``step`` steps, without dropout. Scenario: its own loss (train)
@@ -94,6 +106,7 @@ class Trainer:
         self.E = None if task is None else embedding_table(task, s.d_model, seed)
         self._order = np.random.default_rng(seed)
         self._queue: list[int] = []
+        self.last: LastStep | None = None
 
     @property
     def steps(self) -> int:
@@ -126,6 +139,7 @@ class Trainer:
             raise ScenarioError(
                 f"step {state.step:,} diverged ({e}); try a smaller learning rate or clipping"
             ) from None
+        self.last = LastStep(state.step, self.opt, params, grads, self.state.buffers)
         self.layer, self.E, self.state = layer, E, state
         return value
 

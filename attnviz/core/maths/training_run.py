@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from attnviz.core.maths.optimizers import Optimizer
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.tasks import TASKS, load_task
-from attnviz.core.maths.training import DEFAULT_TASK_TRAINS, DEFAULT_TRAINS, Losses, Trainer
+from attnviz.core.maths.training import (
+    DEFAULT_TASK_TRAINS,
+    DEFAULT_TRAINS,
+    LastStep,
+    Losses,
+    Trainer,
+)
 
 MAX_POINTS = 200  # loss points and snapshots kept; a longer run keeps every other one
 COMPARISONS = ("mask", "scale", "dropout")
@@ -112,6 +118,7 @@ class Progress:
     steps_per_second: float
     names: tuple[str, str | None]
     config: RunConfig = field(default_factory=RunConfig)
+    last: LastStep | None = None  # the main run's latest step (the Inspector writes it out)
 
 
 class TrainingRun:
@@ -194,4 +201,5 @@ class TrainingRun:
             self.steps_per_second,
             self.names(),
             self.config,
+            self.main.last,
         )

@@ -35,6 +35,7 @@ from attnviz.ui.workspace import Workspace
 
 class InputsPanel(QWidget):
     message = Signal(str)
+    cellPicked = Signal(str, object, int, int)  # matrix, head, row, col: a cell clicked
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
@@ -43,6 +44,7 @@ class InputsPanel(QWidget):
         self.model = MatrixModel(ws.doc, "X", gradients=ws.gradients)
         self.grid = MatrixGrid(self.model)
         self.grid.message.connect(self.message)
+        self.grid.picked.connect(lambda r, c: self.cellPicked.emit("X", None, r, c))
         self.grid.verticalHeader().sectionDoubleClicked.connect(self.rename)
         self.grid.verticalHeader().setToolTip("Double-click a token to rename it")
 
@@ -112,6 +114,7 @@ class InputsPanel(QWidget):
             self.kv_grid = MatrixGrid(MatrixModel(self.doc, "X_kv", gradients=self.source))
             self.kv_grid.setObjectName("grid-X_kv")
             self.kv_grid.message.connect(self.message)
+            self.kv_grid.picked.connect(lambda r, c: self.cellPicked.emit("X_kv", None, r, c))
             self.kv_grid.verticalHeader().sectionDoubleClicked.connect(self.rename_key)
             self.kv_grid.verticalHeader().setToolTip("Double-click a key token to rename it")
             layout = self.kv_box.layout()

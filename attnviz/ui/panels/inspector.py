@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from html import escape
 from itertools import pairwise
 from typing import cast
@@ -199,11 +200,24 @@ def to_html(e: Explanation, where: list[str], layout: str = "wide") -> str:
     )
 
 
-class InspectorPanel(QWidget):
-    """Follows the document's selection and result."""
+GRIDS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "q_norm",
+         "k_norm")  # fmt: skip  # a cell of a grid: its latest training step
+NO_STEP = (
+    "<p style='color:#666'>A cell of a matrix shows its latest training step here: train "
+    "the layer in the Training dock (the matrix ticked under <i>trains</i>), then click the "
+    "cell again. After an edit, an undo or a scrub back the run's last step is no longer "
+    "what the grids show.</p>"
+)
+StepOf = Callable[[str, int | None, int, int], Explanation | None]
 
-    def __init__(self, ws: Workspace, parent: QWidget | None = None):
+
+class InspectorPanel(QWidget):
+    """Follows the document's selection and result; a grid's cell, the training run's
+    latest step of it (``step_of``)."""
+
+    def __init__(self, ws: Workspace, step_of: StepOf | None = None, parent: QWidget | None = None):
         super().__init__(parent)
+        self.step_of = step_of
         self.doc, self.view_state, self.compute = ws.doc, ws.view_state, ws.compute
         self.view = QTextBrowser()
         self._html = ""
@@ -257,6 +271,9 @@ class InspectorPanel(QWidget):
             self._page = None
             self._show(EMPTY)
             return
+        if sel.view in GRIDS:
+            self._show_step(sel)
+            return
         head = sel.head if sel.view in PER_HEAD else None
         if sel.view in EXPLAINABLE_GRADIENTS:
             self.compute.ask("inspector", lambda r: gradient_job(r, sel), needs_layer=True)
@@ -275,6 +292,15 @@ class InspectorPanel(QWidget):
                 return sel, result, None
 
         self.compute.ask("inspector", job, needs_layer=True)
+
+    def _show_step(self, sel: Selection) -> None:
+        e = None if self.step_of is None else self.step_of(sel.view, sel.head, sel.row, sel.col)
+        if e is None:
+            self._page = None
+            self._show(NO_STEP)
+            return
+        self._page = (e, [])
+        self._show(self._fitting(e, []))
 
     def _answered(self, name: str, value: object) -> None:
         if name != "inspector":

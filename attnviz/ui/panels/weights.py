@@ -191,6 +191,7 @@ class WeightsPanel(QWidget):
     on); the key/value heads shared by groups say which; W_O with b_O; H, G and d_k."""
 
     message = Signal(str)
+    cellPicked = Signal(str, object, int, int)  # matrix, head, row, col: a cell clicked
 
     def __init__(self, ws: Workspace, parent: QWidget | None = None):
         super().__init__(parent)
@@ -293,6 +294,7 @@ class WeightsPanel(QWidget):
     def _grid(self, name: str, head: int | None) -> MatrixGrid:
         grid = MatrixGrid(MatrixModel(self.doc, name, head, self.source))
         grid.message.connect(self.message)
+        grid.picked.connect(lambda r, c: self.cellPicked.emit(name, head, r, c))
         grid.setObjectName(f"grid-{name}-{head}")
         return grid
 
