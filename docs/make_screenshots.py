@@ -2,6 +2,7 @@
 
     xvfb-run -s "-screen 0 1440x900x24" python docs/make_screenshots.py
     xvfb-run -s "-screen 0 1280x720x24" python docs/make_screenshots.py
+    xvfb-run -s "-screen 0 1440x900x24" python docs/make_screenshots.py docs training
 
 On a 1440 × 900 screen it writes the window and each dock; on any other, the window in
 each workspace, as window-WxH.png (Learn) and window-WxH-<workspace>.png. Without a
@@ -30,6 +31,7 @@ from attnviz.ui.view_state import Selection
 from attnviz.ui.workspaces import PLANS
 
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+ONLY = sys.argv[2] if len(sys.argv) > 2 else None  # "training": those screenshots alone
 
 
 def settle(app: QApplication) -> None:
@@ -48,6 +50,9 @@ def window(app: QApplication, scenario: Scenario | None = None) -> MainWindow:
 def main() -> None:
     app = make_app()
     screen = app.primaryScreen().size()
+    if ONLY == "training":
+        training(app)
+        return
     if (screen.width(), screen.height()) != (1440, 900):
         size = f"{screen.width()}x{screen.height()}"
         w = window(app)
@@ -58,6 +63,7 @@ def main() -> None:
             w.grab().save(str(OUT / f"window-{size}-{plan.key}.png"))
         w.close()
         gradients(app)
+        training(app)
         print(f"wrote the window in each workspace at {screen.width()}×{screen.height()} to {OUT}")
         return
     w = window(app)
@@ -124,6 +130,7 @@ def main() -> None:
     cross.close()
     tiling(app)
     gradients(app)
+    training(app)
     gallery(app)
     imported_model(app)
     print(f"wrote screenshots to {OUT}")
@@ -142,6 +149,25 @@ def gradients(app: QApplication) -> None:
     w.grab().save(str(OUT / f"window-gradients-{size.width()}x{size.height()}.png"))
     w.doc.undo_stack.setClean()
     w.close()
+
+
+def training(app: QApplication) -> None:
+    """Lesson 10 after its run (the zero mask against −∞: the training loss far lower,
+    the inference loss far higher) and lesson 12's heads after theirs, in the Train
+    workspace: window-training-WxH.png, window-training-heads-WxH.png."""
+    size = app.primaryScreen().size()
+    for stage, name in ((10, "training"), (12, "training-heads")):
+        w = window(app)
+        w.lesson.go(stage - 1)
+        settle(app)
+        w.training_panel.step_button.click()
+        w.training.wait()
+        w.bring_forward(("Heads",))
+        w.compute.wait()
+        settle(app)
+        w.grab().save(str(OUT / f"window-{name}-{size.width()}x{size.height()}.png"))
+        w.doc.undo_stack.setClean()
+        w.close()
 
 
 def tiling(app: QApplication) -> None:

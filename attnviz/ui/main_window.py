@@ -53,8 +53,7 @@ from attnviz.ui.panels.cost import CostPanel
 from attnviz.ui.panels.experiments import ExperimentsPanel
 from attnviz.ui.panels.heads import HeadsPanel
 from attnviz.ui.panels.inputs import InputsPanel
-from attnviz.ui.panels.inspector import GRIDS as INSPECTED_GRIDS
-from attnviz.ui.panels.inspector import InspectorPanel
+from attnviz.ui.panels.inspector import GRID, InspectorPanel
 from attnviz.ui.panels.lesson import LessonPanel
 from attnviz.ui.panels.lines import LinesPanel
 from attnviz.ui.panels.masks import MasksPanel
@@ -314,11 +313,11 @@ class MainWindow(QMainWindow):
         """A grid's cell clicked while a training run is held: the Inspector writes out
         its latest step (a run trained it); otherwise the Inspector keeps its cell."""
         if self.training.step_of(name, head, row, col) is not None:
-            self.view_state.select(Selection(name, head, row, col))
+            self.view_state.select(Selection(GRID + name, head, row, col))
 
     def _refresh_step(self) -> None:
         sel = self.view_state.selection
-        if sel is not None and sel.view in INSPECTED_GRIDS:
+        if sel is not None and sel.view.startswith(GRID):
             self.inspector.refresh()
 
     def _imported(self, _got: object) -> None:

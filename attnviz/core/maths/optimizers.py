@@ -4,7 +4,7 @@ computes them (its default options otherwise), step for step in float64.
 For a parameter p with gradient g at step t (from 1), learning rate η, weight decay λ:
 
     sgd        p ← p − η (g + λp)
-    momentum   b ← g (t = 1), else μ b + g + λp;   p ← p − η b
+    momentum   g ← g + λp;  b ← g (t = 1), else μ b + g;   p ← p − η b
     adam       g ← g + λp;  m ← m + (1 − β₁)(g − m);  v ← β₂v + (1 − β₂)g²
                p ← p − η/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
     adamw      p ← p (1 − ηλ), then adam's step without the λp term

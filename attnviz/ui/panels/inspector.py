@@ -200,8 +200,7 @@ def to_html(e: Explanation, where: list[str], layout: str = "wide") -> str:
     )
 
 
-GRIDS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "q_norm",
-         "k_norm")  # fmt: skip  # a cell of a grid: its latest training step
+GRID = "grid:"  # a selection's view "grid:W_Q": a cell of that grid, its latest training step
 NO_STEP = (
     "<p style='color:#666'>A cell of a matrix shows its latest training step here: train "
     "the layer in the Training dock (the matrix ticked under <i>trains</i>), then click the "
@@ -271,7 +270,7 @@ class InspectorPanel(QWidget):
             self._page = None
             self._show(EMPTY)
             return
-        if sel.view in GRIDS:
+        if sel.view.startswith(GRID):
             self._show_step(sel)
             return
         head = sel.head if sel.view in PER_HEAD else None
@@ -294,7 +293,8 @@ class InspectorPanel(QWidget):
         self.compute.ask("inspector", job, needs_layer=True)
 
     def _show_step(self, sel: Selection) -> None:
-        e = None if self.step_of is None else self.step_of(sel.view, sel.head, sel.row, sel.col)
+        name = sel.view.removeprefix(GRID)
+        e = None if self.step_of is None else self.step_of(name, sel.head, sel.row, sel.col)
         if e is None:
             self._page = None
             self._show(NO_STEP)
