@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import backward_reference as ref  # noqa: E402
-from test_optimizers import torch_optimizer  # noqa: E402
+from test_optimizers import OPTIMIZER_CASES, torch_optimizer  # noqa: E402
 
 from attnviz.core.maths.explain_step import explain_step  # noqa: E402
 from attnviz.core.maths.optimizers import Optimizer  # noqa: E402
@@ -46,18 +46,7 @@ def torch_steps(s, opt: Optimizer, steps: int):
     return before[name][cell], raw[name][cell], buffers, after
 
 
-@pytest.mark.parametrize(
-    "opt",
-    [
-        Optimizer("sgd", lr=0.05),
-        Optimizer("sgd", lr=0.05, weight_decay=0.01),
-        Optimizer("momentum", lr=0.02, momentum=0.9),
-        Optimizer("adam", lr=0.01),
-        Optimizer("adam", lr=0.01, weight_decay=0.01, clip=0.05),
-        Optimizer("adamw", lr=0.01, weight_decay=0.1),
-    ],
-    ids=["sgd", "sgd-decay", "momentum", "adam", "adam-decay-clip", "adamw"],
-)
+@pytest.mark.parametrize("opt", OPTIMIZER_CASES.values(), ids=OPTIMIZER_CASES.keys())
 def test_the_step_written_out_is_the_step_taken(opt):
     s = worked_example().with_settings(loss="next-token")
     trainer = Trainer(s, opt, trains=TRAINS)
