@@ -1,0 +1,36 @@
+"""What a model family gives the importer: the model types it handles, the check of
+config.json that refuses what it does not model (before any weight is read), and the
+import of one layer of a loaded model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.models.hf_layer import ImportedLayer
+
+Config = dict[str, Any]  # config.json as read
+ImportLayer = Callable[[Any, Any, int, tuple[str, ...]], "ImportedLayer"]
+
+
+def _nothing(model: Any) -> None:
+    """A loaded model needs nothing changed."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of transformers architectures that attnviz imports exactly."""
+
+    name: str  # as messages name it: "GPT-2", "the BERT family"
+    model_types: tuple[str, ...]  # config.json's model_type values it handles
+    check_config: Callable[[Config], str]  # '' or why the config is refused, by name
+    import_layer: ImportLayer  # (model, input_ids 1 × n, layer, token labels)
+    prepare: Callable[[Any], None] = _nothing  # once, on the loaded model
+
+
+def flag(config: Config, key: str, default: bool = False) -> bool:
+    """A config.json switch (absent or null: ``default``)."""
+    value = config.get(key)
+    return default if value is None else bool(value)
