@@ -111,6 +111,18 @@ def test_gpt2_reorder_and_upcast_imports_in_float64_and_float32(tmp_path):
     assert got.agreement_weights <= 1e-5
 
 
+def test_gpt2_buffers_older_checkpoints_saved_are_not_refused(tmp_path):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    add_weights(
+        folder,
+        {
+            **{f"h.{i}.attn.bias": torch.ones(1, 1, 32, 32).tril() for i in range(3)},
+            **{f"h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(3)},
+        },
+    )
+    assert import_model_layer(Request(str(folder), TEXT, 1)).agreement_weights <= EXACT
+
+
 def test_gpt2_cross_attention_is_refused_by_name(tmp_path):
     folder = edited(save_tiny("gpt2", tmp_path / "gpt2"), add_cross_attention=True)
     assert "GPT-2 add_cross_attention" in peek(str(folder), "the cat").problem

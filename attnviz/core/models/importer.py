@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -256,23 +257,30 @@ def _model(located: Located, dtype: str, layers: int) -> Any:
             f"({'missing' if missing else 'of another shape'}: {_names(missing or mismatched)}); "
             "transformers would fill them with random numbers, so it is not imported"
         )
-    # task heads (lm_head, pooler, classifier, cls.…) lie outside the layers; weights
-    # inside them that the model has no place for are dropped by transformers unread
-    unexpected = sorted(
-        str(k) for k in info.get("unexpected_keys") or () if checkpoint.LAYER_INDEX.search(str(k))
-    )
+    family = family_of(model.config.model_type)
+    stale = family.stale_buffers if family is not None else ()
+    unexpected = _inside_layers(info.get("unexpected_keys") or (), stale)
     if unexpected:
         raise ScenarioError(
             f"{located.source}: the checkpoint's layers hold weights the model has no place "
             f"for ({_names(unexpected)}); transformers would drop them, computing another "
             "layer than the checkpoint's, so it is not imported"
         )
-    family = family_of(model.config.model_type)
     if family is not None:
         family.prepare(model)
     model.eval()
     _loaded[key] = model
     return model
+
+
+def _inside_layers(keys: Any, stale: tuple[str, ...]) -> list[str]:
+    """The names among ``keys`` inside the layers, but for the ``stale`` buffers: task heads
+    (lm_head, pooler, classifier, cls.…) lie outside the layers."""
+    return sorted(
+        str(k)
+        for k in keys
+        if checkpoint.LAYER_INDEX.search(str(k)) and not any(re.search(p, str(k)) for p in stale)
+    )
 
 
 def _names(names: list[str]) -> str:

@@ -28,6 +28,9 @@ class Family:
     check_config: Callable[[Config], str]  # '' or why the config is refused, by name
     import_layer: ImportLayer  # (model, input_ids 1 × n, layer, token labels)
     prepare: Callable[[Any], None] = _nothing  # once, on the loaded model
+    # buffers that older checkpoints saved inside the layers, which are no weights
+    # (a causal mask, a constant): not refused as unexpected
+    stale_buffers: tuple[str, ...] = ()  # regular expressions, searched in the names
 
 
 def flag(config: Config, key: str, default: bool = False) -> bool:

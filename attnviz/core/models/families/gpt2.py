@@ -10,7 +10,6 @@ rounding difference; ``add_cross_attention`` (a decoder reading an encoder) is r
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from attnviz.core.maths.scenario import Settings, from_heads
@@ -25,13 +24,13 @@ def check_config(config: Config) -> str:
 
 
 def scale(config: Any, layer: int, d_k: int) -> dict[str, Any]:
-    """The score scale GPT-2 uses in ``layer``, as attnviz's settings."""
-    value = 1 / math.sqrt(d_k) if getattr(config, "scale_attn_weights", True) else 1.0
-    if getattr(config, "scale_attn_by_inverse_layer_idx", False):
-        value /= layer + 1
-    if value == 1.0:
-        return {"scale": False}
-    return {"scale_value": value}
+    """The score scale GPT-2 uses in ``layer``, as attnviz's settings (computed as
+    transformers computes it)."""
+    scaled = getattr(config, "scale_attn_weights", True)
+    if not getattr(config, "scale_attn_by_inverse_layer_idx", False):
+        return {} if scaled else {"scale": False}
+    value = d_k**-0.5 if scaled else 1.0
+    return {"scale_value": value / float(layer + 1)}
 
 
 def prepare(model: Any) -> None:
@@ -71,4 +70,11 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     return _imported(scenario, out, attention_out, "gpt2", layer)
 
 
-FAMILY = Family("GPT-2", ("gpt2",), check_config, import_layer, prepare)
+FAMILY = Family(
+    "GPT-2",
+    ("gpt2",),
+    check_config,
+    import_layer,
+    prepare,
+    stale_buffers=(r"\.attn\.bias$", r"\.attn\.masked_bias$"),  # the causal mask, −10⁴
+)
