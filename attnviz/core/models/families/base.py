@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from attnviz.core.models.hf_layer import ImportedLayer
 
 Config = dict[str, Any]  # config.json as read
+ROPE_KEYS = ("rope_parameters", "rope_scaling")  # config.json's names for RoPE's settings
 ImportLayer = Callable[[Any, Any, int, tuple[str, ...]], "ImportedLayer"]
 
 
@@ -37,3 +38,24 @@ def flag(config: Config, key: str, default: bool = False) -> bool:
     """A config.json switch (absent or null: ``default``)."""
     value = config.get(key)
     return default if value is None else bool(value)
+
+
+def rope_problem(config: Config, supported: tuple[str, ...]) -> str:
+    """Why the config's RoPE is refused ('' when its types are among ``supported``)."""
+    for key in ROPE_KEYS:
+        rope = config.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            return f"config.json: {key} is {type(rope).__name__}; expected an object"
+        # one set of parameters, or one per kind of layer ({"full_attention": {...}, …})
+        sets = (
+            list(rope.values())
+            if rope and all(isinstance(v, dict) for v in rope.values())
+            else [rope]
+        )
+        for parameters in sets:
+            kind = parameters.get("rope_type", parameters.get("type", "default"))
+            if kind not in supported:
+                return f"{key} type {kind!r} is not supported (supported: {', '.join(supported)})"
+    return ""

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings, head_stack
-from attnviz.core.models.families.base import Config, Family
+from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
     _heads,
@@ -35,32 +35,10 @@ from attnviz.core.models.hf_layer import (
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ROPE_TYPES = ("default",)  # the RoPE variants this family imports
-ROPE_KEYS = ("rope_parameters", "rope_scaling")  # config.json's names for them
 
 
 def check_config(config: Config) -> str:
     return rope_problem(config, ROPE_TYPES)
-
-
-def rope_problem(config: Config, supported: tuple[str, ...]) -> str:
-    """Why the config's RoPE is refused ('' when its types are among ``supported``)."""
-    for key in ROPE_KEYS:
-        rope = config.get(key)
-        if rope is None:
-            continue
-        if not isinstance(rope, dict):
-            return f"config.json: {key} is {type(rope).__name__}; expected an object"
-        # one set of parameters, or one per kind of layer ({"full_attention": {...}, …})
-        sets = (
-            list(rope.values())
-            if rope and all(isinstance(v, dict) for v in rope.values())
-            else [rope]
-        )
-        for parameters in sets:
-            kind = parameters.get("rope_type", parameters.get("type", "default"))
-            if kind not in supported:
-                return f"{key} type {kind!r} is not supported (supported: {', '.join(supported)})"
-    return ""
 
 
 def _window(config: Any, layer: int) -> int | None:
