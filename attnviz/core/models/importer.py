@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -190,16 +191,11 @@ def _read_config(folder: Path) -> dict[str, Any]:
 
 
 def _unsupported(config: dict[str, Any]) -> str:
-    """Why attnviz cannot import this model ('' when it can)."""
-    from attnviz.core.models.hf_layer import SUPPORTED
+    """Why attnviz cannot import this model ('' when it can): its family's check of
+    config.json, made before any weight is read."""
+    from attnviz.core.models.families import unsupported
 
-    model_type = config.get("model_type")
-    if model_type in SUPPORTED:
-        return ""
-    return (
-        f"model type {model_type!r}: attnviz cannot represent it exactly "
-        f"(supported: {', '.join(SUPPORTED)})"
-    )
+    return unsupported(config)
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -233,6 +229,8 @@ def _model(located: Located, dtype: str, layers: int) -> Any:
     from transformers import AutoModel
     from transformers.utils import logging
 
+    from attnviz.core.models.families import family_of
+
     logging.set_verbosity_error()  # its notes and progress bars would go to the terminal
     logging.disable_progress_bar()
     expected, prefix = _expected_shapes(located)
@@ -254,16 +252,40 @@ def _model(located: Located, dtype: str, layers: int) -> Any:
     missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
     mismatched = sorted(str(k[0]) for k in info.get("mismatched_keys") or ())
     if missing or mismatched:
-        names = missing or mismatched
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         raise ScenarioError(
             f"{located.source}: the checkpoint does not hold every weight the config describes "
-            f"({'missing' if missing else 'of another shape'}: {shown}); transformers would "
-            "fill them with random numbers, so it is not imported"
+            f"({'missing' if missing else 'of another shape'}: {_names(missing or mismatched)}); "
+            "transformers would fill them with random numbers, so it is not imported"
         )
+    family = family_of(model.config.model_type)
+    stale = family.stale_buffers if family is not None else ()
+    unexpected = _inside_layers(info.get("unexpected_keys") or (), stale)
+    if unexpected:
+        raise ScenarioError(
+            f"{located.source}: the checkpoint's layers hold weights the model has no place "
+            f"for ({_names(unexpected)}); transformers would drop them, computing another "
+            "layer than the checkpoint's, so it is not imported"
+        )
+    if family is not None:
+        family.prepare(model)
     model.eval()
     _loaded[key] = model
     return model
+
+
+def _inside_layers(keys: Any, stale: tuple[str, ...]) -> list[str]:
+    """The names among ``keys`` inside the layers, but for the ``stale`` buffers: task heads
+    (lm_head, pooler, classifier, cls.…) lie outside the layers."""
+    return sorted(
+        str(k)
+        for k in keys
+        if checkpoint.LAYER_INDEX.search(str(k)) and not any(re.search(p, str(k)) for p in stale)
+    )
+
+
+def _names(names: list[str]) -> str:
+    """The first three names, and how many more."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _expected_shapes(located: Located) -> tuple[dict[str, tuple[int, ...]], str]:
