@@ -49,6 +49,12 @@ class LayerImports(Protocol):
     overviewChanged: Any  # a signal, after each import with an overview
     overview: np.ndarray | None  # (layers, heads, n, n)
     overview_source: Any  # what the overview belongs to
+    stack: Any  # the Layers held (a file of layers, an import of several), or None
+    stack_name: str  # the file they came from
+
+    def held(self) -> Any: ...  # the Layers held for the current scenario's run, or None
+
+    def neighbour(self, delta: int) -> int | None: ...
 
     def step(self, delta: int) -> None: ...
 
