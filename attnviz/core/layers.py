@@ -73,7 +73,7 @@ class Layers:
     def _check(self) -> None:
         run, stored = self.run, self.stored
         if run.kind not in SOURCE_KINDS:
-            raise LayersError(f"kind: {run.kind!r}; expected one of {SOURCE_KINDS}")
+            raise LayersError(f"run.kind: {run.kind!r}; expected one of {', '.join(SOURCE_KINDS)}")
         if not stored or list(stored) != sorted(set(stored)):
             raise LayersError(f"stored layers {list(stored)}: expected increasing layer numbers")
         if stored[0] < 0 or stored[-1] >= run.layers:
