@@ -1025,11 +1025,12 @@ def _import_layers(args: argparse.Namespace, text: str, steps: StepPrinter) -> i
         f"in {got.seconds:.1f} s"
     ]
     worst = max(range(len(got.agreement)), key=lambda i: max(got.agreement[i]))
-    checked = "layer" if stack.weights_only else "the layers"
-    lines.append(
-        f"agreement with the model ({stack.dtype}): {got.worst:.1e} at worst over {checked} "
-        f"(layer {stack.stored[worst]})"
+    where = (
+        f"in layer {stack.stored[0]}, computed whole (the others' weights are the same run's)"
+        if stack.weights_only
+        else f"at worst over the layers (layer {stack.stored[worst]})"
     )
+    lines.append(f"agreement with the model ({stack.dtype}): {got.worst:.1e} {where}")
     if stack.native:
         gaps = [stack.native_gap(i) or 0.0 for i in range(len(stack.stored))]
         i = max(range(len(gaps)), key=gaps.__getitem__)

@@ -153,6 +153,8 @@ class ModelImports(QObject):
         self.overview_source: Any = None  # the provenance it belongs to
         self.stack: Layers | None = None  # the layers held: a file of layers, or an import
         self.stack_name = ""  # the file they came from ('' for an import)
+        self.looked: Layers | None = None  # a file of attention weights only, in the Overview
+        self.looked_name = ""
         self.job = ImportJob(self)
         self.job.progress.connect(self._progress)
         self.job.done.connect(self._done)
@@ -205,7 +207,7 @@ class ModelImports(QObject):
     def held(self) -> Layers | None:
         """The layers held for the current scenario's run (stepped without the model)."""
         p, stack = self.doc.scenario.provenance, self.stack
-        if p is None or stack is None or stack.weights_only:
+        if p is None or stack is None:
             return None
         run = stack.run
         same = (run.source, run.text, run.layers, run.token_ids) == (
@@ -267,11 +269,15 @@ class ModelImports(QObject):
         self.message(f"Layer {layer} of {name}, held in {self.stack_name or 'the import'}")
 
     def hold(self, stack: Layers, name: str = "") -> None:
-        """Hold these layers (an import, or a file named name) and their overview."""
+        """Hold these layers (an import, or a file named name) and their overview; weights
+        only are shown in the Overview, beside the layers held."""
         run = stack.run
-        self.stack, self.stack_name = stack, name
-        self.overview = stack.every_layer()
-        self.overview_source = (run.source, run.text, run.layers)
+        if stack.weights_only:
+            self.looked, self.looked_name = stack, name
+        else:
+            self.stack, self.stack_name, self.looked = stack, name, None
+            self.overview = stack.every_layer()
+            self.overview_source = (run.source, run.text, run.layers)
         self.overviewChanged.emit()
 
     def open_file(self, path: Path) -> bool:
@@ -321,8 +327,7 @@ class ModelImports(QObject):
             self._done_layers(got)
             return
         p = got.provenance
-        if self.stack is not None and self.stack.weights_only:
-            self.stack = None  # the Overview shows this import's run now
+        self.looked = None  # the Overview shows this import's run now
         name = Path(p.source).name or p.source
         untitled = untitled_name(file_name_for(f"{name}-layer{p.layer}", got.scenario), "import")
         self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}", untitled)
@@ -340,7 +345,8 @@ class ModelImports(QObject):
 
     def _done_layers(self, got: Any) -> None:
         stack = got.layers
-        self.stack, self.stack_name = stack, ""
+        if not stack.weights_only:
+            self.stack, self.stack_name = stack, ""
         remember_source(self.settings, stack.run.source)
         if not stack.weights_only:
             head = self._head

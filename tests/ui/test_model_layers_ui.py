@@ -90,3 +90,12 @@ def test_a_weights_only_file_is_shown_to_look_at_and_changes_no_document(make_wi
     assert "layer 2, head 4" in shown.title
     with np.load(files / "w.attn.npz") as archive:  # the file itself, read by NumPy
         np.testing.assert_array_equal(shown.values, archive["layers.2.weights"][3])
+
+
+def test_layers_held_stay_held_while_a_weights_only_file_is_looked_at(make_window, files):
+    window = make_window()
+    window.files.open_path(files / "all.attn.npz", ask=False)
+    window.files.open_path(files / "w.attn.npz", ask=False)
+    assert window.doc.scenario.provenance.layer == 0
+    window.models.step(+1)  # the model's folder is gone: layer 1 comes from all.attn.npz
+    assert not window.models.busy and window.doc.scenario.provenance.layer == 1

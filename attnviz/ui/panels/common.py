@@ -49,8 +49,8 @@ class LayerImports(Protocol):
     overviewChanged: Any  # a signal, after each import with an overview
     overview: np.ndarray | None  # (layers, heads, n, n)
     overview_source: Any  # what the overview belongs to
-    stack: Any  # the Layers held (a file of layers, an import of several), or None
-    stack_name: str  # the file they came from
+    looked: Any  # a file of attention weights only (Layers) shown in the Overview, or None
+    looked_name: str  # its file name
 
     def held(self) -> Any: ...  # the Layers held for the current scenario's run, or None
 

@@ -50,6 +50,8 @@ class ModelPanel(ResultPanel):
         self.previous.clicked.connect(lambda: imports.step(-1))
         self.next.clicked.connect(lambda: imports.step(+1))
         self.where = QLabel()
+        self.where.setWordWrap(True)
+        self.where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         stepper = QHBoxLayout()
         stepper.addWidget(self.previous)
         stepper.addWidget(self.where, 1, Qt.AlignmentFlag.AlignCenter)
@@ -101,7 +103,7 @@ class ModelPanel(ResultPanel):
                 button.setToolTip(f"Import the {which} layer, same model and text ({keys})")
             return
         held = spans(stack.stored)
-        self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1}); held: {held}")
+        self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1})\nheld: {held}")
         for button, which, keys in self._buttons():
             button.setToolTip(f"Show the {which} held layer ({held}), no model run ({keys})")
         if stack.native and p.layer in stack.stored:

@@ -164,7 +164,7 @@ class OverviewPanel(QWidget):
         self._refresh()
 
     def _refresh(self) -> None:
-        stack = self.imports.stack
+        stack = self.imports.looked
         if stack is not None and stack.weights_only:
             self._show_weights_only(stack)
             return
@@ -203,7 +203,7 @@ class OverviewPanel(QWidget):
         if maps is None:  # only some layers, and no overview of the rest
             maps, rows = np.stack([w for w in stack.weights]), stack.stored
         self.note.setText(
-            f"{self.imports.stack_name}: the attention weights of layers {spans(stack.stored)} "
+            f"{self.imports.looked_name}: the attention weights of layers {spans(stack.stored)} "
             f"of {run.source} ({run.model_type}) on “{run.text[:80]}”, saved without the "
             "layers' matrices (--weights-only): a file to look at, not edit. Click a map to "
             "enlarge it; import the model's layers to edit one."
@@ -219,7 +219,7 @@ class OverviewPanel(QWidget):
 
     def _look(self, layer: int, head: int) -> None:
         """Enlarge a weights-only file's map (layer, head)."""
-        stack = self.imports.stack
+        stack = self.imports.looked
         if stack is None or not stack.weights_only:
             return
         maps = stack.every_layer()
@@ -248,7 +248,7 @@ class OverviewPanel(QWidget):
         self.grid.set_current(self._looking)
 
     def _mark(self) -> None:
-        stack = self.imports.stack
+        stack = self.imports.looked
         if stack is not None and stack.weights_only:
             self.grid.set_current(self._looking)
             return
@@ -256,7 +256,7 @@ class OverviewPanel(QWidget):
         self.grid.set_current(None if p is None else (p.layer, self.view_state.head))
 
     def _picked(self, layer: int, head: int) -> None:
-        stack = self.imports.stack
+        stack = self.imports.looked
         if stack is not None and stack.weights_only:
             self._look(layer, head)
             return
