@@ -214,10 +214,10 @@ class OverviewPanel(QWidget):
             self.grid.set_maps(maps.astype(np.float32, copy=False), rows)
             first = (stack.stored[0], 0)
             spots = [(k, h) for k in (rows or range(len(maps))) for h in range(maps.shape[1])]
-            self._look(*(self._looking if self._looking in spots else first))
+            self.picked_map(*(self._looking if self._looking in spots else first))
         self.grid.set_current(self._looking)
 
-    def _look(self, layer: int, head: int) -> None:
+    def picked_map(self, layer: int, head: int) -> None:
         """Enlarge a weights-only file's map (layer, head)."""
         stack = self.imports.looked
         if stack is None or not stack.weights_only:
@@ -258,7 +258,7 @@ class OverviewPanel(QWidget):
     def _picked(self, layer: int, head: int) -> None:
         stack = self.imports.looked
         if stack is not None and stack.weights_only:
-            self._look(layer, head)
+            self.picked_map(layer, head)
             return
         p = self.doc.scenario.provenance
         if p is not None and layer == p.layer:
