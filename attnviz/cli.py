@@ -238,21 +238,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "import",
-        help="import one attention layer of a pretrained model as a scenario",
-        description="Import one attention layer of a pretrained transformers model (a folder "
+        help="import attention layers of a pretrained model as a scenario",
+        description="Import attention layers of a pretrained transformers model (a folder "
         "in Hugging Face layout, a model id in the local cache, an installed package that "
-        "bundles a model, or a model id fetched from the Hub) run on TEXT, and save it as "
-        "a scenario that remembers the model's own attention.",
+        "bundles a model, or a model id fetched from the Hub) run on a text, and save them "
+        "with the model's own attention. One layer is a scenario; several layers (one load "
+        "and run of the model), --dtype model or --weights-only make one .attn.npz.",
     )
     p.add_argument("source", help="folder, model id (org/name) or installed package name")
-    p.add_argument("--text", required=True, help="the text to run through the model")
-    p.add_argument("--layer", type=_layer, default=0, help="layer number, from 0 (default 0)")
-    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    p.add_argument("stdin", nargs="?", metavar="-", help="read the text from standard input")
+    p.add_argument("--text", help="the text to run through the model")
+    p.add_argument("--text-file", metavar="FILE", help="read the text from FILE (UTF-8)")
+    p.add_argument(
+        "--layer",
+        type=_layers,
+        default="0",
+        help="a layer number from 0, a range (0-5), a list (1,3-4) or all (default 0)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float64", "float32", "model"),
+        default="float64",
+        help="model: import in float64 and also run the checkpoint's own precision "
+        "(bf16/fp16/fp32), keeping its attention weights and the difference",
+    )
+    p.add_argument(
+        "--weights-only",
+        action="store_true",
+        help="keep the attention weights (float32) and provenance, not the layers' matrices: "
+        "a file to look at in the window, not to edit",
+    )
     p.add_argument(
         "--out",
         metavar="PATH",
-        help="the scenario to write: .attn.json (text), or .attn.npz (binary, for large layers); "
-        "default: named after the model and layer, in the current folder",
+        help="the file to write: .attn.json (text), or .attn.npz (binary, for large layers, "
+        "and the only form for several layers); default: named after the model and layers, "
+        "in the current folder",
     )
     return parser
 
@@ -269,6 +290,18 @@ def _rate(text: str) -> float:
 
 def _layer(text: str) -> int:
     return _whole(text, 0, "layers are numbered from 0")
+
+
+def _layers(text: str) -> str:
+    """--layer: all, a layer, a range or a list; the model's layer count is checked later."""
+    from attnviz.core.layers import LayersError, parse_layers
+
+    try:
+        if text.strip() != "all":
+            parse_layers(text, 2**31)
+    except LayersError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--layer ")) from None
+    return text.strip()
 
 
 def _scale(text: str) -> float:
@@ -870,28 +903,82 @@ def cmd_tiles(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_TEXT_CHARS = 2**19  # the most a provenance's text holds
+
+
+def import_text(args: argparse.Namespace) -> str:
+    """The text of --text, --text-file FILE or - (standard input): exactly one, at most
+    MAX_TEXT_CHARS characters; bytes that are not UTF-8 are named by the tokenizer."""
+    if args.stdin is not None and args.stdin != "-":
+        raise UsageError(
+            f"unexpected argument {quoted(args.stdin)}; give - to read the text from standard input"
+        )
+    given = [x is not None for x in (args.text, args.text_file, args.stdin)]
+    if sum(given) != 1:
+        raise UsageError(
+            "give the text once: --text T, --text-file FILE or - (standard input)"
+            + ("" if sum(given) else "; none was given")
+        )
+    if args.text is not None:
+        text: str = args.text
+        where = "--text"
+    elif args.text_file is not None:
+        from attnviz.core.io.files import FileFormatError, read_file
+
+        where = f"--text-file {one_line(args.text_file)}"
+        try:
+            data = read_file(args.text_file, 4 * MAX_TEXT_CHARS)
+        except FileFormatError as e:
+            raise UsageError(f"--text-file {e}") from None
+        text = data.decode("utf-8", "surrogateescape").removeprefix("\ufeff")
+    else:
+        where = "standard input"
+        data = sys.stdin.buffer.read(4 * MAX_TEXT_CHARS + 1)
+        if len(data) > 4 * MAX_TEXT_CHARS:
+            raise UsageError(
+                f"standard input: over {4 * MAX_TEXT_CHARS:,} bytes; use a shorter text"
+            )
+        text = data.decode("utf-8", "surrogateescape").removeprefix("\ufeff")
+    if len(text) > MAX_TEXT_CHARS:
+        raise UsageError(
+            f"{where}: {len(text):,} characters; an import takes at most {MAX_TEXT_CHARS:,}"
+        )
+    return text
+
+
 def cmd_import(args: argparse.Namespace) -> int:
-    from attnviz.core.io.files import save_scenario
-    from attnviz.core.io.outputs import SCENARIO_SUFFIXES, free_name
-    from attnviz.core.models.importer import Request, import_model_layer
+    from attnviz.core.io.outputs import SCENARIO_SUFFIXES
     from attnviz.core.models.sources import Cancelled
 
+    text = import_text(args)
+    several = not args.layer.isdigit() or args.dtype == "model" or args.weights_only
     model = [args.source] if os.path.isdir(args.source) else []
-    _check_output(args.out or "model.attn.json", SCENARIO_SUFFIXES, folders=model)
+    suffixes = (".attn.npz",) if several else SCENARIO_SUFFIXES
+    _check_output(args.out or "model.attn.npz", suffixes, folders=model)
     steps = StepPrinter(sys.stderr)
     try:
-        got = import_model_layer(
-            Request(args.source, args.text, args.layer, args.dtype), report=steps
-        )
+        if several:
+            return _import_layers(args, text, steps)
+        return _import_one(args, text, steps)
     except (Cancelled, KeyboardInterrupt):
         steps.close()
         print("attnviz: import cancelled", file=sys.stderr)
         return 130
     finally:
         steps.close()
+
+
+def _import_one(args: argparse.Namespace, text: str, steps: StepPrinter) -> int:
+    from attnviz.core.io.files import save_scenario
+    from attnviz.core.io.outputs import free_name
+    from attnviz.core.models.importer import Request, import_model_layer
+
+    layer = int(args.layer)
+    got = import_model_layer(Request(args.source, text, layer, args.dtype), report=steps)
+    steps.close()
     s, p = got.scenario, got.provenance
     # a name the user did not give never replaces a file
-    out = args.out or free_name(default_import_name(args.source, args.layer, s))
+    out = args.out or free_name(default_import_name(args.source, layer, s))
     try:
         save_scenario(out, s)
     except OSError as e:
@@ -905,6 +992,56 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"attention output {got.agreement_output:.1e}\n"
         f"wrote {one_line(out)} ({os.path.getsize(out) / 2**20:.1f} MiB)"
     )
+    return 0
+
+
+def _import_layers(args: argparse.Namespace, text: str, steps: StepPrinter) -> int:
+    from attnviz.core.io.layers_files import save_layers
+    from attnviz.core.io.outputs import free_name
+    from attnviz.core.layers import spans
+    from attnviz.core.models.importer import Request, import_model_layers
+
+    got = import_model_layers(
+        Request(args.source, text, 0, args.dtype),
+        args.layer,
+        weights_only=args.weights_only,
+        report=steps,
+    )
+    steps.close()
+    stack, run = got.layers, got.layers.run
+    model = os.path.basename(args.source.rstrip("/\\")).strip(".") or "model"
+    kept = "-weights" if stack.weights_only else ""
+    out = args.out or free_name(
+        f"{model}-layers{spans(stack.stored).replace(', ', '_')}{kept}.attn.npz"
+    )
+    try:
+        save_layers(out, stack)
+    except OSError as e:
+        raise UsageError(f"--out {out}: {e.strerror or e}") from None
+    heads, n = stack.weights[0].shape[:2]
+    lines = [
+        f"imported layers {spans(stack.stored)} of {run.layers} from {one_line(run.source)} "
+        f"({run.model_type}, {run.kind}) in one run: {n} tokens, {heads} heads, "
+        f"in {got.seconds:.1f} s"
+    ]
+    worst = max(range(len(got.agreement)), key=lambda i: max(got.agreement[i]))
+    where = (
+        f"in layer {stack.stored[0]}, computed whole (the others' weights are the same run's)"
+        if stack.weights_only
+        else f"at worst over the layers (layer {stack.stored[worst]})"
+    )
+    lines.append(f"agreement with the model ({stack.dtype}): {got.worst:.1e} {where}")
+    if stack.native:
+        gaps = [stack.native_gap(i) or 0.0 for i in range(len(stack.stored))]
+        i = max(range(len(gaps)), key=gaps.__getitem__)
+        lines.append(
+            f"the model in its own precision ({stack.native}) differs from float64 by up to "
+            f"{gaps[i]:.1e} in the attention weights (layer {stack.stored[i]}); kept in the file"
+        )
+    if stack.weights_only:
+        lines.append("weights only: the attention weights (float32), no matrices (look, not edit)")
+    lines.append(f"wrote {one_line(out)} ({os.path.getsize(out) / 2**20:.1f} MiB)")
+    print("\n".join(lines))
     return 0
 
 

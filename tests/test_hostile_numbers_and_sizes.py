@@ -217,7 +217,8 @@ def test_a_zip64_end_record_with_the_real_counts_loads(npz_bytes, tmp_path):
     [
         (
             {"entries": 4_000_000, "index": 232_000_000},
-            "z.attn.npz: 4,000,000 members; an .attn.npz holds at most 32",
+            "z.attn.npz: 4,000,000 members; an .attn.npz holds at most 32 "
+            "(4,096 with several layers)",
         ),
         ({"index": 232_000_000}, "z.attn.npz: damaged: its zip index says it is 232,000,000 bytes"),
     ],

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QMenu, QMessageBox, QWidget
 from attnviz.core.examples import Example
 from attnviz.core.figures.figure import HeatmapSpec, spec_for
 from attnviz.core.io import files
+from attnviz.core.io.layers_files import holds_layers
 from attnviz.core.maths.results import HEAD_MATRICES
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.presets import make_preset
@@ -72,6 +73,8 @@ class FileController(QObject):
         self.stop_export = QShortcut(QKeySequence(Qt.Key.Key_Escape), parent_widget)
         self.stop_export.activated.connect(self.image_export.cancel)
         self.stop_export.setEnabled(False)
+        # a file of several model layers opens through the model imports (set by the window)
+        self.open_layers: Callable[[Path], bool] | None = None
 
     def close(self) -> None:
         self.image_export.close()
@@ -123,6 +126,11 @@ class FileController(QObject):
         """Load a scenario file; on any problem show it and keep the open document."""
         if ask and not self.maybe_save():
             return False
+        if self.open_layers is not None and holds_layers(path):
+            if not self.open_layers(path):
+                return False
+            self._add_recent(path.resolve())
+            return True
         try:
             scenario = files.load_scenario(path)
         except files.FileFormatError as e:

@@ -174,6 +174,7 @@ class MainWindow(QMainWindow):
             saved=self.clear_autosave,
             targets=Targets(self._target_grid, self._target_figure),
         )
+        self.files.open_layers = self.models.open_file
         self.compute.computeFailed.connect(lambda text: self.files.error("Cannot compute", text))
         self.view_state.engineChanged.connect(lambda _: self._sync_toolbar())
 
@@ -320,9 +321,14 @@ class MainWindow(QMainWindow):
         if sel is not None and sel.view.startswith(GRID):
             self.inspector.refresh()
 
-    def _imported(self, _got: object) -> None:
-        """An imported layer opens on its heads, with where it came from beside them."""
-        self.bring_forward(("Heads", "Model"))
+    def _imported(self, got: object) -> None:
+        """An imported layer opens on its heads, with where it came from beside them; a
+        file of attention weights only, on the Overview."""
+        stack = getattr(got, "layers", got)
+        if getattr(stack, "weights_only", False):
+            self.bring_forward(("Overview", "Model"))
+        else:
+            self.bring_forward(("Heads", "Model"))
 
     def bring_forward(self, titles: tuple[str, ...]) -> None:
         """Show these docks, in the workspace that has them, over their tab neighbours

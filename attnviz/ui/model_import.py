@@ -1,8 +1,11 @@
 """File → Import Model Layer…: the dialog, the background import, the layer stepper.
 
-``ModelImports`` runs ``import_model_layer`` on the shared pool with a progress dialog
-(cancel stops it between steps and during a download), opens the result as one undoable
-step, and keeps every layer's weights from the model's run for the Overview. The dialog
+``ModelImports`` runs ``import_model_layer`` (or ``import_model_layers``, several layers
+from one run) on the shared pool with a progress dialog (cancel stops it between steps
+and during a download), opens the result as one undoable step, and keeps every layer's
+weights from the model's run for the Overview. Layers it holds (from a file of layers,
+or an import of several) are stepped through without running the model; a file of
+attention weights only is shown in the Overview, to look at, not edit. The dialog
 previews the text's tokens for a model already on this machine while the user types.
 torch and transformers load in the worker, when an import starts.
 """
@@ -34,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.io.files import file_name_for
+from attnviz.core.layers import Layers, spans
 from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.session import untitled_name
 from attnviz.ui.background import Background
@@ -64,26 +68,39 @@ class ImportJob(QObject):
         self._report.connect(self._on_report)
         self._finished.connect(self._on_finished)
 
-    def start(self, request: Any) -> None:
+    def start(self, request: Any, layers: str | None = None, weights_only: bool = False) -> None:
+        """Import request.layer, or with ``layers`` ('all', '0-5') several from one run."""
         self.cancel()
         self._generation += 1
         self._stop = stop = threading.Event()
         gen = self._generation
-        self._queue.submit(lambda: self._run(gen, request, stop))
+        self._queue.submit(lambda: self._run(gen, request, stop, layers, weights_only))
 
     def cancel(self) -> None:
         self._stop.set()
 
-    def _run(self, gen: int, request: Any, stop: threading.Event) -> None:
-        from attnviz.core.models.importer import import_model_layer
+    def _run(
+        self,
+        gen: int,
+        request: Any,
+        stop: threading.Event,
+        layers: str | None = None,
+        weights_only: bool = False,
+    ) -> None:
+        from attnviz.core.models.importer import import_model_layer, import_model_layers
         from attnviz.core.models.sources import Cancelled
 
+        def report(what: str, fraction: float) -> None:
+            self._report.emit(gen, what, fraction)
+
         try:
-            got = import_model_layer(
-                request,
-                report=lambda what, fraction: self._report.emit(gen, what, fraction),
-                cancelled=stop.is_set,
-            )
+            if layers is None:
+                got: Any = import_model_layer(request, report=report, cancelled=stop.is_set)
+            else:
+                got = import_model_layers(
+                    request, layers, weights_only=weights_only, report=report,
+                    cancelled=stop.is_set,
+                )  # fmt: skip
         except Cancelled:
             self._finished.emit(gen, None, "")
         except ScenarioError as e:
@@ -134,6 +151,10 @@ class ModelImports(QObject):
         self.settings, self.window, self.message = settings, window, message
         self.overview: np.ndarray | None = None  # (layers, heads, n, n) of the last import
         self.overview_source: Any = None  # the provenance it belongs to
+        self.stack: Layers | None = None  # the layers held: a file of layers, or an import
+        self.stack_name = ""  # the file they came from ('' for an import)
+        self.looked: Layers | None = None  # a file of attention weights only, in the Overview
+        self.looked_name = ""
         self.job = ImportJob(self)
         self.job.progress.connect(self._progress)
         self.job.done.connect(self._done)
@@ -158,13 +179,21 @@ class ModelImports(QObject):
         if request is not None:
             self.start(request)
 
-    def start(self, request: Any, head: int | None = None) -> None:
-        """Import in the background, with a progress dialog that can cancel."""
+    def start(
+        self,
+        request: Any,
+        head: int | None = None,
+        layers: str | None = None,
+        weights_only: bool = False,
+    ) -> None:
+        """Import in the background, with a progress dialog that can cancel; ``layers``
+        ('all', '0-5', …) imports several from one run of the model, held for stepping."""
         self._head = head
-        self.dtype = request.dtype
+        self.dtype = "float64" if request.dtype == "model" else request.dtype
         self._close_progress()
+        what = f"layers {layers}" if layers is not None else f"layer {request.layer}"
         dialog = QProgressDialog(
-            f"Importing layer {request.layer} of {request.source}…", "Cancel", 0, 100, self.window
+            f"Importing {what} of {request.source}…", "Cancel", 0, 100, self.window
         )
         dialog.setWindowTitle("Import Model Layer")
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
@@ -173,28 +202,119 @@ class ModelImports(QObject):
         dialog.setAutoReset(False)
         dialog.canceled.connect(self.job.cancel)
         self._dialog = dialog
-        self.job.start(request)
+        self.job.start(request, layers, weights_only)
+
+    def held(self) -> Layers | None:
+        """The layers held for the current scenario's run (stepped without the model)."""
+        p, stack = self.doc.scenario.provenance, self.stack
+        if p is None or stack is None:
+            return None
+        run = stack.run
+        same = (run.source, run.text, run.layers, run.token_ids) == (
+            p.source, p.text, p.layers, p.token_ids,
+        )  # fmt: skip
+        return stack if same else None
+
+    def neighbour(self, delta: int) -> int | None:
+        """The layer the stepper goes to: the next held one, or the model's next layer."""
+        p = self.doc.scenario.provenance
+        if p is None:
+            return None
+        stack = self.held()
+        if stack is not None:
+            ahead = [k for k in stack.stored if (k - p.layer) * delta > 0]
+            return (min(ahead) if delta > 0 else max(ahead)) if ahead else None
+        layer = p.layer + delta
+        return layer if 0 <= layer < p.layers else None
 
     def step(self, delta: int) -> None:
-        """Import the previous (−1) or next (+1) layer from the same source and text."""
+        """The previous (−1) or next (+1) layer: a held one without running the model, else
+        imported from the same source and text."""
         p = self.doc.scenario.provenance
         if p is None:
             self.message("This scenario is not a model's layer: File → Import Model Layer…")
             return
-        layer = p.layer + delta
-        if not 0 <= layer < p.layers:
-            self.message(f"The model has layers 0 to {p.layers - 1}")
+        layer = self.neighbour(delta)
+        if layer is None:
+            stack = self.held()
+            self.message(
+                f"{self.stack_name or 'The import'} holds layers {spans(stack.stored)}"
+                if stack is not None
+                else f"The model has layers 0 to {p.layers - 1}"
+            )
             return
         self.load_layer(layer, self.view_state.head)
 
     def load_layer(self, layer: int, head: int | None = None) -> None:
-        """Import another layer of the current scenario's model, on the same text."""
+        """Another layer of the current scenario's model, on the same text: from the layers
+        held when it is one of them, else imported."""
         from attnviz.core.models.importer import Request
 
         p = self.doc.scenario.provenance
         if p is None or self.busy:
             return
+        stack = self.held()
+        if stack is not None and layer in stack.stored:
+            self._show_held(stack, layer, head)
+            return
         self.start(Request(p.source, p.text, layer, self.dtype), head)
+
+    def _show_held(self, stack: Layers, layer: int, head: int | None) -> None:
+        s = stack.scenarios[stack.index(layer)]
+        name = Path(stack.run.source).name or stack.run.source
+        untitled = untitled_name(file_name_for(f"{name}-layer{layer}", s), "import")
+        self.doc.load(s, None, f"Show layer {layer} of {name}", untitled)
+        if head is not None:
+            self.view_state.set_head(min(head, s.n_heads - 1))
+        self.message(f"Layer {layer} of {name}, held in {self.stack_name or 'the import'}")
+
+    def hold(self, stack: Layers, name: str = "") -> None:
+        """Hold these layers (an import, or a file named name) and their overview; weights
+        only are shown in the Overview, beside the layers held."""
+        run = stack.run
+        if stack.weights_only:
+            self.looked, self.looked_name = stack, name
+        else:
+            self.stack, self.stack_name, self.looked = stack, name, None
+            self.overview = stack.every_layer()
+            self.overview_source = (run.source, run.text, run.layers)
+        self.overviewChanged.emit()
+
+    def open_file(self, path: Path) -> bool:
+        """Open a file of layers: its first layer becomes the document (untitled, so that
+        a save never writes one layer over the file), or, for weights only, the Overview
+        shows them to look at; False (and the reason shown) when it cannot be read."""
+        from attnviz.core.io.files import FileFormatError, printable
+        from attnviz.core.io.layers_files import load_layers
+
+        try:
+            stack = load_layers(path)
+        except FileFormatError as e:
+            self.message(f"Cannot open: {e}")
+            from PySide6.QtWidgets import QMessageBox
+
+            QMessageBox.warning(self.window, "Cannot open the file", str(e))
+            return False
+        name = printable(path.name)
+        if stack.weights_only:
+            self.hold(stack, name)
+            self.message(
+                f"Opened {name}: the attention weights of layers {spans(stack.stored)} only, "
+                "shown in the Overview to look at (no matrices to edit or compute)"
+            )
+            self.imported.emit(stack)
+            return True
+        self.stack = stack  # held() needs it before the document changes
+        self.stack_name = name
+        self._show_held(stack, stack.stored[0], None)
+        self.doc.undo_stack.setClean()
+        self.hold(stack, name)
+        self.message(
+            f"Opened {name}: layers {spans(stack.stored)} of {stack.run.source}; the layer "
+            "stepper moves between them without running the model"
+        )
+        self.imported.emit(stack)
+        return True
 
     def _progress(self, what: str, fraction: float) -> None:
         if self._dialog is not None:
@@ -203,7 +323,11 @@ class ModelImports(QObject):
 
     def _done(self, got: Any) -> None:
         self._close_progress()
+        if not hasattr(got, "provenance"):  # several layers from one run
+            self._done_layers(got)
+            return
         p = got.provenance
+        self.looked = None  # the Overview shows this import's run now
         name = Path(p.source).name or p.source
         untitled = untitled_name(file_name_for(f"{name}-layer{p.layer}", got.scenario), "import")
         self.doc.load(got.scenario, None, f"Import layer {p.layer} of {name}", untitled)
@@ -216,6 +340,22 @@ class ModelImports(QObject):
             f"Imported layer {p.layer} of {p.layers} from {p.source} ({p.model_type}): "
             f"{got.scenario.n} tokens in {got.seconds:.1f} s; attnviz agrees with the model "
             f"to {max(got.agreement_weights, got.agreement_output):.1e}"
+        )
+        self.imported.emit(got)
+
+    def _done_layers(self, got: Any) -> None:
+        stack = got.layers
+        if not stack.weights_only:
+            self.stack, self.stack_name = stack, ""
+        remember_source(self.settings, stack.run.source)
+        if not stack.weights_only:
+            head = self._head
+            self._show_held(stack, stack.stored[0], head)
+        self.hold(stack)
+        self.message(
+            f"Imported layers {spans(stack.stored)} of {stack.run.layers} from "
+            f"{stack.run.source} in one run ({got.seconds:.1f} s); attnviz agrees with the "
+            f"model to {got.worst:.1e}"
         )
         self.imported.emit(got)
 

@@ -72,8 +72,10 @@ from attnviz.core.maths.scenario import LIMITS, WEIGHT_NAMES, Scenario, Scenario
 NPZ_SUFFIX = ".attn.npz"
 MAX_NPZ_BYTES = 2 * 2**30  # the file, and its members unpacked, together
 MAX_NPZ_MEMBERS = 32
-MAX_NPZ_DOCUMENT = 16 * 2**20  # scenario.json of an .attn.npz
+MAX_LAYERS_MEMBERS = 4096  # an .attn.npz of several layers (version 5): a member per array
+MAX_NPZ_DOCUMENT = 16 * 2**20  # scenario.json (or layers.json) of an .attn.npz
 _DOCUMENT = "scenario.json"
+LAYERS_DOCUMENT = "layers.json"  # the document of an .attn.npz of several layers
 _NPY_HEADER_MOST = 16 * 2**10  # bytes: numpy itself refuses headers over 10,000
 _ZIP_INDEX_MOST = 2**20  # bytes of central directory: MAX_NPZ_MEMBERS entries need far less
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # every member's date: the same scenario, the same bytes
@@ -97,11 +99,17 @@ def _neutral_bits(s: Scenario, name: str) -> bool:
     return bool(array.tobytes() == np.full(array.shape, 1.0 if "norm" in name else 0.0).tobytes())
 
 
-def scenario_to_npz_parts(s: Scenario) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def scenario_to_npz_parts(
+    s: Scenario, prefix: str = ""
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The document of an .attn.npz (each matrix replaced by its member's name) and the
-    members by name."""
+    members by name, each name after ``prefix`` (``layers.3.`` in a file of layers)."""
     members: dict[str, np.ndarray] = {}
-    put = member_writer(members)
+    keep = member_writer(members)
+
+    def put(name: str, array: np.ndarray) -> str:
+        return keep(prefix + name, array)
+
     shared = s.kv_heads != s.n_heads
     optional = False  # an optional array is written: version 2 at least (−0.0 biases too)
 
@@ -139,10 +147,16 @@ def scenario_to_npz_parts(s: Scenario) -> tuple[dict[str, Any], dict[str, np.nda
     return d, members
 
 
-def write_npz(f: BinaryIO, document: dict[str, Any], members: dict[str, np.ndarray]) -> None:
-    """Stream an uncompressed .npz to f: each array goes from memory to the file once."""
+def write_npz(
+    f: BinaryIO,
+    document: dict[str, Any],
+    members: dict[str, np.ndarray],
+    name: str = _DOCUMENT,
+) -> None:
+    """Stream an uncompressed .npz to f: each array goes from memory to the file once;
+    the document is the member ``name``."""
     text = json.dumps(document, ensure_ascii=False).encode("utf-8")
-    arrays = {_DOCUMENT: np.frombuffer(text, dtype=np.uint8), **members}
+    arrays = {name: np.frombuffer(text, dtype=np.uint8), **members}
     with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
         for name, array in arrays.items():
             info = zipfile.ZipInfo(name + ".npy", date_time=_EPOCH)
@@ -193,9 +207,11 @@ class _Archive:
             infos = self.zip.infolist()
         except Exception as e:  # zipfile can raise almost anything on a damaged index
             raise FileFormatError(f"damaged: not a readable zip archive ({reason(e)})") from None
-        if len(infos) > MAX_NPZ_MEMBERS:  # more entries than the end record counted
-            raise FileFormatError(
+        self.layers = any(info.filename == LAYERS_DOCUMENT + ".npy" for info in infos)
+        if len(infos) > (MAX_LAYERS_MEMBERS if self.layers else MAX_NPZ_MEMBERS):
+            raise FileFormatError(  # more entries than the end record counted, or one layer
                 f"{len(infos):,} members; an .attn.npz holds at most {MAX_NPZ_MEMBERS}"
+                + (f" ({MAX_LAYERS_MEMBERS:,} with several layers)" if self.layers else "")
             )
         total = 0
         for info in infos:  # sizes first: nothing is read from a zip bomb
@@ -211,7 +227,7 @@ class _Archive:
             if not info.filename.endswith(".npy"):
                 raise FileFormatError(
                     f"{_member_text(info.filename)}: not an .npy array (an .attn.npz holds "
-                    f"{_DOCUMENT} and the arrays it names)"
+                    f"{LAYERS_DOCUMENT if self.layers else _DOCUMENT} and the arrays it names)"
                 )
             key = info.filename[:-4]
             if key in self.members:
@@ -250,9 +266,10 @@ class _Archive:
 
     @staticmethod
     def _check_counts(entries: int, index_bytes: int) -> None:
-        if entries > MAX_NPZ_MEMBERS:
+        if entries > MAX_LAYERS_MEMBERS:
             raise FileFormatError(
-                f"{entries:,} members; an .attn.npz holds at most {MAX_NPZ_MEMBERS}"
+                f"{entries:,} members; an .attn.npz holds at most {MAX_NPZ_MEMBERS} "
+                f"({MAX_LAYERS_MEMBERS:,} with several layers)"
             )
         if index_bytes > _ZIP_INDEX_MOST:
             raise FileFormatError(f"damaged: its zip index says it is {index_bytes:,} bytes")
@@ -323,53 +340,55 @@ class _Archive:
             )
         return _Member(key, info, start, header, shape, dtype, bool(fortran))
 
-    def document(self) -> Any:
-        """The parsed scenario.json."""
-        m = self.members.get(_DOCUMENT)
+    def document(self, name: str = _DOCUMENT) -> Any:
+        """The parsed scenario.json (or the document named)."""
+        m = self.members.get(name)
         if m is None:
-            raise FileFormatError(f"no {_DOCUMENT} member: not an attnviz scenario archive")
+            raise FileFormatError(f"no {name} member: not an attnviz scenario archive")
         if m.dtype != np.uint8 or len(m.shape) != 1:
             raise FileFormatError(
-                f"{_DOCUMENT}: expected UTF-8 bytes (a 1-D uint8 array), "
+                f"{name}: expected UTF-8 bytes (a 1-D uint8 array), "
                 f"got {m.dtype} values of shape {clip(m.shape)}"
             )
         if m.info.file_size > MAX_NPZ_DOCUMENT:
-            raise FileFormatError(f"{_DOCUMENT}: larger than {size_text(MAX_NPZ_DOCUMENT)}")
+            raise FileFormatError(f"{name}: larger than {size_text(MAX_NPZ_DOCUMENT)}")
         raw = self.read(m).tobytes()
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise FileFormatError(f"{_DOCUMENT}: not UTF-8 text (byte {e.start + 1})") from None
+            raise FileFormatError(f"{name}: not UTF-8 text (byte {e.start + 1})") from None
         check_counts(text)
         try:
             return json.loads(text, parse_constant=parse_constant, object_pairs_hook=no_duplicates)
         except json.JSONDecodeError as e:
             raise FileFormatError(
-                f"{_DOCUMENT}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
+                f"{name}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
             ) from None
         except RecursionError:
-            raise FileFormatError(f"{_DOCUMENT}: nested too deeply to be a scenario") from None
+            raise FileFormatError(f"{name}: nested too deeply to be a scenario") from None
         except ValueError as e:
             if isinstance(e, FileFormatError):
                 raise
-            raise FileFormatError(f"{_DOCUMENT}: not valid JSON: {e}") from None
+            raise FileFormatError(f"{name}: not valid JSON: {e}") from None
 
-    def take(self, where: str, ref: Any, axes: str) -> _Member:
-        """The float64 member that field where names, with len(axes) dimensions."""
+    def take(self, where: str, ref: Any, axes: str, itemsize: int = 8) -> _Member:
+        """The float64 (float32 with itemsize 4) member that field where names, with
+        len(axes) dimensions."""
         if not isinstance(ref, str):
             raise FileFormatError(
                 f"{where}: expected the name of an array in the archive, got {clip(ref)}"
             )
-        if ref == _DOCUMENT:
-            raise FileFormatError(f"{where}: names {_DOCUMENT}, the document, not an array")
+        if ref in (_DOCUMENT, LAYERS_DOCUMENT):
+            raise FileFormatError(f"{where}: names {ref}, the document, not an array")
         m = self.members.get(ref)
         if m is None:
             raise FileFormatError(f"{where}: names {clip(ref)}, which the archive does not hold")
         if ref in self.named:
             raise FileFormatError(f"{where}: names {clip(ref)}, as {self.named[ref]} does")
         self.named[ref] = where
-        if m.dtype.kind != "f" or m.dtype.itemsize != 8:
-            raise FileFormatError(f"{where}: holds {m.dtype} values; expected float64")
+        if m.dtype.kind != "f" or m.dtype.itemsize != itemsize:
+            expected = f"float{8 * itemsize}"
+            raise FileFormatError(f"{where}: holds {m.dtype} values; expected {expected}")
         ndim = axes.count("×") + 1
         if len(m.shape) != ndim:
             got = shape_text(m.shape) if m.shape else "a single number"
@@ -385,10 +404,11 @@ class _Archive:
         return m
 
     def check_all_named(self) -> None:
-        unnamed = sorted(set(self.members) - set(self.named) - {_DOCUMENT})
+        document = LAYERS_DOCUMENT if self.layers else _DOCUMENT
+        unnamed = sorted(set(self.members) - set(self.named) - {document})
         if unnamed:
             raise FileFormatError(
-                f"{_member_text(unnamed[0])}: not named by {_DOCUMENT} (an .attn.npz holds "
+                f"{_member_text(unnamed[0])}: not named by {document} (an .attn.npz holds "
                 "only the arrays its document names)"
             )
 
@@ -470,7 +490,16 @@ def _npz_heads(
 
 
 def _scenario_from_archive(archive: _Archive) -> Scenario:
-    data = archive.document()
+    if archive.layers:
+        from attnviz.core.io.layers_files import one_scenario
+
+        return one_scenario(archive)
+    return scenario_from_document(archive, archive.document(), check_all=True)
+
+
+def scenario_from_document(archive: _Archive, data: Any, check_all: bool) -> Scenario:
+    """The scenario a document names the arrays of (the archive's own, or one layer's of
+    a file of layers); every member must be named when check_all."""
     version = check_document(data)
     take = archive.take
     tokens = tokens_field("tokens", data["tokens"])
@@ -518,7 +547,8 @@ def _scenario_from_archive(archive: _Archive) -> Scenario:
         out = take("provenance.model_output", data["provenance"]["model_output"], "n × d_model")
         provenance_shapes(cube.shape, out.shape)
         model = (fields, cube, out)
-    archive.check_all_named()
+    if check_all:
+        archive.check_all_named()
 
     arrays: dict[str, Any] = {name: archive.read(member) for name, member in plan.items()}
     for name in VECTORS:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.io.files import FileFormatError, open_regular, printable, read_file
+from attnviz.core.layers import NATIVE_DTYPES, Layers, LayersError, Run, parse_layers
 from attnviz.core.maths.scenario import LIMITS, Scenario, ScenarioError
 from attnviz.core.models import checkpoint
 from attnviz.core.models.sources import Cancelled, Located, locate
@@ -162,6 +163,169 @@ def import_model_layer(
         agreement_output=agreement[1],
         seconds=time.perf_counter() - started,
         dtype=request.dtype,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class ImportedLayers:
+    """Several layers of one run of the model."""
+
+    layers: Layers
+    agreement: tuple[tuple[float, float], ...]  # per imported layer: weights, output
+    seconds: float
+
+    @property
+    def worst(self) -> float:
+        """The largest difference between attnviz and the model over every checked layer."""
+        return max((max(pair) for pair in self.agreement), default=0.0)
+
+
+def import_model_layers(
+    request: Request,
+    layers: str = "all",
+    *,
+    weights_only: bool = False,
+    report: Report | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> ImportedLayers:
+    """Import the layers ``layers`` names ('all', '3', '0-5', '1,3-4') from one load of
+    the model: each layer checked as ``import_model_layer`` checks one. ``request.dtype``
+    'model' imports in float64 and also runs the model in the checkpoint's own precision
+    (config.json's ``dtype``/``torch_dtype``), keeping that run's attention weights.
+    With ``weights_only`` the attention weights are kept (float32) without the layers'
+    matrices. Raises ScenarioError (a clear message) or ``Cancelled``."""
+    started = time.perf_counter()
+    dtype = "float64" if request.dtype == "model" else request.dtype
+    if dtype not in DTYPES:
+        raise ScenarioError(
+            f"dtype {request.dtype!r}: expected one of {', '.join((*DTYPES, 'model'))}"
+        )
+    step = _stepper(report, cancelled)
+    step("Finding the model", 0.0)
+    located = locate(request.source, progress=_copying(step), cancelled=cancelled)
+    config = _config(located.folder)
+    step("Reading the tokenizer", 0.4)
+    tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
+    _check_vocabulary(tokens, config)
+    _check_layers(config, 0)
+    count = _layers_of(config) or 0
+    try:
+        stored = parse_layers(layers, count)
+    except LayersError as e:
+        raise ScenarioError(str(e)) from None
+    native = _native_dtype(config) if request.dtype == "model" else ""
+    with _lock:
+        natives: list[np.ndarray] = []
+        if native:
+            step(f"Running the model in {native}", 0.42)
+            natives = _attentions(_model(located, native, count), tokens)
+        step("Loading the weights", 0.45)
+        model = _model(located, dtype, count)
+        _check_attention_memory(model, len(tokens.ids), dtype)
+        own = _attentions(model, tokens)
+        imported = []
+        for i, k in enumerate(stored[:1] if weights_only else stored):
+            step(f"Running layer {k}", 0.5 + 0.3 * i / len(stored))
+            layer = _import(model, tokens, k)
+            _same_as_own(own[k], layer.model_weights)
+            imported.append(layer)
+    checks = []
+    for i, layer in enumerate(imported):
+        step(f"Checking layer {layer.layer} against the model", 0.8 + 0.2 * i / len(imported))
+        checks.append(_checked(layer, dtype))
+    files = _file_hashes(located.folder)
+    first = imported[0]
+    run = Run(
+        located.source, located.kind, first.model_type, first.layers, request.text,
+        tokens.ids, tokens.labels, files,
+    )  # fmt: skip
+    every = first.every_layer
+    for k in stored:
+        _same_as_own(own[k], every[k])
+    stack = Layers(
+        run=run,
+        stored=stored,
+        weights=tuple(every[k] if weights_only else imported[i].model_weights
+                      for i, k in enumerate(stored)),
+        scenarios=() if weights_only else tuple(
+            replace(scenario, provenance=_provenance(run, layer))
+            for (scenario, _), layer in zip(checks, imported, strict=True)
+        ),
+        overview=_overview(every),
+        dtype=dtype,
+        native=native,
+        native_weights=tuple(natives[k] for k in stored) if native else (),
+    )  # fmt: skip
+    step("Done", 1.0)
+    return ImportedLayers(stack, tuple(a for _, a in checks), time.perf_counter() - started)
+
+
+def _stepper(report: Report | None, cancelled: Callable[[], bool] | None) -> Report:
+    def step(what: str, fraction: float) -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled
+        if report is not None:
+            report(what, fraction)
+
+    return step
+
+
+def _copying(step: Report) -> Callable[[str, int, int], None]:
+    def copying(what: str, done: int, total: int) -> None:  # unpacking or fetching
+        step(f"{what} the model ({bytes_done(done, total)})", 0.4 * done / max(total, 1))
+
+    return copying
+
+
+def _native_dtype(config: dict[str, Any]) -> str:
+    """The checkpoint's own precision: config.json's dtype (torch_dtype before
+    transformers 5), float32 when it names none."""
+    value = config.get("dtype") or config.get("torch_dtype") or "float32"
+    name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}.get(
+        str(value), str(value)
+    )
+    if name not in NATIVE_DTYPES:
+        raise ScenarioError(
+            f"config.json: dtype {value!r}; --dtype model runs {', '.join(NATIVE_DTYPES)}"
+        )
+    return name
+
+
+def _attentions(model: Any, tokens: Tokens) -> list[np.ndarray]:
+    """transformers' own eager attention weights of every layer, unchanged, as float64."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([list(tokens.ids)]), output_attentions=True)
+        return [a[0].detach().double().numpy() for a in out.attentions]
+    except Exception as e:
+        raise ScenarioError(f"the model failed on this text ({_first(e)})") from e
+
+
+def _same_as_own(own: np.ndarray, weights: np.ndarray) -> None:
+    """As _check_own_eager, for weights of a run already made."""
+    gap = float(np.abs(own - weights).max())
+    if not gap <= OWN_EAGER_TOLERANCE:
+        raise ScenarioError(
+            f"transformers' own attention differs from the import's run by {gap:.2g} "
+            f"(expected at most {OWN_EAGER_TOLERANCE:g}): this model does something the "
+            "import does not reproduce, so it is not shown as the model"
+        )
+
+
+def _provenance(run: Run, layer: Any) -> Provenance:
+    return Provenance(
+        source=run.source,
+        kind=run.kind,
+        model_type=run.model_type,
+        layer=layer.layer,
+        layers=run.layers,
+        text=run.text,
+        token_ids=run.token_ids,
+        model_weights=layer.model_weights,
+        model_output=layer.model_output,
+        files=run.files,
     )
 
 

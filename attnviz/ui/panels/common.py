@@ -49,6 +49,12 @@ class LayerImports(Protocol):
     overviewChanged: Any  # a signal, after each import with an overview
     overview: np.ndarray | None  # (layers, heads, n, n)
     overview_source: Any  # what the overview belongs to
+    looked: Any  # a file of attention weights only (Layers) shown in the Overview, or None
+    looked_name: str  # its file name
+
+    def held(self) -> Any: ...  # the Layers held for the current scenario's run, or None
+
+    def neighbour(self, delta: int) -> int | None: ...
 
     def step(self, delta: int) -> None: ...
 

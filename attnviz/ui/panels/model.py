@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from attnviz.core.figures import colors
 from attnviz.core.figures.figure import HeatmapSpec
+from attnviz.core.layers import spans
 from attnviz.core.maths.results import Result
 from attnviz.core.provenance import Provenance, VsModel, vs_model
 from attnviz.ui.heatmap import HeatmapView
@@ -49,10 +50,15 @@ class ModelPanel(ResultPanel):
         self.previous.clicked.connect(lambda: imports.step(-1))
         self.next.clicked.connect(lambda: imports.step(+1))
         self.where = QLabel()
+        self.where.setWordWrap(True)
+        self.where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         stepper = QHBoxLayout()
         stepper.addWidget(self.previous)
         stepper.addWidget(self.where, 1, Qt.AlignmentFlag.AlignCenter)
         stepper.addWidget(self.next)
+        self.precision = QLabel()
+        self.precision.setWordWrap(True)
+        self.precision.setTextFormat(Qt.TextFormat.RichText)
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
@@ -65,28 +71,50 @@ class ModelPanel(ResultPanel):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.about)
         layout.addLayout(stepper)
+        layout.addWidget(self.precision)
         layout.addWidget(self.verdict)
         layout.addWidget(self.rows)
         layout.addWidget(self.cells)
         layout.addStretch(1)
         self.last: VsModel | str | None = None
         ws.doc.scenarioChanged.connect(self._show_provenance)
+        imports.overviewChanged.connect(self._show_provenance)
         ws.view_state.headChanged.connect(lambda _: self.redraw())
         self._show_provenance()
 
     def _show_provenance(self) -> None:
         p = self.doc.scenario.provenance
         imported = p is not None
-        for widget in (self.previous, self.next, self.where, self.verdict, self.rows, self.cells):
+        widgets = (self.previous, self.next, self.where, self.verdict, self.rows, self.cells)
+        for widget in (*widgets, self.precision):
             widget.setVisible(imported)
         if p is None:
             self.about.setText(NOT_IMPORTED)
             return
         self.about.setText(describe(p))
         self.about.setToolTip("\n".join(f"{name}: SHA-256 {digest}" for name, digest in p.files))
-        self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1})")
-        self.previous.setEnabled(p.layer > 0)
-        self.next.setEnabled(p.layer < p.layers - 1)
+        stack = self.imports.held()
+        self.previous.setEnabled(self.imports.neighbour(-1) is not None)
+        self.next.setEnabled(self.imports.neighbour(+1) is not None)
+        self.precision.setVisible(stack is not None and bool(stack.native))
+        if stack is None:
+            self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1})")
+            for button, which, keys in self._buttons():
+                button.setToolTip(f"Import the {which} layer, same model and text ({keys})")
+            return
+        held = spans(stack.stored)
+        self.where.setText(f"layer {p.layer} (of 0 to {p.layers - 1})\nheld: {held}")
+        for button, which, keys in self._buttons():
+            button.setToolTip(f"Show the {which} held layer ({held}), no model run ({keys})")
+        if stack.native and p.layer in stack.stored:
+            gap = stack.native_gap(stack.index(p.layer))
+            self.precision.setText(
+                f"In its own precision (<b>{stack.native}</b>) the model's attention weights "
+                f"differ from this float64 layer by up to <b>{gap:.2g}</b> (kept in the file)."
+            )
+
+    def _buttons(self) -> tuple[tuple[QPushButton, str, str], ...]:
+        return (self.previous, "previous", "Ctrl+Alt+["), (self.next, "next", "Ctrl+Alt+]")
 
     def show_result(self, result: Result) -> None:
         p = self.doc.scenario.provenance

@@ -1,9 +1,10 @@
 """Overview dock: every layer × every head of the imported model, as small weight maps.
 
-The maps come from the one run of the model made at import (off the UI thread), all on
-the same 0–1 scale. Clicking one imports that layer and shows that head; the current
-layer and head are framed. One painted widget, not a widget per map: a 32 × 32 model
-has 1,024 of them.
+The maps come from the one run of the model made at import (off the UI thread), or from
+a file of layers, all on the same 0–1 scale. Clicking one shows that layer (held, or
+imported) and that head; the current layer and head are framed. A file of attention
+weights only is shown here, to look at: a click enlarges a map, nothing can be edited.
+One painted widget, not a widget per map: a 32 × 32 model has 1,024 of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QP
 from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from attnviz.core.figures import colors
+from attnviz.core.figures.figure import HeatmapSpec
+from attnviz.core.layers import Layers, spans
+from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.heatmap_parts import image_over
 from attnviz.ui.panels.common import LayerImports
 from attnviz.ui.workspace import Workspace
@@ -30,14 +34,17 @@ class OverviewGrid(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.images: list[list[QImage]] = []
+        self.rows: tuple[int, ...] = ()  # the layer number of each row
         self.current: tuple[int, int] | None = None
         self.cell = 48
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
 
-    def set_maps(self, maps: np.ndarray | None) -> None:
-        """maps: (layers, heads, n, n) weights, or None."""
+    def set_maps(self, maps: np.ndarray | None, rows: tuple[int, ...] | None = None) -> None:
+        """maps: (layers, heads, n, n) weights, or None; rows: each row's layer number
+        (0, 1, … by default)."""
         self.images = []
+        self.rows = tuple(range(len(maps))) if rows is None and maps is not None else rows or ()
         if maps is not None:
             self._pixels = colors.argb(maps, "sequential", (0.0, 1.0))  # the images' memory
             self.images = [
@@ -96,26 +103,30 @@ class OverviewGrid(QWidget):
         for layer in range(layers):
             box = QRect(0, MARGIN_TOP + layer * step, MARGIN_LEFT - 6, self.cell)
             painter.drawText(
-                box, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"L{layer}"
+                box,
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                f"L{self.rows[layer]}",
             )
             for head in range(heads):
                 painter.drawImage(self._rect(layer, head), self.images[layer][head])
-        if self.current is not None and self.current[0] < layers and self.current[1] < heads:
+        current = self.current
+        if current is not None and current[0] in self.rows and current[1] < heads:
             painter.setPen(QPen(FRAME, 3))
-            painter.drawRect(self._rect(*self.current).adjusted(-2, -2, 1, 1))
+            row = self.rows.index(current[0])
+            painter.drawRect(self._rect(row, current[1]).adjusted(-2, -2, 1, 1))
         painter.end()
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         spot = self.at(event.position().toPoint())
         self.setToolTip(
-            f"layer {spot[0]}, head {spot[1] + 1}: click to import and show it" if spot else ""
+            f"layer {self.rows[spot[0]]}, head {spot[1] + 1}: click to show it" if spot else ""
         )
         self.setCursor(Qt.CursorShape.PointingHandCursor if spot else Qt.CursorShape.ArrowCursor)
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         spot = self.at(event.position().toPoint())
         if spot is not None and event.button() == Qt.MouseButton.LeftButton:
-            self.picked.emit(*spot)
+            self.picked.emit(self.rows[spot[0]], spot[1])
 
 
 RGB32 = QImage.Format.Format_RGB32
@@ -139,14 +150,25 @@ class OverviewPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(self.import_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.grid)
+        self.enlarged = HeatmapView("overview head")  # a weights-only file's picked map
+        self.enlarged.setMinimumHeight(260)
+        self.enlarged.square_cells = True
+        self.enlarged.setVisible(False)
+        layout.addWidget(self.enlarged)
         layout.addStretch(1)
         self._maps: np.ndarray | None = None
+        self._looking: tuple[int, int] | None = None  # the weights-only map enlarged
         imports.overviewChanged.connect(self._refresh)
         ws.doc.scenarioChanged.connect(self._refresh)
         ws.view_state.headChanged.connect(lambda _: self._mark())
         self._refresh()
 
     def _refresh(self) -> None:
+        stack = self.imports.looked
+        if stack is not None and stack.weights_only:
+            self._show_weights_only(stack)
+            return
+        self.enlarged.setVisible(False)
         p = self.doc.scenario.provenance
         same = p is not None and self.imports.overview_source == (p.source, p.text, p.layers)
         maps = self.imports.overview if same else None
@@ -164,7 +186,8 @@ class OverviewPanel(QWidget):
             note = (
                 f"{p.source} on “{p.text[:80]}”: the attention weights of every layer (rows) "
                 f"and head (columns), all on the same 0–1 scale (pale 0, dark blue 1), from the "
-                "model's own run. Click a map to import that layer and show that head."
+                "model's own run. Click a map to show that layer and head (a layer held from the "
+                "same run opens at once; another is imported)."
             )
         self.note.setText(note)
         self.import_button.setVisible(maps is None)
@@ -173,11 +196,70 @@ class OverviewPanel(QWidget):
             self.grid.set_maps(maps)
         self._mark()
 
+    def _show_weights_only(self, stack: Layers) -> None:
+        run = stack.run
+        maps = stack.every_layer()
+        rows = None
+        if maps is None:  # only some layers, and no overview of the rest
+            maps, rows = np.stack([w for w in stack.weights]), stack.stored
+        self.note.setText(
+            f"{self.imports.looked_name}: the attention weights of layers {spans(stack.stored)} "
+            f"of {run.source} ({run.model_type}) on “{run.text[:80]}”, saved without the "
+            "layers' matrices (--weights-only): a file to look at, not edit. Click a map to "
+            "enlarge it; import the model's layers to edit one."
+        )
+        self.import_button.setVisible(False)
+        if maps is not self._maps:
+            self._maps = maps
+            self.grid.set_maps(maps.astype(np.float32, copy=False), rows)
+            first = (stack.stored[0], 0)
+            spots = [(k, h) for k in (rows or range(len(maps))) for h in range(maps.shape[1])]
+            self.picked_map(*(self._looking if self._looking in spots else first))
+        self.grid.set_current(self._looking)
+
+    def picked_map(self, layer: int, head: int) -> None:
+        """Enlarge a weights-only file's map (layer, head)."""
+        stack = self.imports.looked
+        if stack is None or not stack.weights_only:
+            return
+        maps = stack.every_layer()
+        if maps is not None:  # every layer of the run, the stored ones among them
+            weights = maps[layer, head]
+        elif layer in stack.stored:
+            weights = stack.weights[stack.index(layer)][head]
+        else:
+            return
+        self._looking = (layer, head)
+        tokens = stack.run.tokens
+        self.enlarged.set_spec(
+            HeatmapSpec(
+                f"layer {layer}, head {head + 1}: the model's attention weights (float32)",
+                weights.astype(np.float64),
+                tokens,
+                tokens,
+                "query",
+                "key",
+                "sequential",
+                (0.0, 1.0),
+                caption=f"L{layer} H{head + 1} weights",
+            )
+        )
+        self.enlarged.setVisible(True)
+        self.grid.set_current(self._looking)
+
     def _mark(self) -> None:
+        stack = self.imports.looked
+        if stack is not None and stack.weights_only:
+            self.grid.set_current(self._looking)
+            return
         p = self.doc.scenario.provenance
         self.grid.set_current(None if p is None else (p.layer, self.view_state.head))
 
     def _picked(self, layer: int, head: int) -> None:
+        stack = self.imports.looked
+        if stack is not None and stack.weights_only:
+            self.picked_map(layer, head)
+            return
         p = self.doc.scenario.provenance
         if p is not None and layer == p.layer:
             self.view_state.set_head(head)
