@@ -75,22 +75,28 @@ def test_capture_refuses_what_it_cannot_represent_when_asked():
         idle.scenario
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "bert", "llama"])
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "llama", "mistral"])
 def test_capture_a_transformers_attention_module(kind):
-    model = tiny_llama(kind) if kind == "llama" else tiny(kind)
+    model = tiny_llama(kind) if kind in ("llama", "mistral") else tiny(kind)
     modules = {
         "gpt2": lambda: model.h[1].attn,
-        "bert": lambda: model.encoder.layer[1].attention.self,
+        "bert": lambda: model.encoder.layer[1].attention,  # with its output projection
         "llama": lambda: model.layers[1].self_attn,
+        "mistral": lambda: model.layers[1].self_attn,  # a sliding window of 3
     }
-    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
-    with attnviz.capture(modules[kind]()) as captured, torch.no_grad():
-        out = model(input_ids=ids, output_attentions=True)
-    weights = out.attentions[1][0].numpy()
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8]] * 2)
+    padded = torch.tensor([[1] * 6, [1] * 5 + [0]])  # the second text's last key is padding
+    with attnviz.capture(modules[kind](), batch=1) as captured, torch.no_grad():
+        out = model(input_ids=ids, attention_mask=padded, output_attentions=True)
+    weights = out.attentions[1][1].numpy()
     # RoPE: transformers keeps its rotary angles in float32 (from_transformers lifts them)
-    tolerance = 1e-6 if kind == "llama" else 1e-12
+    tolerance = 1e-6 if kind in ("llama", "mistral") else 1e-12
     np.testing.assert_allclose(captured.computation.weights, weights, rtol=0, atol=tolerance)
     assert captured.agreement() <= tolerance
+    allowed = np.asarray(captured.scenario.mask_matrix)
+    assert not allowed[:, 5].any()  # no query sees the padding
+    if kind in ("gpt2", "llama"):
+        np.testing.assert_array_equal(allowed[:, :5], np.tril(np.ones((6, 5))))
 
 
 def test_from_transformers_on_a_loaded_model_and_tokenizer():

@@ -14,9 +14,9 @@ Two kinds of module are read:
 - a ``transformers`` attention module: its ``hidden_states`` input and its projections
   (``q_proj``/``k_proj``/``v_proj``/``o_proj``, BERT's ``query``/``key``/``value``
   (with ``output.dense`` on ``BertAttention``), GPT-2's ``c_attn``/``c_proj``,
-  DistilBERT's ``q_lin``/…/``out_lin``), its causal flag, scaling, rotary base, sliding
-  window and QK-norm. For a whole layer checked against the model, use
-  ``from_transformers``.
+  DistilBERT's ``q_lin``/…/``out_lin``), the attention mask the model passed it (causal,
+  sliding window, padding; else its causal flag), its scaling, rotary base and QK-norm.
+  For a whole layer checked against the model, use ``from_transformers``.
 
 One batch element is read (``batch``, 0 by default).
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,7 +181,7 @@ def _read_mha(
         W_K=head_stack("W_K", _split(_np(weights[1]).T, H)),
         W_V=head_stack("W_V", _split(_np(weights[2]).T, H)),
         W_O=_np(module.out_proj.weight).T,
-        settings=Settings(mask=mask),
+        settings=Settings(**mask),
         b_Q=None if biases[0] is None else _np(biases[0]).reshape(H, 1, -1),  # type: ignore[arg-type]
         b_K=None if biases[1] is None else _np(biases[1]).reshape(H, 1, -1),  # type: ignore[arg-type]
         b_V=None if biases[2] is None else _np(biases[2]).reshape(H, 1, -1),  # type: ignore[arg-type]
@@ -240,14 +241,23 @@ def _mha_allowed(bound: dict[str, Any], n: int, m: int, heads: int, batch: int) 
     return allowed
 
 
-def _mask_of(allowed: np.ndarray) -> tuple[str, np.ndarray | None]:
-    """The mask setting for an n × m allowed matrix: none, causal, or custom."""
+def _mask_of(allowed: np.ndarray) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The mask settings for an n × m allowed matrix: none, causal, a sliding window (the
+    last ``window`` keys up to the query), or custom with the matrix."""
     if allowed.all():
-        return "none", None
+        return {"mask": "none"}, None
     n, m = allowed.shape
-    if n == m and np.array_equal(allowed, np.tril(np.ones((n, n), dtype=bool))):
-        return "causal", None
-    return "custom", allowed.astype(np.float64)
+    causal = np.tril(np.ones((n, m), dtype=bool))
+    if n == m and np.array_equal(allowed, causal):
+        return {"mask": "causal"}, None
+    window = int(allowed[-1].sum())
+    if (
+        n == m
+        and window
+        and np.array_equal(allowed, causal & np.triu(np.ones((n, m), dtype=bool), k=1 - window))
+    ):
+        return {"mask": "sliding-window", "window": window}, None
+    return {"mask": "custom"}, allowed.astype(np.float64)
 
 
 def _linear(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -278,15 +288,38 @@ def _projections(module: Any) -> tuple[list[tuple[np.ndarray, np.ndarray | None]
     )
 
 
+def _hf_allowed(module: Any, mask: Any, n: int, batch: int) -> np.ndarray:
+    """Which keys each query may see, from the attention_mask the model passed (bool, or
+    0 and the dtype's lowest value added); without one, from the module's causal flag."""
+    import torch
+
+    if mask is None:
+        causal = getattr(module, "is_causal", False)
+        allowed: np.ndarray = (
+            np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
+        )
+        return allowed
+    mine = mask[batch if len(mask) > 1 else 0]
+    mine = mine[0] if mine.dim() == 3 else mine  # (1, n, m): one mask for every head
+    if mine.dtype == torch.bool:
+        allowed = mine.detach().to("cpu").numpy().copy()
+    else:
+        values = _np(mine)
+        hidden = values <= torch.finfo(mine.dtype).min / 2
+        if not (values[~hidden] == 0).all():
+            raise ScenarioError(
+                "the attention mask adds a bias to the scores: attnviz has no additive score bias"
+            )
+        allowed = ~hidden
+    return allowed[:, : allowed.shape[1]]
+
+
 def _settings(module: Any, config: Any, d_k: int, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Mask, scale, rotary, sliding window and QK-norm of a transformers attention module."""
-    options: dict[str, Any] = {"mask": "causal" if getattr(module, "is_causal", False) else "none"}
+    """Scale, rotary and QK-norm of a transformers attention module."""
+    options: dict[str, Any] = {}
     scaling = getattr(module, "scaling", None)
     if scaling is not None and abs(float(scaling) - d_k**-0.5) > 1e-15:
         options["scale_value"] = float(scaling)
-    window = getattr(module, "sliding_window", None)
-    if window:
-        options.update(mask="sliding-window", window=int(window))
     if kwargs.get("position_embeddings") is not None:
         rope = getattr(config, "rope_parameters", None) or {}
         if rope.get("rope_type", "default") != "default":
@@ -307,7 +340,11 @@ def _read_transformers(
 ) -> tuple[Scenario, np.ndarray | None, np.ndarray | None]:
     inner = getattr(module, "self", module)  # BertAttention: .self attends, .output.dense mixes
     config = getattr(inner, "config", None) or getattr(module, "config", None)
-    X_t = args[0] if args else kwargs.get("hidden_states")
+    try:  # the call's arguments by name, however the model passed them
+        kwargs = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        kwargs = dict(kwargs)
+    X_t = kwargs.get("hidden_states", args[0] if args else None)
     if X_t is None or config is None:
         raise ScenarioError(
             f"{type(module).__name__}: not a transformers attention module (no hidden_states "
@@ -338,12 +375,15 @@ def _read_transformers(
         W_O, b_O = _np(out_layer.weight), _np(out_layer.bias)
     else:
         W_O, b_O = _linear(out_layer)
+    options = _settings(inner, config, d_k, kwargs)
+    mask, matrix = _mask_of(_hf_allowed(inner, kwargs.get("attention_mask"), len(X), batch))
     scenario = Scenario(
         tokens=labels(len(X), None, "tokens"),
         X=X,
         W_O=W_O,
         b_O=None if b_O is None else b_O[None],  # type: ignore[arg-type]
-        settings=Settings(**_settings(inner, config, d_k, kwargs)),
+        settings=Settings(**options, **mask),
+        mask_matrix=matrix,
         **stacks,
     )
     result = output if isinstance(output, tuple) else (output,)
