@@ -96,7 +96,7 @@ def test_figure_is_svg_inline_and_saves_svg_and_png(tmp_path):
         attnviz.figure(s, head=3)
     with pytest.raises(ScenarioError, match="view 'attention'"):
         attnviz.figure(s, view="attention")
-    with pytest.raises(ValueError, match="expected a .svg or .png"):
+    with pytest.raises(ValueError, match=r"expected a \.svg or \.png"):
         fig.save(tmp_path / "w.jpg")
 
 

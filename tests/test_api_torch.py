@@ -34,7 +34,7 @@ def test_capture_multihead_attention_gives_its_own_weights(batch_first):
     x = torch.randn(3, 5, 8, dtype=torch.float64)  # batch 3, 5 tokens
     x = x if batch_first else x.transpose(0, 1)
     causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
-    with attnviz.capture(mha, batch=1, tokens="a b c d e".split()) as captured:
+    with attnviz.capture(mha, batch=1, tokens=["a", "b", "c", "d", "e"]) as captured:
         out, weights = own(mha, x, attn_mask=causal)
     c = captured.computation
     assert captured.scenario.settings.mask == "causal" and captured.scenario.tokens[0] == "a"
@@ -68,11 +68,11 @@ def test_capture_refuses_what_it_cannot_represent_when_asked():
     with attnviz.capture(mha) as captured, torch.no_grad():
         mha(x, x, x, attn_mask=bias)  # the forward pass itself goes on
     with pytest.raises(ScenarioError, match="attn_mask adds values other than 0"):
-        captured.scenario
+        _ = captured.scenario
     with attnviz.capture(mha) as idle:
         pass
     with pytest.raises(ScenarioError, match="did not run"):
-        idle.scenario
+        _ = idle.scenario
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "bert", "llama", "mistral"])
