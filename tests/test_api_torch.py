@@ -133,3 +133,29 @@ def test_from_transformers_refuses_half_precision_and_bad_layers():
         attnviz.from_transformers(tiny("gpt2", torch.bfloat16), [3, 4], layer=0)
     with pytest.raises(ScenarioError, match="layer 7: the model has layers 0 to 2"):
         attnviz.from_transformers(tiny("gpt2"), [3, 4], layer=7)
+
+
+def test_from_transformers_with_sdpa_and_a_transformers_tokenizer():
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=4)
+    model = transformers.GPT2Model(config).double().eval()  # sdpa, as from_pretrained gives
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=word_tokenizer(False))
+    layer = attnviz.from_transformers(model, tokenizer, "the cat sat on the mat", layer=1)
+    assert model.config._attn_implementation == "sdpa"  # left as it was
+    with torch.no_grad():
+        ids = torch.tensor([list(layer.tokens.ids)])
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[1]
+        block = model.h[1]
+        x = block.ln_1(hidden)[0]
+        # the layer's own attention, written out from its weights in float64
+        q, k, _ = (x @ block.attn.c_attn.weight + block.attn.c_attn.bias).split(16, dim=-1)
+    heads = lambda t: t.reshape(6, 4, 4).transpose(0, 1)  # noqa: E731
+    scores = heads(q) @ heads(k).transpose(1, 2) / 2 + torch.triu(
+        torch.full((6, 6), -torch.inf, dtype=torch.float64), 1
+    )
+    np.testing.assert_allclose(
+        layer.computation.weights, torch.softmax(scores, -1).numpy(), rtol=0, atol=1e-12
+    )
+    assert layer.scenario.tokens == ("the", "cat", "sat", "on", "the", "mat")
