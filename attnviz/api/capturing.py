@@ -101,7 +101,8 @@ def capture(
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def before(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        calls.append((args, kwargs))
+        if not calls:  # the first call only: a generation loop's later calls hold nothing
+            calls.append((args, kwargs))
 
     def after(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         captured.calls += 1
@@ -311,7 +312,12 @@ def _hf_allowed(module: Any, mask: Any, n: int, batch: int) -> np.ndarray:
                 "the attention mask adds a bias to the scores: attnviz has no additive score bias"
             )
         allowed = ~hidden
-    return allowed[:, : allowed.shape[1]]
+    if allowed.shape != (n, n):
+        raise ScenarioError(
+            f"the attention mask is {allowed.shape[0]}×{allowed.shape[1]} for {n} tokens: "
+            "a key/value cache from earlier calls is not read; capture a call without one"
+        )
+    return allowed
 
 
 def _settings(module: Any, config: Any, d_k: int, kwargs: dict[str, Any]) -> dict[str, Any]:
