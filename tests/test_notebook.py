@@ -26,7 +26,11 @@ def test_the_example_notebook_runs(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)  # the kernel inherits them
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
-        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+        shutdown_kernel="immediate",  # a kernel running Qt's loop waits out a graceful one
     )
     try:
         client.execute()
