@@ -234,3 +234,39 @@ print(json.dumps({"before": before, "after": "torch" in sys.modules, "runs": run
     torch_diff = float(last.split("torch engine vs NumPy ")[1].split(";")[0])
     sdpa_diff = float(last.split("SDPA vs NumPy ")[1])
     assert 0 <= torch_diff < 1e-12 and 0 <= sdpa_diff < 1e-12
+
+
+def test_the_python_api_imports_neither_qt_nor_torch_until_a_call_needs_them():
+    report = run_python(
+        """
+import json, sys, tempfile, pathlib
+import attnviz
+heavy = ("torch", "PySide6", "pyqtgraph", "shiboken6", "transformers", "tokenizers",
+         "huggingface_hub", "safetensors")
+loaded = lambda: sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+at_import = loaded()
+import attnviz.api
+s = attnviz.preset()
+c = attnviz.compute(s)
+fig = attnviz.figure(c, "weights", head=1)
+svg = fig._repr_svg_()
+q = attnviz.from_qkv([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [3.0, 4.0]])
+folder = pathlib.Path(tempfile.mkdtemp())
+fig.save(folder / "w.svg")
+attnviz.load(attnviz.save(s, folder / "s.attn.json"))
+after_calls = loaded()
+fig.save(folder / "w.png")
+print(json.dumps({
+    "at_import": at_import,
+    "after_calls": after_calls,
+    "after_png": "PySide6" in sys.modules,
+    "api": sorted(attnviz.api.__all__),
+    "exported": sorted(n for n in attnviz.__all__ if n != "__version__"),
+    "weights": c.weights[0].tolist(),
+}))
+"""
+    )
+    assert report["at_import"] == [] and report["after_calls"] == []
+    assert report["after_png"] is True  # a PNG is drawn by Qt, imported then
+    assert report["api"] == report["exported"]
+    np.testing.assert_allclose(report["weights"], head1_causal_weights(), rtol=0, atol=1e-12)
