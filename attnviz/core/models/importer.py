@@ -86,6 +86,7 @@ class Peek:
     layers: int
     tokens: Tokens | None  # None when the text is empty
     problem: str  # why importing would be refused ('' when it would not)
+    max_tokens: int = 0  # the most tokens an import takes (the model's positions, capped)
 
 
 def peek(source: str, text: str) -> Peek:
@@ -101,7 +102,7 @@ def peek(source: str, text: str) -> Peek:
             tokens = tokenize(load_tokenizer(folder), text, _most_tokens(config))
         except ScenarioError as e:
             problem = problem or str(e)
-    return Peek(str(config.get("model_type", "?")), layers, tokens, problem)
+    return Peek(str(config.get("model_type", "?")), layers, tokens, problem, _most_tokens(config))
 
 
 def import_model_layer(
