@@ -191,8 +191,13 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
 
 
 def assert_close(got: Any, want: Any, what: str) -> None:
+    """To rounding: relative to each entry, and to the matrix's largest (an entry near 0
+    may be a difference of large ones)."""
+    want = np.asarray(want)
+    finite = want[np.isfinite(want)]
+    largest = float(np.abs(finite).max()) if finite.size else 0.0
     np.testing.assert_allclose(
-        np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-11, err_msg=what
+        np.asarray(got), want, rtol=1e-9, atol=1e-11 + 1e-14 * largest, err_msg=what
     )
 
 
