@@ -30,16 +30,19 @@ def rms(A: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
     return out if w is None else out * w
 
 
-def rotate(A: torch.Tensor, pos: list[int], base: float, style: str, r: int) -> torch.Tensor:
+def rotate(
+    A: torch.Tensor, pos: list[int], base: float, style: str, r: int, freqs=None, factor=1.0
+) -> torch.Tensor:
     half = r // 2
     i = torch.arange(half, dtype=torch.float64)
-    theta = torch.tensor(pos, dtype=torch.float64)[:, None] * base ** (-2.0 * i / r)
+    freq = base ** (-2.0 * i / r) if freqs is None else torch.tensor(freqs, dtype=torch.float64)
+    theta = torch.tensor(pos, dtype=torch.float64)[:, None] * freq
     first = list(range(half)) if style == "half" else list(range(0, r, 2))
     second = list(range(half, r)) if style == "half" else list(range(1, r, 2))
     x, y = A[:, first], A[:, second]
     out = A.clone()
-    out[:, first] = x * torch.cos(theta) - y * torch.sin(theta)
-    out[:, second] = x * torch.sin(theta) + y * torch.cos(theta)
+    out[:, first] = factor * (x * torch.cos(theta) - y * torch.sin(theta))
+    out[:, second] = factor * (x * torch.sin(theta) + y * torch.cos(theta))
     return out
 
 
@@ -76,8 +79,9 @@ def forward(s: Scenario, keep: np.ndarray | None) -> tuple[dict[str, torch.Tenso
         if st.positional == "rope":
             r = st.rope_dims if st.rope_dims is not None else d - d % 2
             if r:
-                Qr = rotate(Qr, qpos, st.rope_base, st.rope_style, r)
-                Kr = rotate(Kr, kpos, st.rope_base, st.rope_style, r)
+                turn = (st.rope_base, st.rope_style, r, st.rope_frequencies, st.rope_factor)
+                Qr = rotate(Qr, qpos, *turn)
+                Kr = rotate(Kr, kpos, *turn)
         scores = Qr @ Kr.T
         scale = 1.0
         if st.scale:

@@ -57,6 +57,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "rope-half": {"positional": "rope"},
     "rope-interleaved": {"positional": "rope", "rope_style": "interleaved"},
     "rope-partial": {"positional": "rope", "rope_dims": 2, "rope_base": 50.0},
+    # a model's own frequencies for d_k 4's two pairs, and an attention factor (YaRN)
+    "rope-scaled": {"positional": "rope", "rope_frequencies": (0.9, 0.013), "rope_factor": 1.25},
     "alibi": {"positional": "alibi"},
     "alibi-own-slopes": {"positional": "alibi", "alibi_slopes": (0.5, -0.25, 1.0, 0.0)},
     "sinusoidal": {"positional": "sinusoidal"},
@@ -143,6 +145,10 @@ def scenarios(draw: st.DrawFn, dropout: bool = True, tokens: tuple[int, int] = (
         "ablated": tuple(sorted(draw(st.sets(st.integers(0, H - 1), max_size=H)))),
         "dropout": draw(st.sampled_from((0.0, 0.25))) if dropout else 0.0,
     }
+    pairs = (rope_dims or width - width % 2) // 2
+    if positional == "rope" and pairs and draw(st.booleans()):  # a model's own, scaled
+        config["rope_frequencies"] = tuple(draw(st.floats(1e-3, 2.0)) for _ in range(pairs))
+        config["rope_factor"] = draw(st.floats(0.5, 2.0))
     s = make(
         n=n,
         m=m if cross else None,

@@ -54,16 +54,19 @@ def paper_slopes(H: int) -> list[float]:
     return geometric(p) + geometric(2 * p)[0::2][: H - p]
 
 
-def rotate(A: np.ndarray, pos: list[int], base: float, style: str, r: int) -> np.ndarray:
-    """Each pair of the first r features of row t turned by pos[t] · base^(−2i/r)."""
+def rotate(
+    A: np.ndarray, pos: list[int], base: float, style: str, r: int, freqs=None, factor=1.0
+) -> np.ndarray:
+    """Each pair of the first r features of row t turned by pos[t] · base^(−2i/r) (or
+    pos[t] · freqs[i]), times the factor."""
     out = A.copy()
     for t in range(A.shape[0]):
         for i in range(r // 2):
             a, b = (i, i + r // 2) if style == "half" else (2 * i, 2 * i + 1)
-            theta = pos[t] * base ** (-2.0 * i / r)
+            theta = pos[t] * (base ** (-2.0 * i / r) if freqs is None else freqs[i])
             x, y = A[t, a], A[t, b]
-            out[t, a] = x * math.cos(theta) - y * math.sin(theta)
-            out[t, b] = x * math.sin(theta) + y * math.cos(theta)
+            out[t, a] = factor * (x * math.cos(theta) - y * math.sin(theta))
+            out[t, b] = factor * (x * math.sin(theta) + y * math.cos(theta))
     return out
 
 
@@ -122,8 +125,9 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
             Kr = rms(Kr, s.k_norm[g, 0] if proj else None, st_.qk_norm_eps)
         if st_.positional == "rope":
             r = st_.rope_dims if st_.rope_dims is not None else d - d % 2
-            Qr = rotate(Qr, qpos, st_.rope_base, st_.rope_style, r)
-            Kr = rotate(Kr, kpos, st_.rope_base, st_.rope_style, r)
+            turn = (st_.rope_base, st_.rope_style, r, st_.rope_frequencies, st_.rope_factor)
+            Qr = rotate(Qr, qpos, *turn)
+            Kr = rotate(Kr, kpos, *turn)
         scores = np.array([[float(np.dot(Qr[i], Kr[j])) for j in range(m)] for i in range(n)])
         scale = 1.0
         if st_.scale:

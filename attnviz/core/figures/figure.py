@@ -240,7 +240,8 @@ def variant_terms(result: Computed) -> list[tuple[str, str]]:
         terms.append(
             (
                 "RoPE",
-                f"Q and K rotated by position (RoPE, base {st.rope_base:g}, "
+                f"Q and K rotated by position (RoPE, "
+                f"{'scaled' if st.rope_frequencies else f'base {st.rope_base:g}'}, "
                 f"{st.rope_style} pairs, {dims} dims)",
             )
         )

@@ -474,14 +474,25 @@ def _rope_lines(s: Scenario, pick: Pick) -> list[str]:
             '    # "interleaved" (GPT-J): feature 2i pairs with feature 2i + 1',
             "    first, second = slice(0, ROPE_DIMS, 2), slice(1, ROPE_DIMS, 2)",
         ]
+    st = s.settings
+    if st.rope_frequencies is None:
+        freq = pick(
+            "freq = ROPE_BASE ** (-np.arange(0, ROPE_DIMS, 2) / ROPE_DIMS)  # radians per step",
+            "freq = ROPE_BASE ** (-torch.arange(0, ROPE_DIMS, 2) / ROPE_DIMS)  # radians per step",
+        )
+    else:
+        freq = pick(
+            "freq = np.array(ROPE_FREQUENCIES)  # radians per step: the model's own (scaled)",
+            "freq = torch.tensor(ROPE_FREQUENCIES)  # radians per step: the model's own (scaled)",
+        )
+    factor = (
+        [] if st.rope_factor == 1.0 else ["    cos, sin = cos * ROPE_FACTOR, sin * ROPE_FACTOR"]
+    )
     return [
         "",
         "# RoPE: each pair of the first ROPE_DIMS features of Q and K turns by an angle that",
         "# grows with the token's position, at its own frequency.",
-        pick(
-            "freq = ROPE_BASE ** (-np.arange(0, ROPE_DIMS, 2) / ROPE_DIMS)  # radians per step",
-            "freq = ROPE_BASE ** (-torch.arange(0, ROPE_DIMS, 2) / ROPE_DIMS)  # radians per step",
-        ),
+        freq,
         "",
         "",
         "def rope(A, pos):",
@@ -492,6 +503,7 @@ def _rope_lines(s: Scenario, pick: Pick) -> list[str]:
             "    cos, sin = np.cos(angle), np.sin(angle)",
             "    cos, sin = torch.cos(angle), torch.sin(angle)",
         ),
+        *factor,
         "    a, b = A[:, first], A[:, second]",
         pick("    A = A.copy()", "    A = A.clone()"),
         "    A[:, first] = a * cos - b * sin",
@@ -632,9 +644,9 @@ def _describe(s: Scenario) -> str:
     if st.positional == "sinusoidal":
         parts.append("sinusoidal positions")
     elif st.positional == "rope":
-        parts.append(
-            f"RoPE ({st.rope_style} pairs, base {st.rope_base!r}, {u.rope_dims} features turned)"
-        )
+        base = "the model's own frequencies" if st.rope_frequencies else f"base {st.rope_base!r}"
+        factor = "" if st.rope_factor == 1.0 else f", factor {st.rope_factor!r}"
+        parts.append(f"RoPE ({st.rope_style} pairs, {base}{factor}, {u.rope_dims} features turned)")
     elif u.alibi:
         given = "given" if st.alibi_slopes is not None else "the paper's"
         parts.append(f"ALiBi ({given} slopes)")
@@ -819,6 +831,12 @@ def _settings_lines(s: Scenario, u: _Uses) -> list[str]:
             f"ROPE_BASE = {float(st.rope_base)!r}  # RoPE's frequencies: ROPE_BASE^(-2i/ROPE_DIMS)",
             f"ROPE_DIMS = {u.rope_dims!r}  # how many leading features of Q and K turn (even)",
         ]
+        if st.rope_frequencies is not None:
+            lines.append(
+                f"ROPE_FREQUENCIES = {_numbers(st.rope_frequencies)}  # the model's, one per pair"
+            )
+        if st.rope_factor != 1.0:
+            lines.append(f"ROPE_FACTOR = {float(st.rope_factor)!r}  # multiplies cos and sin")
     if u.alibi:
         slopes = "None" if st.alibi_slopes is None else _numbers(st.alibi_slopes)
         lines.append(f"ALIBI_SLOPES = {slopes}  # one per query head; None: the paper's slopes")

@@ -6,8 +6,9 @@ Version 1 holds tokens, X, the heads' W_Q/W_K/W_V, W_O and the basic settings; v
 adds cross-attention, shared key/value heads, biases, QK-norm weights and the newer
 settings and values (custom masks, RoPE, ALiBi, …); version 3 adds ``provenance``
 (``provenance_files``); version 4 the loss the gradients are of (``loss``,
-``loss_target``, ``loss_cell``). A save writes the oldest version that holds the
-scenario.
+``loss_target``, ``loss_cell``); version 5 a model's own RoPE frequencies and factor
+(``rope_frequencies``, ``rope_factor``: scaled RoPE). A save writes the oldest version that
+holds the scenario.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from attnviz.core.maths.scenario import (
 )
 
 FORMAT = "attnviz-scenario"
-VERSION = 4  # the newest this attnviz reads; a save writes the oldest that holds the scenario
-VERSIONS = (1, 2, 3, 4)
+VERSION = 5  # the newest this attnviz reads; a save writes the oldest that holds the scenario
+VERSIONS = (1, 2, 3, 4, 5)
 V1_TOP_KEYS = ("format", "version", "tokens", "X", "heads", "W_O", "settings")
 V2_TOP_KEYS = ("kv_tokens", "X_kv", "kv_heads", "b_O")
 V3_TOP_KEYS = ("provenance",)
@@ -53,7 +54,8 @@ V4_SETTINGS = (
     "loss_cell",
     "target",
 )  # the gradients' loss, when not the default
-SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS
+V5_SETTINGS = ("rope_frequencies", "rope_factor")  # scaled RoPE, when not the base's
+SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS + V5_SETTINGS
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
 V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
 Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
@@ -93,12 +95,19 @@ def settings_to_dict(st: Settings) -> dict[str, Any]:
         value = getattr(st, name)
         if value != getattr(_DEFAULTS, name):
             d[name] = [k + 1 for k in value] if name == "loss_cell" else value  # (from 1)
+    for name in V5_SETTINGS:
+        value = getattr(st, name)
+        if value != getattr(_DEFAULTS, name):
+            d[name] = list(value) if isinstance(value, tuple) else value
     return d
 
 
 def version_for(s: Scenario) -> int:
-    """4 with a loss other than the default (the gradients'); 3 with a provenance; else 1,
-    unless the scenario uses something only version 2 can hold."""
+    """5 with a model's own RoPE frequencies or factor; 4 with a loss other than the
+    default (the gradients'); 3 with a provenance; else 1, unless the scenario uses
+    something only version 2 can hold."""
+    if set(settings_to_dict(s.settings)) & set(V5_SETTINGS):
+        return 5
     if set(settings_to_dict(s.settings)) & set(V4_SETTINGS):
         return 4
     if s.provenance is not None:
@@ -173,8 +182,9 @@ SETTING_NUMBERS: dict[str, tuple[float, float, bool, str]] = {
     "scale_value": (0.0, 1e9, False, "(]"),
     "qk_norm_eps": (0.0, 1.0, False, "(]"),
     "softcap": (SOFTCAP_LEAST, 1e9, False, "[]"),  # a smaller c overflows s/c
+    "rope_factor": (0.0, 1e3, False, "(]"),
 }
-_OPTIONAL = ("rope_dims", "alibi_slopes", "scale_value", "softcap", "sinks")  # may be null
+_OPTIONAL = ("rope_dims", "alibi_slopes", "scale_value", "softcap", "sinks", "rope_frequencies")
 
 
 def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
@@ -187,6 +197,9 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     newer = sorted(set(value) & set(V4_SETTINGS))
     if version < 4 and newer:
         raise FileFormatError(f"settings.{newer[0]}: needs version 4 (the file says {version})")
+    newer = sorted(set(value) & set(V5_SETTINGS))
+    if version < 5 and newer:
+        raise FileFormatError(f"settings.{newer[0]}: needs version 5 (the file says {version})")
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
@@ -204,6 +217,8 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
             value[name] = number(value[name], f"settings.{name}", low, high, whole, ends)
         elif name in ("alibi_slopes", "sinks"):
             value[name] = _per_head(name, value[name])
+        elif name == "rope_frequencies":
+            value[name] = _frequencies(value[name])
     try:
         return Settings(**value)
     except ScenarioError as e:
@@ -256,6 +271,19 @@ def _per_head(name: str, numbers: Any) -> tuple[float, ...]:
         )
     most = PER_HEAD_MOST
     return tuple(number(v, f"settings.{name}[{h + 1}]", -most, most) for h, v in enumerate(numbers))
+
+
+def _frequencies(numbers: Any) -> tuple[float, ...]:
+    """RoPE's frequencies as saved: one number per pair, radians per position."""
+    if not isinstance(numbers, list) or not 1 <= len(numbers) <= LIMITS.d_k // 2:
+        raise FileFormatError(
+            f"settings.rope_frequencies: expected a list of 1 to {LIMITS.d_k // 2} numbers, "
+            "one per pair RoPE turns"
+        )
+    return tuple(
+        number(v, f"settings.rope_frequencies[{k + 1}]", 0.0, 1e3, ends="(]")
+        for k, v in enumerate(numbers)
+    )
 
 
 def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any]:

@@ -225,7 +225,9 @@ def _unturned(
     if st.positional == "rope":
         dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
         if dims:
-            d = rope(d, -np.asarray(pos, dtype=np.float64), st.rope_base, st.rope_style, dims)
+            back = -np.asarray(pos, dtype=np.float64)  # the transpose: f·R(θ)ᵀ = f·R(−θ)
+            d = rope(d, back, st.rope_base, st.rope_style, dims, st.rope_frequencies,
+                     st.rope_factor)  # fmt: skip
     if st.qk_norm != "rms":
         return d
     inv = 1.0 / np.sqrt(np.mean(A * A, axis=-1, keepdims=True) + st.qk_norm_eps)

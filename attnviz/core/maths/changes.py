@@ -63,6 +63,8 @@ def projection_settings(s: Scenario) -> tuple[object, ...]:
         st.rope_base,
         st.rope_style,
         st.rope_dims,
+        st.rope_frequencies,
+        st.rope_factor,
         st.qk_norm,
         st.qk_norm_eps,
         query_offset(s.n, s.m, st.causal_alignment),

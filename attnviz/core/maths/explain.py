@@ -19,8 +19,8 @@ import numpy as np
 
 from attnviz.core.maths.positions import positions, rope_width, sinusoidal
 from attnviz.core.maths.results import HEAD_MATRICES, LAYER_MATRICES, TURNED_MATRICES, Result
-from attnviz.core.maths.scenario import Scenario
-from attnviz.core.maths.variants import alibi_slopes, rope_frequencies, tanh
+from attnviz.core.maths.scenario import Scenario, Settings
+from attnviz.core.maths.variants import alibi_slopes, pair_frequencies, tanh
 
 EXPLAINABLE = HEAD_MATRICES + TURNED_MATRICES + LAYER_MATRICES
 
@@ -67,6 +67,13 @@ def _products(left: str, a: np.ndarray, right: str, b: np.ndarray) -> tuple[Term
         )
         for k, (x, y) in enumerate(zip(a, b, strict=True))
     )
+
+
+def frequency_text(st: Settings, k: int, dims: int) -> str:
+    """RoPE pair k's frequency as a formula: the base's power, or the model's number."""
+    if st.rope_frequencies is None:
+        return f"{_num(st.rope_base)}^(−{2 * k}/{dims})"
+    return f"{_num(st.rope_frequencies[k])} (the model's, pair {k + 1})"
 
 
 def _bracketed(x: float) -> str:
@@ -239,24 +246,26 @@ class _Explainer:
             a, b = normed[a_f], normed[b_f]
             qpos, kpos = positions(self.s)
             pos = int((kpos if kv else qpos)[i])
-            freq = float(rope_frequencies(dims, st.rope_base)[k])
+            freq = float(pair_frequencies(dims, st.rope_base, st.rope_frequencies)[k])
             theta = float(pos) * freq
-            c, sn = float(np.cos(theta)), float(np.sin(theta))
+            f = st.rope_factor  # (cos and sin times the factor, as the forward pass has them)
+            c, sn = float(np.cos(theta) * f), float(np.sin(theta) * f)
+            trig = ("cos θ", "sin θ") if f == 1.0 else (f"{_num(f)}·cos θ", f"{_num(f)}·sin θ")
             A_, B_ = f"{src}[{label},{a_f + 1}]", f"{src}[{label},{b_f + 1}]"
             if first:
                 rotation = (
-                    Term(f"{A_}·cos θ", (a, c), a * c, f"{_num(a)} × {_num(c)}"),
-                    Term(f"−{B_}·sin θ", (-b, sn), -b * sn, f"−{_bracketed(b)} × {_num(sn)}"),
+                    Term(f"{A_}·{trig[0]}", (a, c), a * c, f"{_num(a)} × {_num(c)}"),
+                    Term(f"−{B_}·{trig[1]}", (-b, sn), -b * sn, f"−{_bracketed(b)} × {_num(sn)}"),
                 )
-                formulas.append(f"{rot}[i,j] = a·cos θ − b·sin θ")
+                formulas.append(f"{rot}[i,j] = a·{trig[0]} − b·{trig[1]}")
             else:
                 rotation = (
-                    Term(f"{A_}·sin θ", (a, sn), a * sn, f"{_num(a)} × {_num(sn)}"),
-                    Term(f"{B_}·cos θ", (b, c), b * c, f"{_num(b)} × {_num(c)}"),
+                    Term(f"{A_}·{trig[1]}", (a, sn), a * sn, f"{_num(a)} × {_num(sn)}"),
+                    Term(f"{B_}·{trig[0]}", (b, c), b * c, f"{_num(b)} × {_num(c)}"),
                 )
-                formulas.append(f"{rot}[i,j] = a·sin θ + b·cos θ")
+                formulas.append(f"{rot}[i,j] = a·{trig[1]} + b·{trig[0]}")
             formulas.append(f"a = {src}[i,{a_f + 1}], b = {src}[i,{b_f + 1}]")
-            formulas.append(f"θ = (position − 1) · {_num(st.rope_base)}^(−{2 * k}/{dims})")
+            formulas.append(f"θ = (position − 1) · {frequency_text(st, k, dims)}")
             terms += rotation
             offset = pos - i
             where = f"position of {label}"
@@ -265,9 +274,9 @@ class _Explainer:
             value = _total(rotation)
             steps += [
                 Step(where, pos + 1),
-                Step(f"θ = ({pos + 1} − 1) × {_num(st.rope_base)}^(−{2 * k}/{dims})", theta),
-                Step("cos θ", c),
-                Step("sin θ", sn),
+                Step(f"θ = ({pos + 1} − 1) × {frequency_text(st, k, dims)}", theta),
+                Step(trig[0], c),
+                Step(trig[1], sn),
                 Step(f"{rot}[{label},{j + 1}]", value),
             ]
             notes.insert(

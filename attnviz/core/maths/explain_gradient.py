@@ -16,11 +16,20 @@ import math
 import numpy as np
 
 from attnviz.core.maths.backward import HEAD_GRADIENTS, Gradients
-from attnviz.core.maths.explain import Explanation, Step, Term, _bracketed, _notes, _num, _total
+from attnviz.core.maths.explain import (
+    Explanation,
+    Step,
+    Term,
+    _bracketed,
+    _notes,
+    _num,
+    _total,
+    frequency_text,
+)
 from attnviz.core.maths.positions import positions, rope_width
 from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario
-from attnviz.core.maths.variants import rope_frequencies
+from attnviz.core.maths.variants import pair_frequencies
 
 EXPLAINABLE_GRADIENTS = tuple(f"d{name}" for name in HEAD_GRADIENTS)
 
@@ -328,9 +337,10 @@ class _GradientExplainer:
         qpos, kpos = positions(self.s)
         pos = int((kpos if name == "K" else qpos)[i])
         back = np.array(d)
-        freqs = rope_frequencies(dims, st.rope_base)
+        freqs = pair_frequencies(dims, st.rope_base, st.rope_frequencies)
+        f = st.rope_factor
         for k, (a, b) in enumerate(self._pairs(dims)):  # the transposed rotation
-            c, s = math.cos(pos * freqs[k]), math.sin(pos * freqs[k])
+            c, s = math.cos(pos * freqs[k]) * f, math.sin(pos * freqs[k]) * f
             back[a], back[b] = d[a] * c + d[b] * s, -d[a] * s + d[b] * c
         notes = [f"RoPE turned back by −θ at position {pos + 1} of {label} (the turn's "
                  "transpose)"]  # fmt: skip
@@ -341,7 +351,7 @@ class _GradientExplainer:
             return back, (), [], formulas, notes
         k, a, b = pair
         theta = pos * float(freqs[k])
-        c, s = math.cos(theta), math.sin(theta)
+        c, s = math.cos(theta) * f, math.sin(theta) * f
         A, B = f"d{name}_rot[{label},{a + 1}]", f"d{name}_rot[{label},{b + 1}]"
         da, db = float(d[a]), float(d[b])
         if j == a:
@@ -353,7 +363,9 @@ class _GradientExplainer:
                      Term(f"{B}·cos θ", (db, c), db * c, f"{_num(db)} × {_num(c)}"))  # fmt: skip
             formulas.append(f"back[i,b] = −d{name}_rot[i,a]·sin θ + d{name}_rot[i,b]·cos θ")
         formulas.append(f"a = {a + 1}, b = {b + 1}, θ = (position − 1) · "
-                        f"{_num(st.rope_base)}^(−{2 * k}/{dims})")  # fmt: skip
+                        f"{frequency_text(st, k, dims)}")  # fmt: skip
+        if f != 1.0:
+            formulas.append(f"cos θ and sin θ times RoPE's factor {_num(f)}")
         steps = [Step("θ", theta), Step(f"back[{label},{j + 1}]", _total(terms))]
         return back, terms, steps, formulas, notes
 

@@ -80,7 +80,7 @@ def turn(st: Settings, A: np.ndarray, norm: np.ndarray | None, pos: np.ndarray) 
     if st.positional == "rope":
         dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
         if dims:
-            A = rope(A, pos, st.rope_base, st.rope_style, dims)
+            A = rope(A, pos, st.rope_base, st.rope_style, dims, st.rope_frequencies, st.rope_factor)
     return A
 
 

@@ -209,7 +209,9 @@ class KVCache:
             a = rms_norm(a, norm, st.qk_norm_eps)
         dims = min(rope_width(st, a.shape[-1]), a.shape[-1] - a.shape[-1] % 2)
         if st.positional == "rope" and dims:
-            a = rope(a[:, None], np.array([t]), st.rope_base, st.rope_style, dims)[:, 0]
+            at = np.array([t])
+            a = rope(a[:, None], at, st.rope_base, st.rope_style, dims, st.rope_frequencies,
+                     st.rope_factor)[:, 0]  # fmt: skip
         return a
 
     def __iter__(self) -> Iterator[Step]:

@@ -10,7 +10,7 @@ import numpy as np
 from attnviz.core.maths.forward import compute_head
 from attnviz.core.maths.positions import positions, rope_width
 from attnviz.core.maths.scenario import Scenario, Settings
-from attnviz.core.maths.variants import rope, rope_angles, rope_frequencies
+from attnviz.core.maths.variants import pair_frequencies, rope, rope_angles
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def pairs(st: Settings, d_k: int) -> Pairs:
         first, second = index[: dims // 2], index[dims // 2 :]
     else:
         first, second = index[0::2], index[1::2]
-    freq = rope_frequencies(dims, st.rope_base)
+    freq = pair_frequencies(dims, st.rope_base, st.rope_frequencies)
     return Pairs(first, second, freq, 2 * np.pi / freq)
 
 
@@ -48,7 +48,8 @@ def angles(s: Scenario) -> np.ndarray:
     dims = len(pairs(s.settings, width(s)).frequency) * 2
     if not dims:
         return np.zeros((s.n, 0))
-    return rope_angles(positions(s)[0], dims, s.settings.rope_base)
+    st = s.settings
+    return rope_angles(positions(s)[0], dims, st.rope_base, st.rope_frequencies)
 
 
 def turned_pair(s: Scenario, head: int, token: int, pair: int) -> tuple[np.ndarray, int]:
@@ -59,10 +60,10 @@ def turned_pair(s: Scenario, head: int, token: int, pair: int) -> tuple[np.ndarr
     p = pairs(st, width(s))
     own = int(positions(s)[0][token])
     turned = compute_head(s, head).Q_rot[token : token + 1]
-    q = rope(turned, np.array([-own]), st.rope_base, st.rope_style, len(p.frequency) * 2)[0]
+    q = _unturned(turned, np.array([own]), st, len(p.frequency) * 2)[0]
     a, b = q[p.first[pair]], q[p.second[pair]]
     theta = np.arange(max(s.n, own + 1)) * p.frequency[pair]
-    cos, sin = np.cos(theta), np.sin(theta)
+    cos, sin = np.cos(theta) * st.rope_factor, np.sin(theta) * st.rope_factor
     return np.stack([a * cos - b * sin, a * sin + b * cos], axis=1), own
 
 
@@ -77,13 +78,16 @@ def shift_change(s: Scenario, head: int, shift: int) -> float:
     dims = len(pairs(st, width(s)).frequency) * 2
     # what RoPE received (Q and K after any QK-norm), turned at the shifted positions
     q, k = _unturned(h.Q_rot, qpos, st, dims), _unturned(h.K_rot, kpos, st, dims)
-    shifted = (
-        rope(q, qpos + shift, st.rope_base, st.rope_style, dims)
-        @ rope(k, kpos + shift, st.rope_base, st.rope_style, dims).T
-    )
+    shifted = _turned(q, qpos + shift, st, dims) @ _turned(k, kpos + shift, st, dims).T
     return float(np.abs(shifted - h.scores).max())
 
 
+def _turned(A: np.ndarray, pos: np.ndarray, st: Settings, dims: int) -> np.ndarray:
+    return rope(A, pos, st.rope_base, st.rope_style, dims, st.rope_frequencies, st.rope_factor)
+
+
 def _unturned(turned: np.ndarray, pos: np.ndarray, st: Settings, dims: int) -> np.ndarray:
-    """Undo RoPE: turn back by the same angles (a rotation's inverse is its transpose)."""
-    return rope(turned, -pos, st.rope_base, st.rope_style, dims)
+    """Undo RoPE: turn back by the same angles (a rotation's inverse is its transpose)
+    and divide by its factor."""
+    factor = 1.0 / st.rope_factor
+    return rope(turned, -pos, st.rope_base, st.rope_style, dims, st.rope_frequencies, factor)

@@ -107,6 +107,9 @@ class Settings:
     rope_base: float = 10000.0
     rope_style: str = "half"  # pairs i, i + r/2 (GPT-NeoX, Llama); "interleaved": 2i, 2i+1
     rope_dims: int | None = None  # how many leading features RoPE turns; None: all (even)
+    # a model's own frequency per pair (scaled RoPE: Llama 3, YaRN, …); None: the base's
+    rope_frequencies: tuple[float, ...] | None = None
+    rope_factor: float = 1.0  # multiplies cos and sin (YaRN's attention factor)
     alibi_slopes: tuple[float, ...] | None = None  # one per query head; None: the paper's
     scale_value: float | None = None  # replaces 1/√d_k when scale is on
     qk_norm: str = "none"  # "rms": RMSNorm of Q and K over d_k, times q_norm/k_norm
@@ -148,6 +151,8 @@ class Settings:
     def _check_numbers(self) -> None:
         """The numbers: bases, scales, RoPE's width, the window, the dropout."""
         _positive("rope_base", self.rope_base, above=1.0)
+        _positive("rope_factor", self.rope_factor, above=0.0, most=1e3)
+        _check_frequencies(self.rope_frequencies)
         _positive("qk_norm_eps", self.qk_norm_eps, above=0.0, most=1.0)
         for name in ("scale_value", "softcap"):
             if getattr(self, name) is not None:
@@ -205,6 +210,20 @@ def _check_per_head(name: str, values: object) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= PER_HEAD_MOST:
             raise ScenarioError(
                 f"settings.{name}[{h + 1}]: expected a number within ±{PER_HEAD_MOST:g}, got {v!r}"
+            )
+
+
+def _check_frequencies(values: object) -> None:
+    """RoPE's frequencies per pair: positive numbers (radians per position), or None."""
+    if values is None:
+        return
+    if not isinstance(values, tuple) or not values or len(values) > LIMITS.d_k // 2:
+        raise ScenarioError("settings.rope_frequencies: expected one number per pair of RoPE")
+    for k, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1e3:
+            raise ScenarioError(
+                f"settings.rope_frequencies[{k + 1}]: expected a number greater than 0 and "
+                f"at most 1000 (radians per position), got {v!r}"
             )
 
 
@@ -463,6 +482,15 @@ class Scenario:
                 raise ScenarioError(f"settings.{name}: {len(values)} numbers for {h} query heads")
         if st.rope_dims is not None and st.rope_dims > d_k:
             raise ScenarioError(f"settings.rope_dims: {st.rope_dims} is more than d_k {d_k}")
+        if st.rope_frequencies is not None and st.positional == "rope":
+            width = d_k if st.projections else self.d_model
+            even = width - width % 2
+            pairs = min(even if st.rope_dims is None else st.rope_dims, even) // 2
+            if len(st.rope_frequencies) != pairs:
+                raise ScenarioError(
+                    f"settings.rope_frequencies: {len(st.rope_frequencies)} numbers for the "
+                    f"{pairs} pairs RoPE turns"
+                )
 
     def _check_mask(self) -> None:
         """A custom mask: n × m of 0 and 1."""
@@ -793,6 +821,9 @@ def resized(
     W_O = _fit(blocks, (heads, d_k, d_model)).reshape(heads * d_k, d_model)
     st = s.settings
     rope_dims = st.rope_dims if st.rope_dims is None or st.rope_dims <= d_k else None
+    freqs = st.rope_frequencies
+    if freqs is not None and len(freqs) != (rope_dims or d_k - d_k % 2) // 2:
+        freqs = None  # another width: the base's frequencies
     settings = st.replace(
         ablated=tuple(h for h in st.ablated if h < heads),
         # a new head's sink starts at 0 (as a freshly initialised one does); its ALiBi
@@ -800,6 +831,7 @@ def resized(
         sinks=_fit_per_head(st.sinks, heads, np.zeros(heads)),
         alibi_slopes=_fit_per_head(st.alibi_slopes, heads, alibi_slopes(heads)),
         rope_dims=rope_dims,
+        rope_frequencies=freqs,
         loss_cell=_cell_within(st.loss_cell, n, d_model),
     )
     stacks: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from attnviz.core.maths.positions import (
 from attnviz.core.maths.results import Head, Result, RowStats, Stages
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.scoring import softmax_rows
-from attnviz.core.maths.variants import alibi_slopes, rope_frequencies
+from attnviz.core.maths.variants import alibi_slopes, pair_frequencies
 
 DTYPES = ("float32", "float64")
 
@@ -68,8 +68,8 @@ def _turn(st: Settings, A: Any, norm: Any, pos: np.ndarray, t: Callable[[Any], A
         A = A if norm is None else A * norm
     dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
     if st.positional == "rope" and dims:
-        angle = pos[:, None] * rope_frequencies(dims, st.rope_base)
-        cos, sin = t(np.cos(angle)), t(np.sin(angle))
+        angle = pos[:, None] * pair_frequencies(dims, st.rope_base, st.rope_frequencies)
+        cos, sin = t(np.cos(angle) * st.rope_factor), t(np.sin(angle) * st.rope_factor)
         idx = np.arange(dims)
         half = st.rope_style == "half"
         first, second = (idx[: dims // 2], idx[dims // 2 :]) if half else (idx[0::2], idx[1::2])

@@ -25,15 +25,32 @@ def rope_frequencies(dims: int, base: float = 10000.0) -> np.ndarray:
     return base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
 
 
-def rope_angles(positions: np.ndarray, dims: int, base: float = 10000.0) -> np.ndarray:
+Frequencies = tuple[float, ...] | None  # a model's own per pair (scaled RoPE), or the base's
+
+
+def pair_frequencies(dims: int, base: float, freqs: Frequencies = None) -> np.ndarray:
+    """Each pair's frequency: ``freqs`` when given (one per pair: a model's scaled RoPE),
+    else base^(−2i/dims)."""
+    if freqs is None:
+        return rope_frequencies(dims, base)
+    if len(freqs) != dims // 2:
+        raise ValueError(f"rope: {len(freqs)} frequencies for {dims // 2} pairs")
+    return np.asarray(freqs, dtype=np.float64)
+
+
+def rope_angles(
+    positions: np.ndarray, dims: int, base: float = 10000.0, freqs: Frequencies = None
+) -> np.ndarray:
     """(positions, dims/2): the angle by which each pair turns at each position."""
-    angles: np.ndarray = np.asarray(positions, dtype=np.float64)[:, None] * rope_frequencies(
-        dims, base
+    angles: np.ndarray = np.asarray(positions, dtype=np.float64)[:, None] * pair_frequencies(
+        dims, base, freqs
     )
     return angles
 
 
-def _cos_sin(positions: np.ndarray, dims: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+def _cos_sin(
+    positions: np.ndarray, dims: int, base: float, freqs: Frequencies
+) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of rope_angles; remembered for a few runs of many consecutive positions
     (every edit of W_Q or W_K turns the same n positions again: 0.4 ms of cos and sin at
     n = 512)."""
@@ -43,8 +60,8 @@ def _cos_sin(positions: np.ndarray, dims: int, base: float) -> tuple[np.ndarray,
         FEW_POSITIONS < count <= MOST_REMEMBERED // max(1, dims // 2)
         and (np.diff(positions) == 1).all()
     ):
-        return _remembered_cos_sin(float(positions[0]), count, dims, base)
-    angle = rope_angles(positions, dims, base)
+        return _remembered_cos_sin(float(positions[0]), count, dims, base, freqs)
+    angle = rope_angles(positions, dims, base, freqs)
     return np.cos(angle), np.sin(angle)
 
 
@@ -54,9 +71,9 @@ MOST_REMEMBERED = 1 << 18  # angles in one remembered set (4 MiB of cos and sin)
 
 @functools.lru_cache(maxsize=8)
 def _remembered_cos_sin(
-    first: float, count: int, dims: int, base: float
+    first: float, count: int, dims: int, base: float, freqs: Frequencies
 ) -> tuple[np.ndarray, np.ndarray]:
-    angle = rope_angles(first + np.arange(count, dtype=np.float64), dims, base)
+    angle = rope_angles(first + np.arange(count, dtype=np.float64), dims, base, freqs)
     cos, sin = np.cos(angle), np.sin(angle)
     cos.flags.writeable = sin.flags.writeable = False
     return cos, sin
@@ -78,11 +95,15 @@ def rope(
     base: float = 10000.0,
     style: str = "half",
     dims: int | None = None,
+    freqs: Frequencies = None,
+    factor: float = 1.0,
 ) -> np.ndarray:
     """x (…, tokens, d) with each pair of its first ``dims`` features (all by default)
     rotated by the angle of the token's position; the other features unchanged.
 
-    A pair (a, b) at angle θ becomes (a cos θ − b sin θ, a sin θ + b cos θ).
+    A pair (a, b) at angle θ becomes f·(a cos θ − b sin θ, a sin θ + b cos θ), f the
+    ``factor`` (1; YaRN's and LongRoPE's attention factor multiplies cos and sin), θ the
+    position times the pair's frequency (``freqs``, or the base's).
     """
     x = np.asarray(x, dtype=np.float64)
     dims = x.shape[-1] if dims is None else dims
@@ -90,7 +111,9 @@ def rope(
         raise ValueError(f"rope dims: {dims} is more than the {x.shape[-1]} features")
     if len(positions) != x.shape[-2]:
         raise ValueError(f"rope: {len(positions)} positions for {x.shape[-2]} tokens")
-    cos, sin = _cos_sin(positions, dims, base)
+    cos, sin = _cos_sin(positions, dims, base, freqs)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
     first, second = _pairs(dims, style)
     a, b = x[..., first], x[..., second]
     out = np.empty_like(x)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from attnviz.core.figures.figure import make_spec
 from attnviz.core.maths.results import Result
 from attnviz.core.maths.rotary import angles, pairs, shift_change, turned_pair, width
+from attnviz.core.maths.scenario import Settings
 from attnviz.ui.heatmap import HeatmapView
 from attnviz.ui.panels.common import ResultPanel, int_spin
 from attnviz.ui.plotting import pg
@@ -108,7 +109,7 @@ class RopePanel(ResultPanel):
         head = min(self.view_state.head, s.n_heads - 1)
         self.status.setText(
             f"<b>RoPE</b> on head {head + 1}: {count} pair(s) of features turn by position "
-            f"(base {st.rope_base:g}, {st.rope_style} pairs). A pair at position p (from 1, "
+            f"({rope_source(st)}, {st.rope_style} pairs). A pair at position p (from 1, "
             "like rows) turns by (p − 1) × its frequency; a query and a key turned by their "
             "own positions meet at an angle that depends only on how far apart they are."
         )
@@ -168,3 +169,15 @@ class RopePanel(ResultPanel):
             f"Every position moved by {k}: head {head + 1}'s raw scores changed by at most "
             f"{change:.1e}, rounding only. RoPE scores depend on the offset i − j alone."
         )
+
+
+def rope_source(st: Settings) -> str:
+    """Where the frequencies come from: the base, or the model's own (scaled RoPE)."""
+    if st.rope_frequencies is None and st.rope_factor == 1.0:
+        return f"base {st.rope_base:g}"
+    own = (
+        "the model's own frequencies"
+        if st.rope_frequencies is not None
+        else f"base {st.rope_base:g}"
+    )
+    return own if st.rope_factor == 1.0 else f"{own}, cos and sin × {st.rope_factor:.4g}"

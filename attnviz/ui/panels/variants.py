@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QVBoxLayout,
@@ -70,6 +71,7 @@ class VariantsPanel(QWidget):
         self._syncs.append(
             lambda: set_quietly(self.rope_dims, self.doc.scenario.settings.rope_dims or 0)
         )
+        self._scaled_rope(form)
         self.alibi = self._list(form, "ALiBi slopes", "alibi_slopes", "empty: the paper's slopes")
 
         scores = QGroupBox("Scores and softmax")
@@ -121,6 +123,34 @@ class VariantsPanel(QWidget):
         form.addRow(label, box)
         self._syncs.append(lambda: box.setCurrentText(getattr(self.doc.scenario.settings, name)))
         return box
+
+    def _scaled_rope(self, form: QFormLayout) -> None:
+        """A model's own RoPE frequencies (scaled RoPE), shown with a way back to the
+        base's; they come from an imported layer, not from typing."""
+        self.rope_scaled = QLabel()
+        self.rope_scaled.setWordWrap(True)
+        self.rope_unscale = QPushButton("Use the base's")
+        self.rope_unscale.setToolTip("Forget the model's frequencies and factor: base^(−2i/r)")
+        self.rope_unscale.clicked.connect(
+            lambda: self.set_setting(rope_frequencies=None, rope_factor=1.0)
+        )
+        row = QHBoxLayout()
+        row.addWidget(self.rope_scaled, 1)
+        row.addWidget(self.rope_unscale)
+        form.addRow("RoPE frequencies", row)
+
+        def sync() -> None:
+            st = self.doc.scenario.settings
+            own = st.rope_frequencies is not None or st.rope_factor != 1.0
+            pairs = "the base's" if st.rope_frequencies is None else (
+                f"the model's own, {len(st.rope_frequencies)} pairs "
+                f"({min(st.rope_frequencies):.3g} to {max(st.rope_frequencies):.3g} rad/position)"
+            )  # fmt: skip
+            factor = "" if st.rope_factor == 1.0 else f"; cos and sin × {st.rope_factor:.6g}"
+            self.rope_scaled.setText(pairs + factor)
+            self.rope_unscale.setEnabled(own)
+
+        self._syncs.append(sync)
 
     def _number(self, form: QFormLayout, label: str, name: str, optional: bool = True) -> QLineEdit:
         edit = QLineEdit()
