@@ -213,6 +213,9 @@ VARIANT_CASES = {
     "rope-half": BASE.with_settings(positional="rope"),
     "rope-half-partial": BASE.with_settings(positional="rope", rope_dims=2, rope_base=100.0),
     "rope-interleaved": BASE.with_settings(positional="rope", rope_style="interleaved"),
+    "rope-scaled": BASE.with_settings(
+        positional="rope", rope_frequencies=(0.8, 0.011), rope_factor=1.2
+    ),
     "rope-interleaved-partial": random_scenario(
         n=5, d_model=8, heads=2, d_k=6, seed=5
     ).with_settings(positional="rope", rope_style="interleaved", rope_dims=4, rope_base=50.0),

@@ -401,7 +401,7 @@ BAD_DOCS = [
     ("settings-list", _set(("settings",), []), ["settings"], None),
     ("settings-null", _set(("settings",), None), ["settings"], None),
     # Format and version.
-    ("version-5", _set(("version",), 5), ["version"], None),
+    ("version-6", _set(("version",), 6), ["version"], None),
     ("version-0", _set(("version",), 0), ["version"], None),
     ("version-str", _set(("version",), "1"), ["version"], None),
     ("version-float", _set(("version",), 1.0), ["version"], None),

@@ -67,7 +67,7 @@ def test_rope_of_many_positions_remembers_its_angles_only_for_those_positions():
             want = rope_by_complex(x[h], positions, base, style, dims)
             np.testing.assert_allclose(got[h], want, atol=1e-14)
     assert V._remembered_cos_sin.cache_info().hits == 1  # the first again
-    cos, _ = V._cos_sin(np.arange(40), 8, 100.0)
+    cos, _ = V._cos_sin(np.arange(40), 8, 100.0, None)
     assert not cos.flags.writeable  # shared between calls: nobody may change it
     # Positions that are not one run are turned, not remembered.
     scattered = np.array([0, 5, 2, 9, 1, 30, 31, 7, 8, 11])

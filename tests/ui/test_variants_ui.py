@@ -797,3 +797,27 @@ def test_the_alibi_view_shows_each_heads_bias(window, qtbot):
     window.change_setting(positional="none")
     window.compute.wait()
     assert "alibi" not in window.pipeline.names
+
+
+def test_a_models_own_rope_frequencies_are_shown_and_can_go_back_to_the_bases(window, qtbot):
+    window.load_preset("llama-style")  # d_k 4: two pairs
+    s = window.doc.scenario
+    window.doc.replace(s.with_settings(rope_frequencies=(0.9, 0.01), rope_factor=1.5), "scaled")
+    variants = dock(window, qtbot, "Variants")
+    assert "the model's own, 2 pairs" in variants.rope_scaled.text()
+    assert "× 1.5" in variants.rope_scaled.text()
+    Q = np.array(s.X) @ s.W_Q[0]
+    pos = np.arange(s.n)
+    want = Q.copy()
+    for i, f in enumerate((0.9, 0.01)):
+        a, b = Q[:, i], Q[:, i + 2]
+        want[:, i] = 1.5 * (a * np.cos(pos * f) - b * np.sin(pos * f))
+        want[:, i + 2] = 1.5 * (a * np.sin(pos * f) + b * np.cos(pos * f))
+    close(view(window, "Q_rot").values, want)
+    qtbot.mouseClick(variants.rope_unscale, Qt.MouseButton.LeftButton)
+    st = window.doc.scenario.settings
+    assert st.rope_frequencies is None and st.rope_factor == 1.0
+    close(view(window, "Q_rot").values, turned(Q, pos, 10000.0, "half", 4))
+    assert not variants.rope_unscale.isEnabled()
+    window.doc.undo_stack.undo()
+    assert window.doc.scenario.settings.rope_frequencies == (0.9, 0.01)
