@@ -218,8 +218,7 @@ def test_a_stray_sliding_window_in_a_llama_config_changes_nothing(tmp_path):
     ("key", "rope"),
     [
         ("rope_scaling", {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}),
-        ("rope_scaling", {"type": "linear", "factor": 2.0}),
-        ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}),
+        ("rope_scaling", {"type": "dynamic", "factor": 2.0}),
         ("rope_parameters", {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
     ],
 )
@@ -242,14 +241,16 @@ def test_default_rope_parameters_import(tmp_path):
     assert got.scenario.settings.rope_base == 500.0 and got.agreement_weights <= EXACT
 
 
-def by_hand(model, ids):
+def by_hand(model, ids, freq=None):
     """Each layer's X (after its input norm) and attention weights, computed here in
     float64 from the model's weights: embeddings, RMS norms, Q/K/V with biases, Qwen3's
-    QK norms, RoPE as base^(−2i/d), causal softmax, O, the SwiGLU MLP."""
+    QK norms, RoPE as base^(−2i/d) (or ``freq``), causal softmax, O, the SwiGLU MLP."""
     c = model.config
     p = {k: v.double() for k, v in model.state_dict().items()}
     n, heads, kv = ids.shape[1], c.num_attention_heads, c.num_key_value_heads
     d = getattr(c, "head_dim", None) or c.hidden_size // heads
+    if freq is None:
+        freq = c.rope_parameters["rope_theta"] ** (-np.arange(0, d, 2) / d)
 
     def rms(x, w):
         return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.rms_norm_eps)
@@ -258,9 +259,7 @@ def by_hand(model, ids):
         bias = p.get(f"{name}.bias")
         return x @ p[f"{name}.weight"].T + (0 if bias is None else bias)
 
-    angles = torch.arange(n, dtype=torch.float64)[:, None] * torch.tensor(
-        c.rope_parameters["rope_theta"] ** (-np.arange(0, d, 2) / d)
-    )
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * torch.tensor(freq)
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
 
     def rope(x):
@@ -310,11 +309,67 @@ def test_every_layer_is_float64_throughout(kind):
 
 def test_a_config_fed_through_a_loaded_model_is_checked_too():
     model = tiny_llama("llama")
-    model.config.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
-    with pytest.raises(ScenarioError, match="rope_parameters type 'linear' is not supported"):
+    model.config.rope_parameters = {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}
+    with pytest.raises(ScenarioError, match="rope_parameters type 'yarn' is not supported"):
         import_layer(model, IDS, 0, LABELS)
 
 
 def test_distilbert_is_decoder_is_refused(tmp_path):
     folder = edited(save_tiny("distilbert", tmp_path / "d"), is_decoder=True)
     assert "DistilBERT is_decoder" in peek(str(folder), "the cat").problem
+
+
+def llama3_frequencies(d: int, theta: float, factor, low, high, context) -> np.ndarray:
+    """Llama 3.1's RoPE frequencies, written out: a pair whose wavelength is shorter than
+    context/high keeps its frequency, one longer than context/low has it divided by the
+    factor, and one between moves from the one to the other in proportion to
+    context/wavelength."""
+    out = []
+    for i in range(0, d, 2):
+        f = theta ** (-i / d)
+        wavelength = 2 * math.pi / f
+        if wavelength < context / high:
+            out.append(f)
+        elif wavelength > context / low:
+            out.append(f / factor)
+        else:
+            t = (context / wavelength - low) / (high - low)
+            out.append((1 - t) * f / factor + t * f)
+    return np.array(out)
+
+
+SCALED = {
+    "linear": ({"rope_type": "linear", "factor": 4.0}, lambda f: f / 4.0),
+    "llama3": (
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 64},
+        None,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", SCALED)
+def test_scaled_rope_imports_with_the_models_own_frequencies(kind):
+    rope, by_factor = SCALED[kind]
+    config = transformers.LlamaConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, intermediate_size=32, max_position_embeddings=256,
+        rope_parameters={**rope, "rope_theta": 10000.0}, attn_implementation="eager",
+    )  # fmt: skip  # d_k 16: eight pairs, wavelengths 6 to 3,500 positions
+    torch.manual_seed(4)
+    model = transformers.LlamaModel(config).double().eval()
+    plain = 10000.0 ** (-np.arange(0, 16, 2) / 16)
+    if by_factor is not None:
+        freq = by_factor(plain)
+    else:
+        freq = llama3_frequencies(16, 10000.0, 8.0, 1.0, 4.0, 64)
+        assert freq[0] == plain[0] and freq[-1] == plain[-1] / 8  # kept; divided
+        assert plain[1] / 8 < freq[1] < plain[1]  # (and one between)
+    _, Ws = by_hand(model, IDS, freq)
+    for layer in range(2):
+        got = import_layer(model, IDS, layer, LABELS)
+        np.testing.assert_allclose(got.scenario.settings.rope_frequencies, freq, rtol=1e-15)
+        np.testing.assert_allclose(compute(got.scenario).weights, Ws[layer], rtol=0, atol=EXACT)
+        np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
+        own = own_eager(model)[layer]  # transformers' own run: its frequencies in float32
+        assert np.abs(own - Ws[layer]).max() < 1e-5

@@ -171,13 +171,13 @@ def _eager64(
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
-def _rope64(rotary: Any, base: float) -> Any:
-    """A forward for a rotary embedding module that keeps its angles in float64."""
+def _rope64(rotary: Any, frequencies: np.ndarray) -> Any:
+    """A forward for a rotary embedding module that keeps its angles in float64, with
+    these frequencies (transformers builds them in float32: the family recomputes them,
+    e.g. base^(−2i/d), in float64)."""
     import torch
 
-    # transformers builds inv_freq in float32; recomputed here as base^(−2i/d) in float64
-    dims = 2 * rotary.inv_freq.shape[0]
-    inv_freq = torch.tensor(base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims))
+    inv_freq = torch.tensor(np.asarray(frequencies, dtype=np.float64))
 
     def forward(x: Any, position_ids: Any) -> tuple[Any, Any]:
         freqs = position_ids[..., None].double() * inv_freq.to(x.device)
