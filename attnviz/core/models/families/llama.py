@@ -4,7 +4,8 @@ key/value heads shared by groups of query heads.
 Config options that change attention: ``rope_parameters`` / ``rope_scaling`` (the
 default RoPE, ``linear`` and Llama 3.1's ``llama3``, whose frequencies are recomputed in
 float64 and kept in the scenario; other scaling types are refused by name),
-``rope_theta``, ``head_dim``, ``attention_bias`` (Llama, Qwen3; Qwen2 always has Q, K, V biases), Mistral's
+``rope_theta``, ``head_dim``, ``attention_bias`` (Llama, Qwen3; Qwen2 always has Q, K,
+V biases), Mistral's
 ``sliding_window`` (every layer), Qwen2's and Qwen3's ``use_sliding_window``,
 ``max_window_layers`` and ``layer_types`` (a window in the layers they name), Qwen3's
 QK-norm and ``rms_norm_eps``. Llama's code reads no ``sliding_window``: a stray one in
