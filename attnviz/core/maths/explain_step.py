@@ -1,7 +1,7 @@
 """One optimiser step of one trained entry, written out with its numbers for the
 Inspector: the gradient (clipped, with weight decay), the optimiser's buffers and the
-update, in the formulas of ``optimizers.py`` and with the same arithmetic, so that the
-value it ends with is the entry the run holds after the step."""
+update, in the formulas of ``optimizers.py``; the step itself is ``optimizers.update`` on
+the one entry, so the value it ends with is the entry the run holds after the step."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from attnviz.core.maths.explain import Explanation, Step
+from attnviz.core.maths.optimizers import update
 from attnviz.core.maths.training import LastStep
 
 FORMULAS = {
@@ -42,20 +43,25 @@ def explain_step(last: LastStep, name: str, cell: tuple[int, ...], where: str) -
         steps.append(Step(f"g × min(1, {_num(opt.clip)} / ‖g‖ = {_num(norm)}): clipped", g))
     lr, wd = opt.lr, opt.weight_decay
     if opt.kind == "adamw" and wd:
-        p = p * (1.0 - lr * wd)
-        steps.append(Step(f"p × (1 − η·λ), λ = {_num(wd)}", p))
+        steps.append(Step(f"p × (1 − η·λ), λ = {_num(wd)}", p * (1.0 - lr * wd)))
     elif wd:
-        g = g + wd * p
-        steps.append(Step(f"g + λ·p, λ = {_num(wd)}", g))
-    buffers = [float(b[cell]) for b in last.buffers.get(name, ())]
-    if opt.kind == "sgd":
-        p = p - lr * g
-    elif opt.kind == "momentum":
-        b = g if not buffers else opt.momentum * buffers[0] + g
-        steps.append(Step(f"b = μ·b + g, μ = {_num(opt.momentum)}" if buffers else "b = g", b))
-        p = p - lr * b
-    else:
-        p = _adam(opt.betas, opt.eps, lr, t, p, g, buffers, steps)
+        steps.append(Step(f"g + λ·p, λ = {_num(wd)}", g + wd * p))
+    before = tuple(np.array(b[cell]) for b in last.buffers.get(name, ()))
+    after, buffers = update(opt, np.array(p), np.array(g), before, t)  # the step itself
+    if opt.kind == "momentum":
+        label = f"b = μ·b + g, μ = {_num(opt.momentum)}" if before else "b = g"
+        steps.append(Step(label, float(buffers[0])))
+    elif opt.kind in ("adam", "adamw"):
+        beta1, beta2 = opt.betas
+        m, v = (float(b) for b in buffers)
+        denom = math.sqrt(v) / math.sqrt(1.0 - beta2**t) + opt.eps
+        steps += [
+            Step(f"m = m + (1 − β₁)·(g − m), β₁ = {_num(beta1)}", m),
+            Step(f"v = β₂·v + (1 − β₂)·g², β₂ = {_num(beta2)}", v),
+            Step("√v / √(1 − β₂ᵗ) + ε", denom),
+            Step("η/(1 − β₁ᵗ) · m / (…)", (lr / (1.0 - beta1**t)) * (m / denom)),
+        ]
+    p = float(after)
     notes.append(f"step {t:,}")
     return Explanation(
         f"{where}: the last training step",
@@ -65,29 +71,3 @@ def explain_step(last: LastStep, name: str, cell: tuple[int, ...], where: str) -
         p,
         note=", ".join(notes),
     )
-
-
-def _adam(
-    betas: tuple[float, float],
-    eps: float,
-    lr: float,
-    t: int,
-    p: float,
-    g: float,
-    buffers: list[float],
-    steps: list[Step],
-) -> float:
-    """Adam's step of one entry (the arithmetic of ``optimizers._update``), its
-    intermediates appended to ``steps``."""
-    beta1, beta2 = betas
-    m, v = buffers if buffers else (0.0, 0.0)
-    m = m + (1.0 - beta1) * (g - m)
-    v = beta2 * v + (1.0 - beta2) * g * g
-    denom = math.sqrt(v) / math.sqrt(1.0 - beta2**t) + eps
-    steps += [
-        Step(f"m = m + (1 − β₁)·(g − m), β₁ = {_num(beta1)}", m),
-        Step(f"v = β₂·v + (1 − β₂)·g², β₂ = {_num(beta2)}", v),
-        Step("√v / √(1 − β₂ᵗ) + ε", denom),
-        Step("η/(1 − β₁ᵗ) · m / (…)", (lr / (1.0 - beta1**t)) * (m / denom)),
-    ]
-    return p - (lr / (1.0 - beta1**t)) * (m / denom)

@@ -102,7 +102,7 @@ def step(
     changed: dict[str, Any] = {}
     buffers = dict(state.buffers)
     for name, grad in grads.items():
-        changed[name], buffers[name] = _update(opt, params[name], grad, buffers.get(name, ()), t)
+        changed[name], buffers[name] = update(opt, params[name], grad, buffers.get(name, ()), t)
     return changed, State(t, buffers)
 
 
@@ -112,7 +112,7 @@ def _clipped(grads: dict[str, np.ndarray], most: float) -> dict[str, np.ndarray]
     return {name: a * scale for name, a in grads.items()}
 
 
-def _update(
+def update(
     opt: Optimizer, p: np.ndarray, g: np.ndarray, buffers: tuple[np.ndarray, ...], t: int
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """p after one step, and its new buffers."""
