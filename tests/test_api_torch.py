@@ -159,3 +159,22 @@ def test_from_transformers_with_sdpa_and_a_transformers_tokenizer():
         layer.computation.weights, torch.softmax(scores, -1).numpy(), rtol=0, atol=1e-12
     )
     assert layer.scenario.tokens == ("the", "cat", "sat", "on", "the", "mat")
+
+
+def test_from_transformers_refuses_a_model_whose_own_attention_differs(monkeypatch):
+    """The model's own eager attention (the code transformers runs unchanged) computing
+    something else than the import's run is refused, as `attnviz import` refuses it: here
+    its scores are doubled, a change the import's run never sees."""
+    from transformers.models.llama import modeling_llama
+
+    model = tiny_llama("llama")
+    ids = [3, 17, 5, 42, 8]
+    assert attnviz.from_transformers(model, ids).agreement_weights <= 1e-12
+    original = modeling_llama.eager_attention_forward
+
+    def doubled(module, query, key, value, attention_mask, scaling, **kwargs):
+        return original(module, query, key, value, attention_mask, 2 * scaling, **kwargs)
+
+    monkeypatch.setattr(modeling_llama, "eager_attention_forward", doubled)
+    with pytest.raises(ScenarioError, match="transformers' own attention differs"):
+        attnviz.from_transformers(model, ids)

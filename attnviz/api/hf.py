@@ -131,13 +131,16 @@ def from_transformers(
 
     ``tokenizer`` is the model's fast tokenizer (or a ``tokenizers.Tokenizer``); without
     ``text`` it is the token ids instead (a list or a tensor; ``labels`` names them). The
-    model runs once, its weights untouched; the layer is refused (ScenarioError) where
-    attnviz's numbers differ from the model's beyond the importer's tolerance (1e-10 in
-    float64, 1e-5 in float32). The supported model types are those of ``attnviz import``.
+    model runs twice, its weights untouched (once with its float32 steps lifted, once
+    unchanged); the layer is refused (ScenarioError) where attnviz's numbers differ from
+    the model's beyond the importer's tolerance (1e-10 in float64, 1e-5 in float32), or
+    the model's unchanged run from the lifted one beyond 1e-5, as ``attnviz import``
+    refuses it. The supported model types are those of ``attnviz import``.
     """
     import torch
 
     from attnviz.core.models.hf_layer import import_layer
+    from attnviz.core.models.importer import own_attentions, same_as_own
 
     dtype = _model_dtype(model)
     tokens = _tokens(tokenizer, text, labels)
@@ -146,6 +149,7 @@ def from_transformers(
     model.eval()  # dropout off: the model's own numbers are then the layer's
     try:
         imported = import_layer(model, ids, layer, tokens.labels)
+        same_as_own(own_attentions(model, ids)[layer], imported.model_weights)
     except ScenarioError:
         raise
     except Exception as e:  # the model failed on this input: one line, naming why

@@ -47,6 +47,11 @@ from attnviz.ui.workspace import Workspace
 
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 MAX_RECENT = 10
+SCOPES = (
+    ("this layer (others import as the stepper reaches them)", "layer"),
+    ("every layer, from one run of the model (the stepper moves between them)", "all"),
+    ("every layer's attention weights only (a smaller file to look at, not edit)", "weights"),
+)
 SPECIAL_COLOUR = "#b35806"
 TOKEN_BACKGROUND = "#e8eef7"
 
@@ -174,11 +179,12 @@ class ModelImports(QObject):
         try:
             accepted = dialog.exec() == QDialog.DialogCode.Accepted
             request = dialog.request() if accepted else None
+            layers, weights_only = dialog.scope()
         finally:
             dialog.stop_preview()
             dialog.deleteLater()  # not left behind as a hidden child of the window
         if request is not None:
-            self.start(request)
+            self.start(request, layers=layers, weights_only=weights_only)
 
     def start(
         self,
@@ -457,9 +463,21 @@ class ImportDialog(QDialog):
         layer_row = QHBoxLayout()
         layer_row.addWidget(self.layer)
         layer_row.addWidget(self.layers, 1)
+        self.which = QComboBox()  # this layer, or every layer from one run of the model
+        for label, data in SCOPES:
+            self.which.addItem(label, data)
+        self.which.setCurrentIndex(max(0, self.which.findData(settings.value("import/which"))))
+        self.which.currentIndexChanged.connect(self._which_changed)
         self.dtype = QComboBox()
         self.dtype.addItem("float64 (exact: agrees with the model to 1e-12)", "float64")
         self.dtype.addItem("float32 (half the memory; agrees to 1e-5)", "float32")
+        self.dtype.addItem(
+            "the checkpoint's own (bf16/fp16/fp32 run beside float64; Model dock shows "
+            "the difference)",
+            "model",
+        )
+        self.dtype.setCurrentIndex(max(0, self.dtype.findData(settings.value("import/dtype"))))
+        self._which_changed()
 
         form = QFormLayout()
         form.addRow("Model:", row)
@@ -469,6 +487,7 @@ class ImportDialog(QDialog):
         form.addRow("Tokens:", self.preview)
         form.addRow("", self.count)
         form.addRow("Layer:", layer_row)
+        form.addRow("Import:", self.which)
         form.addRow("Precision:", self.dtype)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -511,7 +530,22 @@ class ImportDialog(QDialog):
         self.settings.setValue("import/source", source)
         self.settings.setValue("import/text", text)
         self.settings.setValue("import/layer", self.layer.value())
+        self.settings.setValue("import/which", self.which.currentData())
+        self.settings.setValue("import/dtype", self.dtype.currentData())
         return Request(source, text, self.layer.value(), self.dtype.currentData())
+
+    def scope(self) -> tuple[str | None, bool]:
+        """The layers to import ('all', the chosen one, or None: the chosen one alone, the
+        stepper importing others on demand) and whether attention weights only."""
+        which = self.which.currentData()
+        if which != "layer":
+            return "all", which == "weights"
+        if self.dtype.currentData() == "model":  # the native run is made for a set of layers
+            return str(self.layer.value()), False
+        return None, False
+
+    def _which_changed(self) -> None:
+        self.layer.setEnabled(self.which.currentData() == "layer")
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Model folder (Hugging Face layout)")

@@ -164,3 +164,48 @@ def test_vs_model_says_when_the_output_can_no_longer_be_compared(make_window, qt
     fewer = resized(window.doc.scenario, n=5)
     r = compute(fewer)
     assert "not comparable" in vs_model(fewer.provenance, r.weights, r.final)
+
+
+@pytest.mark.parametrize("precision", ["float64", "model"])
+def test_the_dialog_imports_every_layer_from_one_run_for_the_stepper(
+    make_window, qtbot, bert_folder, monkeypatch, precision
+):
+    window = make_window()
+
+    def answer(dialog):
+        dialog.source.setCurrentText(str(bert_folder))
+        dialog.text.setPlainText(TEXT)
+        dialog.which.setCurrentIndex(dialog.which.findData("all"))
+        assert not dialog.layer.isEnabled()  # every layer: no layer to choose
+        dialog.dtype.setCurrentIndex(dialog.dtype.findData(precision))
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(model_import.ImportDialog, "exec", answer)
+    window.models.open_dialog()
+    qtbot.waitUntil(lambda: window.doc.scenario.provenance is not None, timeout=60_000)
+    qtbot.waitUntil(lambda: not window.models.busy, timeout=60_000)
+    assert window.doc.scenario.provenance.layer == 0
+    for layer in (1, 2):  # held: each step is there at once, with no run of the model
+        window.models.step(+1)
+        assert window.doc.scenario.provenance.layer == layer
+        assert not window.models.busy
+    assert window.doc.scenario.tokens == ("[CLS]", *TEXT.split(), "[SEP]")
+
+
+def test_the_dialog_imports_attention_weights_only_to_look_at(
+    make_window, qtbot, bert_folder, monkeypatch
+):
+    window = make_window()
+    before = window.doc.scenario
+
+    def answer(dialog):
+        dialog.source.setCurrentText(str(bert_folder))
+        dialog.text.setPlainText(TEXT)
+        dialog.which.setCurrentIndex(dialog.which.findData("weights"))
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(model_import.ImportDialog, "exec", answer)
+    window.models.open_dialog()
+    qtbot.waitUntil(lambda: window.models.looked is not None, timeout=60_000)
+    assert window.doc.scenario is before  # nothing to edit replaced the document
+    assert window.models.looked.stored == (0, 1, 2) and window.models.looked.weights_only
