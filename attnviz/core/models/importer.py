@@ -38,7 +38,12 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-5}  # refuse beyond this; expect 1e
 # transformers' own eager attention against the run the import compares with: the Llama
 # family's code keeps the rotary angles in float32 even in a float64 model (about 1e-7).
 OWN_EAGER_TOLERANCE = 1e-5
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers")  # config.json's names for it
+LAYER_KEYS = (
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "num_layers",
+)  # config.json's names for it
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
 MAX_CONFIG = 2**24  # bytes of config.json
 
