@@ -277,3 +277,22 @@ def test_bertlike_options_are_refused_by_name_before_loading(tmp_path, kind, cha
     unreadable_weights(folder)
     with pytest.raises(ScenarioError, match=expected):
         import_model_layer(Request(str(folder), TEXT, 0))
+
+
+# T5 and its kin: refused by name
+
+
+@pytest.mark.parametrize("model_type", ["t5", "mt5", "umt5"])
+def test_t5_is_refused_by_name_before_loading(tmp_path, model_type):
+    folder = tmp_path / model_type
+    folder.mkdir()
+    config = transformers.T5Config(
+        vocab_size=50, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=4
+    ).to_dict()
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    word_tokenizer(False).save(str(folder / "tokenizer.json"))
+    unreadable_weights(folder)
+    message = "learned, bucketed relative position bias"
+    assert message in peek(str(folder), "the cat").problem
+    with pytest.raises(ScenarioError, match=message):
+        import_model_layer(Request(str(folder), TEXT, 0))
