@@ -279,6 +279,179 @@ def test_bertlike_options_are_refused_by_name_before_loading(tmp_path, kind, cha
         import_model_layer(Request(str(folder), TEXT, 0))
 
 
+# ModernBERT
+
+GLOBAL_THETA, LOCAL_THETA = 40_000.0, 500.0
+
+
+def modernbert(seed: int = 0, **options):
+    config = transformers.ModernBertConfig(**{
+        "vocab_size": 50, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 4,
+        "num_attention_heads": 2, "max_position_embeddings": 64,
+        "global_attn_every_n_layers": 2, "local_attention": 4,
+        "global_rope_theta": GLOBAL_THETA, "local_rope_theta": LOCAL_THETA,
+        "attention_bias": True, "norm_bias": True, "mlp_bias": True, "pad_token_id": 0,
+        "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2,
+        "attn_implementation": "eager", **options,
+    })  # fmt: skip
+    torch.manual_seed(seed)
+    return randomized(transformers.ModernBertModel(config).double(), seed)
+
+
+def modernbert_by_hand(model, ids, thetas=(GLOBAL_THETA, LOCAL_THETA), half_width=2):
+    """Each layer's X, attention weights and attention output, in float64 from the
+    weights: token embeddings, LayerNorm; per layer a LayerNorm (none in layer 0), the
+    fused QKV with its bias, RoPE (half-split pairs, base^(−2i/d)) with the global base in
+    layers 0, 2, … and the local one in 1, 3, …, where a query sees only keys within
+    ``half_width`` either side; softmax(QKᵀ/√d), O; then LayerNorm and a GELU-gated MLP."""
+    c = model.config
+    p = {k: v.double() for k, v in model.state_dict().items()}
+    n, heads = ids.shape[1], c.num_attention_heads
+    d = c.hidden_size // heads
+
+    def norm(x, name):
+        return layer_norm(x, p[f"{name}.weight"], p.get(f"{name}.bias"), c.norm_eps)
+
+    def linear(x, name):
+        bias = p.get(f"{name}.bias")
+        return x @ p[f"{name}.weight"].T + (0 if bias is None else bias)
+
+    def rope(x, theta):
+        angles = torch.arange(n, dtype=torch.float64)[:, None] * theta ** (
+            -torch.arange(0, d, 2, dtype=torch.float64) / d
+        )
+        cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+        return x * cos + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1) * sin
+
+    far = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs() > half_width
+    h = norm(p["embeddings.tok_embeddings.weight"][ids[0]], "embeddings.norm")
+    Xs, Ws, Os = [], [], []
+    for i in range(c.num_hidden_layers):
+        at = f"layers.{i}."
+        local = i % 2 == 1
+        x = h if i == 0 else norm(h, at + "attn_norm")
+        qkv = linear(x, at + "attn.Wqkv").view(n, 3, heads, d).permute(1, 2, 0, 3)
+        theta = thetas[1] if local else thetas[0]
+        q, k, v = rope(qkv[0], theta), rope(qkv[1], theta), qkv[2]
+        scores = q @ k.transpose(1, 2) / math.sqrt(d)
+        if local:
+            scores = scores.masked_fill(far, -math.inf)
+        w = softmax(scores)
+        a = linear((w @ v).transpose(0, 1).reshape(n, heads * d), at + "attn.Wo")
+        Xs.append(x.numpy())
+        Ws.append(w.numpy())
+        Os.append(a.numpy())
+        h = h + a
+        gate_in, gate = linear(norm(h, at + "mlp_norm"), at + "mlp.Wi").chunk(2, -1)
+        h = h + linear(GELU(gate_in) * gate, at + "mlp.Wo")
+    return Xs, Ws, Os
+
+
+def test_modernbert_every_layer_is_exact_in_float64():
+    model = modernbert(seed=8)
+    reference = modernbert_by_hand(model, IDS)
+    agrees(model, reference, 4)
+    for layer in (1, 3):  # the local layers: the band, and nothing outside it
+        weights = reference[1][layer]
+        assert np.all(weights[:, 0, 3:] == 0) and np.all(weights[:, 0, :3] > 0)
+    own = own_eager(model)  # transformers' own run: angles and rotation in float32
+    for layer in range(4):
+        assert np.abs(own[layer] - reference[1][layer]).max() <= 1e-5
+
+
+def test_modernbert_without_biases_and_with_an_odd_window():
+    model = modernbert(seed=9, attention_bias=False, norm_bias=False, local_attention=5)
+    reference = modernbert_by_hand(model, IDS, half_width=2)  # 5 // 2
+    agrees(model, reference, 4)
+
+
+def test_modernbert_layer_types_choose_the_local_layers():
+    types = ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    model = modernbert(seed=10, layer_types=types)
+    agrees(model, modernbert_by_hand(model, IDS), 4)
+    got = import_layer(model, IDS, 3, LABELS)
+    assert got.scenario.settings.mask == "custom"
+    assert import_layer(model, IDS, 2, LABELS).scenario.settings.mask == "none"
+
+
+def test_modernbert_float32_imports_within_float32_rounding():
+    model = modernbert(seed=11).float()
+    for layer in range(4):
+        got = import_layer(model, IDS, layer, LABELS)
+        r = compute(got.scenario)
+        assert np.abs(r.weights - got.model_weights).max() <= 1e-5
+        assert np.abs(r.final - got.model_output).max() <= 1e-5
+
+
+def save_modernbert(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    modernbert(seed=12).float().save_pretrained(folder)
+    word_tokenizer(True).save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_a_saved_modernbert_folder_imports_exactly(tmp_path):
+    folder = save_modernbert(tmp_path / "modernbert")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["rope_parameters"]["sliding_attention"]["rope_theta"] == LOCAL_THETA
+    loaded = transformers.AutoModel.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    Xs, Ws, _ = modernbert_by_hand(loaded, text_ids())
+    for layer in range(4):
+        got = import_model_layer(Request(str(folder), TEXT, layer))
+        assert got.agreement_weights <= EXACT and got.agreement_output <= EXACT
+        np.testing.assert_allclose(got.scenario.X, Xs[layer], rtol=0, atol=EXACT)
+        np.testing.assert_allclose(got.provenance.model_weights, Ws[layer], rtol=0, atol=EXACT)
+    got = import_model_layer(Request(str(folder), TEXT, 1, dtype="float32"))
+    assert got.agreement_weights <= 1e-5 and got.agreement_output <= 1e-5
+
+
+def test_a_modernbert_config_json_of_transformers_4_imports_exactly(tmp_path):
+    """ModernBERT's published config.json names the bases and the global layers the
+    transformers 4 way: global_rope_theta, local_rope_theta, global_attn_every_n_layers."""
+    folder = save_modernbert(tmp_path / "modernbert")
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("rope_parameters", "layer_types"):
+        del config[key]
+    (folder / "config.json").write_text(json.dumps(config))
+    edited(folder, global_rope_theta=900.0, local_rope_theta=30.0, global_attn_every_n_layers=2)
+    loaded = transformers.AutoModel.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    _, Ws, _ = modernbert_by_hand(loaded, text_ids(), thetas=(900.0, 30.0))
+    for layer in range(4):
+        got = import_model_layer(Request(str(folder), TEXT, layer))
+        assert got.agreement_weights <= EXACT and got.agreement_output <= EXACT
+        assert got.scenario.settings.rope_base == (30.0 if layer % 2 else 900.0)
+        np.testing.assert_allclose(got.provenance.model_weights, Ws[layer], rtol=0, atol=EXACT)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "sliding_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
+            }},
+            "ModernBERT rope_parameters type 'yarn' is not supported",
+        ),
+        (
+            {"layer_types": ["full_attention", "chunked_attention"] * 2},
+            "ModernBERT layer type 'chunked_attention' is not supported",
+        ),
+        ({"head_dim": 4}, "ModernBERT head_dim 4"),
+    ],
+)  # fmt: skip
+def test_modernbert_options_are_refused_by_name_before_loading(tmp_path, change, message):
+    folder = edited(save_modernbert(tmp_path / "modernbert"), **change)
+    assert message in peek(str(folder), "the cat").problem
+    unreadable_weights(folder)
+    with pytest.raises(ScenarioError, match=message):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
 # T5 and its kin: refused by name
 
 
