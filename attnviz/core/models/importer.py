@@ -46,6 +46,8 @@ LAYER_KEYS = (
 )  # config.json's names for it
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
 MAX_CONFIG = 2**24  # bytes of config.json
+# the model types whose positions start after the padding index (RoBERTa's code)
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
 
 Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
 
@@ -392,7 +394,7 @@ def _config(folder: Path) -> dict[str, Any]:
 
 def _most_tokens(config: dict[str, Any]) -> int:
     positions = config.get("max_position_embeddings") or config.get("n_positions")
-    if config.get("model_type") == "roberta" and isinstance(positions, int):
+    if config.get("model_type") in ROBERTA_POSITIONS and isinstance(positions, int):
         positions -= 2  # RoBERTa's positions start after its padding index
     return min(LIMITS.tokens, positions) if isinstance(positions, int) else LIMITS.tokens
 

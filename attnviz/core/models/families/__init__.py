@@ -8,15 +8,22 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, gpt2, llama
+from attnviz.core.models.families import bert, gpt2, llama, modernbert
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
     gpt2.FAMILY,
     bert.FAMILY,
     llama.FAMILY,
+    modernbert.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
+_T5 = (
+    "T5's learned, bucketed relative position bias (added to every head's scores) is not "
+    "a variant attnviz has"
+)
+# model types refused by name: what their attention has that attnviz's does not
+REFUSED: dict[str, str] = {"t5": _T5, "mt5": _T5, "umt5": _T5}
 
 
 def family_of(model_type: object) -> Family | None:
@@ -27,6 +34,8 @@ def family_of(model_type: object) -> Family | None:
 def unsupported(config: Config) -> str:
     """Why attnviz cannot import the model config.json describes ('' when it can)."""
     model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in REFUSED:
+        return f"model type {model_type!r}: {REFUSED[model_type]}"
     family = family_of(model_type)
     if family is None:
         return f"model type {model_type!r}: not supported yet (supported: {', '.join(SUPPORTED)})"

@@ -1,8 +1,14 @@
-"""The BERT family: BERT (and MiniLM, which is a BERT), RoBERTa and DistilBERT;
-bidirectional, separate Q, K, V projections with biases.
+"""The BERT family: BERT (and MiniLM, which is a BERT), RoBERTa, XLM-RoBERTa, CamemBERT,
+XLM-RoBERTa-XL, ELECTRA and DistilBERT; bidirectional, separate Q, K, V projections with
+biases.
 
-Config options that change attention: ``is_decoder`` makes BERT and RoBERTa causal (a
-mask attnviz has); ``add_cross_attention`` (a decoder reading an encoder) is refused, and
+XLM-RoBERTa and CamemBERT are RoBERTa's code under other names. XLM-RoBERTa-XL puts a
+LayerNorm before attention (X is its output, which is what attention receives). ELECTRA's
+embeddings have ``embedding_size`` features, projected to ``hidden_size`` by
+``embeddings_project`` before the first layer: X is the projected state.
+
+Config options that change attention: ``is_decoder`` makes every one but DistilBERT causal
+(a mask attnviz has); ``add_cross_attention`` (a decoder reading an encoder) is refused, and
 so is any ``position_embedding_type`` other than "absolute": transformers 5 ignores the
 option and drops the relative-position weights such checkpoints carry, so the layer it
 computes is not the one the checkpoint was trained as. DistilBERT's
@@ -17,7 +23,15 @@ from attnviz.core.maths.scenario import Settings, from_heads
 from attnviz.core.models.families.base import Config, Family, flag
 from attnviz.core.models.hf_layer import ImportedLayer, _heads, _imported, _numpy, _run
 
-NAMES = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT"}
+NAMES = {
+    "bert": "BERT",
+    "roberta": "RoBERTa",
+    "xlm-roberta": "XLM-RoBERTa",
+    "camembert": "CamemBERT",
+    "xlm-roberta-xl": "XLM-RoBERTa-XL",
+    "electra": "ELECTRA",
+    "distilbert": "DistilBERT",
+}
 
 
 def check_config(config: Config) -> str:
