@@ -156,15 +156,20 @@ def _eager64(
     attention_mask: Any,
     scaling: float,
     dropout: float = 0.0,
+    softcap: float | None = None,
     **_: Any,
 ) -> tuple[Any, Any]:
-    """transformers' eager attention with the softmax in the tensors' own dtype."""
+    """transformers' eager attention with the softmax in the tensors' own dtype; scores
+    soft-capped after the scale (c·tanh(s/c)) when the family passes ``softcap``, as its
+    eager attention does (Gemma 2)."""
     import torch
 
     groups = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(groups, dim=1)
     value = value.repeat_interleave(groups, dim=1)
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if softcap is not None:
+        weights = torch.tanh(weights / softcap) * softcap
     if attention_mask is not None:
         weights = weights + attention_mask[:, :, :, : key.shape[-2]]
     weights = torch.softmax(weights, dim=-1)
@@ -188,13 +193,15 @@ def _rope64(rotary: Any, frequencies: np.ndarray) -> Any:
     return forward
 
 
-def _norm64(norm: Any) -> Any:
-    """A forward for an RMS norm module that stays in the tensor's own dtype."""
+def _norm64(norm: Any, shift: float = 0.0) -> Any:
+    """A forward for an RMS norm module that stays in the tensor's own dtype; the norm
+    multiplies by ``shift`` + its weight (Gemma's norms: 1 + weight)."""
     import torch
 
+    eps = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
+
     def forward(x: Any) -> Any:
-        return norm.weight * (
-            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-        )
+        weight = norm.weight + shift if shift else norm.weight
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
     return forward

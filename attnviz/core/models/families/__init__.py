@@ -8,7 +8,7 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, gpt2, llama, modernbert
+from attnviz.core.models.families import bert, gemma, gpt2, llama, modernbert
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -16,6 +16,7 @@ FAMILIES: tuple[Family, ...] = (
     bert.FAMILY,
     llama.FAMILY,
     modernbert.FAMILY,
+    gemma.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
