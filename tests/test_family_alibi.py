@@ -211,3 +211,198 @@ def test_a_saved_bloom_folder_imports_exactly(tmp_path):
         np.testing.assert_allclose(got.provenance.model_weights, Ws[layer], rtol=0, atol=EXACT)
     got = import_model_layer(Request(str(folder), TEXT, 1, dtype="float32"))
     assert got.agreement_weights <= 1e-5
+
+
+# Falcon
+
+
+def tiny_falcon(dtype=torch.float64, **options):
+    settings = dict(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, bias=True,
+        attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(4)
+    model = transformers.FalconModel(transformers.FalconConfig(**{**settings, **options}))
+    return nontrivial(model, 5).to(dtype).eval()
+
+
+def falcon_qkv(fused, c, heads, d):
+    """Q (heads, n, d), K and V (key/value heads, n, d) from the fused projection, in
+    the three layouts Falcon's attention reads."""
+    if c.new_decoder_architecture:  # per key/value head: its group's queries, K, V
+        kv = c.num_kv_heads
+        grouped = fused.view(N, kv, heads // kv + 2, d)
+        q = grouped[:, :, :-2].reshape(N, heads, d)
+        k, v = grouped[:, :, -2], grouped[:, :, -1]
+    elif c.multi_query:  # every query head, then the one key, then the one value
+        q = fused[:, : heads * d].view(N, heads, d)
+        k = fused[:, heads * d : (heads + 1) * d].view(N, 1, d)
+        v = fused[:, (heads + 1) * d :].view(N, 1, d)
+    else:  # per head: Q, K, V
+        per_head = fused.view(N, heads, 3, d)
+        q, k, v = per_head[:, :, 0], per_head[:, :, 1], per_head[:, :, 2]
+    return q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+
+
+def falcon_by_hand(model, freq=None, slopes=None):
+    """Each layer's X and weights, in float64 from the model's weights: embeddings; per
+    layer the attention's LayerNorm (ln_attn for the new architecture's two), the fused
+    projection split as its layout is, RoPE as base^(−2i/d) (or ``freq``) or, with
+    ``slopes``, (slope·j)/√d added to the scores; keys shared by each group of query
+    heads, causal softmax, dense; the block's MLP (GELU) in parallel or after the
+    attention, as the config says."""
+    c = model.config
+    p = {k: v.double() for k, v in model.state_dict().items()}
+    heads, eps = c.num_attention_heads, c.layer_norm_epsilon
+    d = c.hidden_size // heads
+    if freq is None:
+        freq = c.rope_parameters["rope_theta"] ** (-np.arange(0, d, 2) / d)
+    angles = torch.arange(N, dtype=torch.float64)[:, None] * torch.tensor(freq)
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+
+    def rope(x):
+        return x * cos + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1) * sin
+
+    h, Xs, Ws = p["word_embeddings.weight"][IDS[0]], [], []
+    two_norms = c.new_decoder_architecture and (c.num_ln_in_parallel_attn or 2) == 2
+    for i in range(c.num_hidden_layers):
+        at = f"h.{i}."
+        x = layer_norm(h, p, at + ("ln_attn" if two_norms else "input_layernorm"), eps)
+        fused = linear(x, p, at + "self_attention.query_key_value")
+        q, k, v = falcon_qkv(fused, c, heads, d)
+        group = heads // k.shape[0]
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d)
+        if slopes is None:
+            scores = rope(q) @ rope(k).transpose(1, 2) / math.sqrt(d)
+        else:
+            position = torch.arange(N, dtype=torch.float64)
+            scores = scores + torch.tensor(slopes, dtype=torch.float64)[:, None, None] * (
+                position / math.sqrt(d)
+            )
+        w = causal_softmax(scores)
+        Xs.append(x.numpy())
+        Ws.append(w.numpy())
+        attn = linear((w @ v).transpose(0, 1).reshape(N, -1), p, at + "self_attention.dense")
+        if c.new_decoder_architecture or c.parallel_attn:
+            y = layer_norm(h, p, at + "ln_mlp", eps) if two_norms else x
+            residual = h
+        else:
+            residual = h + attn
+            y = layer_norm(residual, p, at + "post_attention_layernorm", eps)
+        u = torch.nn.functional.gelu(linear(y, p, at + "mlp.dense_h_to_4h"))
+        mlp = linear(u, p, at + "mlp.dense_4h_to_h")
+        h = residual + mlp + (attn if c.new_decoder_architecture or c.parallel_attn else 0)
+    return Xs, Ws
+
+
+FALCON_LAYOUTS = {
+    "multi-query, parallel": {},
+    "per head, sequential": {"multi_query": False, "parallel_attn": False},
+    "per head, parallel, no biases": {"multi_query": False, "bias": False},
+    "new architecture, GQA": {"new_decoder_architecture": True, "num_kv_heads": 2},
+    "new architecture, one LayerNorm": {
+        "new_decoder_architecture": True, "num_kv_heads": 1, "num_ln_in_parallel_attn": 1,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", FALCON_LAYOUTS)
+def test_falcon_every_layout_is_exact_in_every_layer(layout):
+    model = tiny_falcon(**FALCON_LAYOUTS[layout])
+    got = check_every_layer(model, falcon_by_hand(model))
+    assert got.scenario.settings.positional == "rope"
+
+
+def test_falcon_linear_rope_uses_the_llama_familys_frequencies():
+    rope = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
+    model = tiny_falcon(rope_parameters=rope)
+    freq = 500.0 ** (-np.arange(0, 8, 2) / 8) / 4.0
+    got = check_every_layer(model, falcon_by_hand(model, freq=freq))
+    np.testing.assert_allclose(got.scenario.settings.rope_frequencies, freq, rtol=1e-15)
+
+
+# Falcon's ALiBi is added to the mask as (slope·j)/√d and the scores are Q·Kᵀ/√d: as
+# for BLOOM (above), under the causal mask that is −(slope/√d)·|i − j| + (slope/√d)·i,
+# a constant per query row that softmax cancels; the slopes attnviz gets are slope/√d.
+
+
+@pytest.mark.parametrize(
+    ("heads", "options"),
+    [
+        (6, {"multi_query": False, "parallel_attn": False}),
+        (8, {}),
+        (4, {"new_decoder_architecture": True, "num_kv_heads": 2}),
+    ],
+)
+def test_falcon_alibi_is_exact_in_every_layer(heads, options):
+    model = tiny_falcon(alibi=True, num_attention_heads=heads, hidden_size=8 * heads, **options)
+    slopes = BLOOM_SLOPES[heads] if heads in BLOOM_SLOPES else [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    got = check_every_layer(model, falcon_by_hand(model, slopes=slopes))
+    s = got.scenario.settings
+    assert s.positional == "alibi"
+    np.testing.assert_allclose(s.alibi_slopes, np.array(slopes) / math.sqrt(8), rtol=1e-15)
+
+
+def test_falcon_alibi_beyond_position_256_is_refused():
+    # 2^-3 · 257 needs 9 significant bits: transformers' bfloat16 product rounds it
+    model = tiny_falcon(alibi=True)
+    ids = torch.randint(3, 19, (1, 258))
+    with pytest.raises(ScenarioError, match="Falcon alibi over 258 tokens is not supported"):
+        import_layer(model, ids, 0, tuple(f"t{i}" for i in range(258)))
+    got = import_layer(model, ids[:, :257], 1, tuple(f"t{i}" for i in range(257)))
+    assert np.abs(compute(got.scenario).weights - got.model_weights).max() <= EXACT
+
+
+def test_falcon_float32_imports_within_float32_rounding():
+    model = tiny_falcon(torch.float32, new_decoder_architecture=True, num_kv_heads=2)
+    for layer in range(2):
+        got = import_layer(model, IDS, layer, LABELS)
+        r = compute(got.scenario)
+        assert np.abs(r.weights - got.model_weights).max() <= 1e-5
+        assert np.abs(r.final - got.model_output).max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "options", [{"new_decoder_architecture": True, "num_kv_heads": 2}, {"alibi": True}]
+)
+def test_a_saved_falcon_folder_imports_exactly(tmp_path, options):
+    folder = save(tiny_falcon(**options), tmp_path / "falcon")
+    assert peek(str(folder), TEXT).problem == ""
+    model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float64)
+    slopes = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8] if options.get("alibi") else None
+    _, Ws = falcon_by_hand(model.eval(), slopes=slopes)
+    for layer in range(2):
+        got = import_model_layer(Request(str(folder), TEXT, layer))
+        assert got.agreement_weights <= EXACT and got.agreement_output <= EXACT
+        np.testing.assert_allclose(got.provenance.model_weights, Ws[layer], rtol=0, atol=EXACT)
+    got = import_model_layer(Request(str(folder), TEXT, 1, dtype="float32"))
+    assert got.agreement_weights <= 1e-5
+
+
+FALCON_REFUSED = [
+    ({"alibi": True, "num_attention_heads": 16}, "Falcon alibi with 16 heads is not supported"),
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
+     "rope_parameters type 'dynamic' is not supported"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}},
+     "rope_scaling type 'yarn' is not supported"),
+    ({"multi_query": False, "num_kv_heads": 2},
+     "Falcon num_kv_heads 2 without new_decoder_architecture or multi_query is not supported"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "message"), FALCON_REFUSED)
+def test_falcon_options_not_modelled_are_refused_by_name_before_loading(tmp_path, changes, message):
+    folder = edited(save(tiny_falcon(), tmp_path / "falcon"), **changes)
+    assert message in peek(str(folder), TEXT).problem
+    unreadable_weights(folder)
+    with pytest.raises(ScenarioError, match=message):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_falcon_alibi_ignores_rope_settings(tmp_path):
+    folder = edited(
+        save(tiny_falcon(alibi=True), tmp_path / "falcon"),
+        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4},
+    )
+    assert peek(str(folder), TEXT).problem == ""

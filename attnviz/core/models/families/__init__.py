@@ -8,7 +8,7 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, bloom, gpt2, llama
+from attnviz.core.models.families import bert, bloom, falcon, gpt2, llama
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -16,6 +16,7 @@ FAMILIES: tuple[Family, ...] = (
     bert.FAMILY,
     llama.FAMILY,
     bloom.FAMILY,
+    falcon.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 
