@@ -314,10 +314,40 @@ def test_falcon_every_layout_is_exact_in_every_layer(layout):
     assert got.scenario.settings.positional == "rope"
 
 
-def test_falcon_linear_rope_uses_the_llama_familys_frequencies():
-    rope = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
-    model = tiny_falcon(rope_parameters=rope)
-    freq = 500.0 ** (-np.arange(0, 8, 2) / 8) / 4.0
+def llama3_frequencies(d, theta, factor, low, high, context):
+    """Llama 3.1's RoPE frequencies, written out: a pair whose wavelength is shorter than
+    context/high keeps its frequency, one longer than context/low is divided by the
+    factor, and one between moves from the one to the other with context/wavelength."""
+    out = []
+    for i in range(0, d, 2):
+        f = theta ** (-i / d)
+        wavelength = 2 * math.pi / f
+        if wavelength < context / high:
+            out.append(f)
+        elif wavelength > context / low:
+            out.append(f / factor)
+        else:
+            t = (context / wavelength - low) / (high - low)
+            out.append((1 - t) * f / factor + t * f)
+    return np.array(out)
+
+
+PLAIN = 10000.0 ** (-np.arange(0, 16, 2) / 16)  # d = 16: eight pairs, wavelengths 6 to 3,500
+FALCON_ROPES = {
+    "linear": ({"rope_type": "linear", "factor": 4.0}, PLAIN / 4.0),
+    "llama3": (
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 64},
+        llama3_frequencies(16, 10000.0, 8.0, 1.0, 4.0, 64),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", FALCON_ROPES)
+def test_falcon_scaled_rope_uses_the_llama_familys_frequencies(kind):
+    rope, freq = FALCON_ROPES[kind]
+    model = tiny_falcon(num_attention_heads=2, rope_parameters={**rope, "rope_theta": 10000.0})
+    assert len(set(freq / PLAIN)) > 1 or kind == "linear"  # llama3: some kept, some divided
     got = check_every_layer(model, falcon_by_hand(model, freq=freq))
     np.testing.assert_allclose(got.scenario.settings.rope_frequencies, freq, rtol=1e-15)
 

@@ -104,13 +104,14 @@ def _split(module: Any, heads: int) -> dict[str, np.ndarray]:
     }
 
 
-def _positional(config: Any, heads: int, d: int, frequencies: np.ndarray) -> dict[str, Any]:
+def _positional(config: Any, heads: int, d: int, rope: tuple[float, np.ndarray]) -> dict[str, Any]:
     if config.alibi:
         slopes = slopes64(heads).numpy() / math.sqrt(d)
         return {"positional": "alibi", "alibi_slopes": tuple(float(s) for s in slopes)}
-    rope = dict(getattr(config, "rope_parameters", None) or {})
-    options: dict[str, Any] = {"positional": "rope", "rope_base": float(rope["rope_theta"])}
-    if rope.get("rope_type", "default") != "default":
+    theta, frequencies = rope
+    options: dict[str, Any] = {"positional": "rope", "rope_base": theta}
+    kind = dict(getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if kind != "default":
         options["rope_frequencies"] = tuple(float(f) for f in frequencies)
     return options
 
@@ -125,14 +126,16 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         )
     base = _base(model)
     module = base.h[layer].self_attention
-    _, frequencies = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
+    theta, frequencies = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
     with swapped_forwards({base.rotary_emb: _rope64(base.rotary_emb, frequencies)}):
         X_t, attention_out, out = _run(model, input_ids, module, module.dense)
     X = _numpy(X_t)
     parts = _split(module, heads)
     dense = module.dense
     b_O = np.zeros((1, X.shape[1])) if dense.bias is None else _numpy(dense.bias)[None]
-    settings = Settings(mask="causal", **_positional(config, heads, module.head_dim, frequencies))
+    settings = Settings(
+        mask="causal", **_positional(config, heads, module.head_dim, (theta, frequencies))
+    )
     scenario = Scenario(
         tokens=tokens,
         X=X,
