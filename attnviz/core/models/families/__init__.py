@@ -8,7 +8,7 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, gemma, gpt2, llama, modernbert
+from attnviz.core.models.families import bert, bloom, falcon, gemma, gpt2, llama, modernbert
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -17,6 +17,8 @@ FAMILIES: tuple[Family, ...] = (
     llama.FAMILY,
     modernbert.FAMILY,
     gemma.FAMILY,
+    bloom.FAMILY,
+    falcon.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
