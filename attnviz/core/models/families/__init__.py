@@ -8,13 +8,17 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, gpt2, llama
+from attnviz.core.models.families import bert, gpt2, gpt_neox, gptj, llama, opt, stablelm
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
     gpt2.FAMILY,
     bert.FAMILY,
     llama.FAMILY,
+    gpt_neox.FAMILY,
+    opt.FAMILY,
+    gptj.FAMILY,
+    stablelm.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 
