@@ -380,3 +380,17 @@ def test_what_is_not_modelled_is_refused_by_name_before_loading(tmp_path, case):
     (folder / "model.safetensors").write_bytes(b"never read")
     with pytest.raises(ScenarioError, match=message):
         import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_a_gptj_config_naming_its_width_hidden_size_is_checked_too(tmp_path):
+    folder = save(gptj(), tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config["hidden_size"], config["num_attention_heads"] = (
+        config.pop("n_embd"),
+        config.pop("n_head"),
+    )
+    (folder / "config.json").write_text(json.dumps({**config, "rotary_dim": 18}))
+    assert "GPT-J rotary_dim 18 is not supported" in peek(str(folder), "the cat").problem
+    (folder / "config.json").write_text(json.dumps({**config, "rotary_dim": 16}))
+    got = import_model_layer(Request(str(folder), TEXT, 2))
+    assert got.scenario.settings.rope_dims == 16 and got.agreement_weights <= EXACT

@@ -36,7 +36,8 @@ BASE = 10000.0  # transformers' create_sinusoidal_positions
 
 
 def check_config(config: Config) -> str:
-    width, heads = config.get("n_embd", 4096), config.get("n_head", 16)
+    width = config.get("n_embd", config.get("hidden_size", 4096))  # either name loads
+    heads = config.get("n_head", config.get("num_attention_heads", 16))
     if not (isinstance(width, int) and isinstance(heads, int) and heads > 0):
         return ""  # transformers refuses such a config itself
     d_k = width // heads
