@@ -52,8 +52,8 @@ def seeded(model, seed: int):
 def neox(**options):
     config = transformers.GPTNeoXConfig(
         vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-        intermediate_size=48, max_position_embeddings=64, rotary_pct=0.5,
-        rotary_emb_base=500.0, attn_implementation="eager", **options,
+        intermediate_size=48, max_position_embeddings=64, rotary_emb_base=500.0,
+        attn_implementation="eager", **{"rotary_pct": 0.5, **options},
     )  # fmt: skip  # d_k 16, RoPE on the first 8 features of each head
     return seeded(transformers.GPTNeoXModel(config), 1)
 
@@ -252,6 +252,7 @@ CASES = {
     "gpt_neox sequential, no biases": (
         neox, by_hand_neox, {"use_parallel_residual": False, "attention_bias": False},
     ),
+    "gpt_neox without rotary": (neox, by_hand_neox, {"rotary_pct": 0.0}),
     "opt": (opt, by_hand_opt, {}),
     "opt norm after, no biases": (
         opt, by_hand_opt, {"do_layer_norm_before": False, "enable_bias": False},
@@ -356,6 +357,20 @@ REFUSED = {
     "gpt_neox": (
         neox, {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
         "rope_scaling type 'dynamic' is not supported",
+    ),
+    "gpt_neox odd rotary": (
+        neox, {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0,
+                                   "partial_rotary_factor": 0.3125}},
+        "GPT-NeoX partial rotary factor 0.3125 is not supported",
+    ),
+    "gpt_neox rotary_pct over 1": (
+        neox, {"rope_parameters": None, "rotary_pct": 1.5},
+        r"GPT-NeoX partial rotary factor 1.5 is not supported \(it turns 24 of the head's 16",
+    ),
+    "stablelm odd rotary": (
+        stablelm, {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0,
+                                       "partial_rotary_factor": 0.375}},
+        "StableLM partial rotary factor 0.375 is not supported",
     ),
     "gptj odd": (gptj, {"rotary_dim": 5}, "GPT-J rotary_dim 5 is not supported"),
     "gptj wide": (gptj, {"rotary_dim": 18}, "GPT-J rotary_dim 18 is not supported"),

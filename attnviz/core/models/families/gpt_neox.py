@@ -7,7 +7,9 @@ as the attention's ``view(…, heads, 3·d_k)`` then ``chunk(3)`` reads it.
 
 Config options that change attention: ``rotary_pct`` / ``partial_rotary_factor`` (how
 many leading features of each head RoPE turns: ``int(d_k · factor)``, the scenario's
-``rope_dims``), ``rotary_emb_base`` / ``rope_theta`` (the base), ``rope_scaling`` /
+``rope_dims``; none at all for a factor of 0; a factor that turns an odd number of
+features, or more than the head has, is refused by name: transformers' RoPE fails on
+it), ``rotary_emb_base`` / ``rope_theta`` (the base), ``rope_scaling`` /
 ``rope_parameters`` (the default RoPE, ``linear`` and ``llama3``, whose frequencies are
 the Llama family's, recomputed in float64; other types are refused by name),
 ``attention_bias`` (Q/K/V and output biases, or none). ``use_parallel_residual`` changes
@@ -41,7 +43,36 @@ from attnviz.core.models.hf_layer import (
 
 
 def check_config(config: Config) -> str:
-    return rope_problem(config, ROPE_TYPES)
+    problem = rope_problem(config, ROPE_TYPES)
+    if problem:
+        return problem
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    factor = rope.get("partial_rotary_factor", config.get("rotary_pct", 0.25))
+    return partial_problem("GPT-NeoX", config, factor, (6144, 64))
+
+
+def partial_problem(name: str, config: Config, factor: object, default: tuple[int, int]) -> str:
+    """Why the share ``factor`` of each head that RoPE turns is refused ('' when it is
+    not): transformers' RoPE fails on an odd number of features, or more than the head's
+    (``default``: the family's hidden_size and num_attention_heads)."""
+    width = config.get("hidden_size", default[0])
+    heads = config.get("num_attention_heads", default[1])
+    if not (
+        isinstance(width, int)
+        and isinstance(heads, int)
+        and heads > 0
+        and isinstance(factor, float | int)
+    ):
+        return ""  # transformers refuses such a config itself
+    d_k = width // heads
+    dims = int(d_k * factor)
+    if dims % 2 or dims > d_k:
+        return (
+            f"{name} partial rotary factor {factor} is not supported (it turns {dims} of "
+            f"the head's {d_k} features; transformers' RoPE needs an even number, at most "
+            f"{d_k})"
+        )
+    return ""
 
 
 def rotary(config: Any, rotary_emb: Any, dims: int) -> tuple[dict[str, Any], Any]:
@@ -49,6 +80,8 @@ def rotary(config: Any, rotary_emb: Any, dims: int) -> tuple[dict[str, Any], Any
     scenario's settings and a float64 forward for the model's rotary embedding module
     (the same frequencies, which transformers computes in float32)."""
     theta, frequencies = rope_frequencies(config, dims)
+    if dims == 0:  # a partial rotary factor of 0: no RoPE
+        return {"mask": "causal"}, _rope64(rotary_emb, frequencies)
     settings: dict[str, Any] = {
         "positional": "rope",
         "rope_base": theta,

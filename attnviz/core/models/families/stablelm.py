@@ -2,7 +2,8 @@
 head's first features, key/value heads shared by groups of query heads.
 
 Config options that change attention: ``partial_rotary_factor`` (how many leading
-features of each head RoPE turns: ``int(d_k · factor)``, the scenario's ``rope_dims``),
+features of each head RoPE turns: ``int(d_k · factor)``, the scenario's ``rope_dims``;
+an odd number of features, or more than the head has, is refused by name),
 ``rope_theta``, ``rope_scaling`` / ``rope_parameters`` (the default RoPE, ``linear`` and
 ``llama3``, with the Llama family's frequencies recomputed in float64; other types are
 refused by name), ``use_qkv_bias`` (Q/K/V biases; the output has none),
@@ -24,7 +25,7 @@ import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings, head_stack
 from attnviz.core.models.families.base import Config, Family, flag, rope_problem
-from attnviz.core.models.families.gpt_neox import rotary
+from attnviz.core.models.families.gpt_neox import partial_problem, rotary
 from attnviz.core.models.families.llama import ROPE_TYPES
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
@@ -42,7 +43,12 @@ def check_config(config: Config) -> str:
             "StableLM qk_layernorm (a LayerNorm per head over Q and K) is not supported "
             "(attnviz's QK norm is an RMS norm)"
         )
-    return rope_problem(config, ROPE_TYPES)
+    problem = rope_problem(config, ROPE_TYPES)
+    if problem:
+        return problem
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    factor = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.25))
+    return partial_problem("StableLM", config, factor, (2560, 32))
 
 
 def _base(model: Any) -> Any:
