@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
+from safetensors.torch import load_file, save_file  # noqa: E402
 from tiny_models import WORDS, word_tokenizer  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
@@ -409,3 +410,20 @@ def test_a_gptj_config_naming_its_width_hidden_size_is_checked_too(tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "rotary_dim": 16}))
     got = import_model_layer(Request(str(folder), TEXT, 2))
     assert got.scenario.settings.rope_dims == 16 and got.agreement_weights <= EXACT
+
+
+@pytest.mark.parametrize("case", ["gpt_neox", "gptj"])
+def test_buffers_older_checkpoints_saved_are_not_refused(tmp_path, case):
+    """Pythia's and GPT-J's older checkpoints hold a causal mask, its fill value and (in
+    Pythia) the rotary frequencies inside each layer: no weights, which transformers drops."""
+    folder = save(CASES[case][0](), tmp_path / "model")
+    at = {"gpt_neox": "layers.{}.attention.", "gptj": "h.{}.attn."}[case]
+    weights = load_file(folder / "model.safetensors")
+    for i in range(3):
+        weights[at.format(i) + "bias"] = torch.ones(1, 1, 64, 64).tril().bool()
+        weights[at.format(i) + "masked_bias"] = torch.tensor(-1e9)
+        if case == "gpt_neox":
+            weights[at.format(i) + "rotary_emb.inv_freq"] = torch.ones(4)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    got = import_model_layer(Request(str(folder), TEXT, 1))
+    assert got.agreement_weights <= EXACT and got.agreement_output <= EXACT
