@@ -219,12 +219,13 @@ def by_hand_gptj(model, ids):
     return out
 
 
-def by_hand_stablelm(model, ids):
+def by_hand_stablelm(model, ids, freq=None):
     c, p = model.config, params(model)
     heads, kv = c.num_attention_heads, c.num_key_value_heads
     d = c.hidden_size // heads
     r = int(d * c.rope_parameters["partial_rotary_factor"])
-    freq = c.rope_parameters["rope_theta"] ** (-np.arange(0, r, 2) / r)
+    if freq is None:
+        freq = c.rope_parameters["rope_theta"] ** (-np.arange(0, r, 2) / r)
     h, out = p["embed_tokens.weight"][ids[0]], ([], [], [])
     for i in range(c.num_hidden_layers):
         at = f"layers.{i}."
@@ -259,6 +260,7 @@ CASES = {
         opt, by_hand_opt, {"do_layer_norm_before": False, "enable_bias": False},
     ),
     "opt project_in": (opt, by_hand_opt, {"word_embed_proj_dim": 8}),
+    "opt norms without weights": (opt, by_hand_opt, {"layer_norm_elementwise_affine": False}),
     "gptj": (gptj, by_hand_gptj, {}),
     "gptj full rotary": (gptj, by_hand_gptj, {"rotary_dim": 16}),
     "stablelm": (stablelm, by_hand_stablelm, {}),
@@ -304,12 +306,48 @@ def test_a_float32_model_imports_to_float32_rounding(case):
         assert np.abs(r.final - got.model_output).max() <= 1e-5
 
 
-def test_gpt_neox_scaled_rope_uses_the_scaled_frequencies():
-    model = neox(rope_scaling={"rope_type": "linear", "factor": 4.0})
-    freq = 500.0 ** (-np.arange(0, 8, 2) / 8) / 4.0
-    _, Ws, _ = by_hand_neox(model, IDS, freq)
+def llama3(freq, factor, low, high, context):
+    """Llama 3.1's rule, written out: a pair whose wavelength is under context/high keeps
+    its frequency, one over context/low has it divided by the factor, one between moves
+    from the one to the other in proportion to context/wavelength."""
+    out = []
+    for f in freq:
+        wavelength = 2 * math.pi / f
+        t = (context / wavelength - low) / (high - low)
+        out.append(
+            f
+            if wavelength < context / high
+            else f / factor
+            if wavelength > context / low
+            else (1 - t) * f / factor + t * f
+        )
+    return np.array(out)
+
+
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}  # fmt: skip
+SCALED = {
+    "gpt_neox linear": (neox, by_hand_neox, 8, {"rope_type": "linear", "factor": 4.0}),
+    "gpt_neox llama3": (neox, by_hand_neox, 8, {"rope_type": "llama3", **LLAMA3}),
+    "stablelm linear": (stablelm, by_hand_stablelm, 4, {"rope_type": "linear", "factor": 4.0}),
+    "stablelm llama3": (stablelm, by_hand_stablelm, 4, {"rope_type": "llama3", **LLAMA3}),
+}
+
+
+@pytest.mark.parametrize("case", SCALED)
+def test_scaled_partial_rope_uses_the_scaled_frequencies(case):
+    build, by_hand, r, rope = SCALED[case]
+    model = build(rope_scaling=rope)
+    plain = 500.0 ** (-np.arange(0, r, 2) / r)
+    if rope["rope_type"] == "linear":
+        freq = plain / 4.0
+    else:
+        freq = llama3(plain, 8.0, 1.0, 4.0, 64)
+        assert freq[0] == plain[0] and freq[-1] == plain[-1] / 8  # kept; divided
+    _, Ws, _ = by_hand(model, IDS, freq)
     for layer in range(3):
         got = import_layer(model, IDS, layer, LABELS)
+        assert got.scenario.settings.rope_dims == r
         np.testing.assert_allclose(got.scenario.settings.rope_frequencies, freq, rtol=1e-15)
         np.testing.assert_allclose(compute(got.scenario).weights, Ws[layer], rtol=0, atol=EXACT)
         np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
