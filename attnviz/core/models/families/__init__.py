@@ -8,7 +8,19 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, bloom, falcon, gemma, gpt2, llama, modernbert
+from attnviz.core.models.families import (
+    bert,
+    bloom,
+    falcon,
+    gemma,
+    gpt2,
+    gpt_neox,
+    gptj,
+    llama,
+    modernbert,
+    opt,
+    stablelm,
+)
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -19,6 +31,10 @@ FAMILIES: tuple[Family, ...] = (
     gemma.FAMILY,
     bloom.FAMILY,
     falcon.FAMILY,
+    gpt_neox.FAMILY,
+    opt.FAMILY,
+    gptj.FAMILY,
+    stablelm.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
