@@ -450,9 +450,10 @@ def test_phi3_imports_exactly_in_every_layer(kind):
     float32_gap(model)
 
 
-def test_phi3_old_name_su_is_longrope():
+@pytest.mark.parametrize("name", ["su", "yarn"])
+def test_phi3_old_names_are_longrope(name):
     options = phi3_longrope(4)
-    options["rope_scaling"] = {**options["rope_scaling"], "type": "su"}
+    options["rope_scaling"] = {**options["rope_scaling"], "type": name}
     _, freq, factor, rope_dims, _ = PHI3["longrope long"]
     exact_every_layer(tiny_phi3(**options), freq, factor, rope_dims=rope_dims)
 
