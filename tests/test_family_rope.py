@@ -162,17 +162,22 @@ def test_the_written_out_frequencies_are_the_kinds_they_claim():
 def by_hand(model, ids, freq, factor=1.0, rope_dims=None, window=None):
     """Each layer's X (after its input norm), attention weights and attention output
     (before the residual), computed here in float64 from the model's weights:
-    embeddings, RMS norms, Q/K/V (separate with biases, or Phi-3's fused rows), RoPE on
-    the leading ``rope_dims`` features with these frequencies and cos, sin times
-    ``factor``, a causal (or sliding-window) softmax, O, the SwiGLU MLP."""
+    embeddings, RMS norms (StarCoder2: LayerNorms), Q/K/V (separate with biases, or
+    Phi-3's fused rows), RoPE on the leading ``rope_dims`` features with these
+    frequencies and cos, sin times ``factor``, a causal (or sliding-window) softmax, O
+    with its bias, the SwiGLU MLP (StarCoder2: GELU, tanh approximation)."""
     c = model.config
     p = {k: v.double() for k, v in model.state_dict().items()}
     n, heads, kv = ids.shape[1], c.num_attention_heads, c.num_key_value_heads
     d = c.hidden_size // heads
     r = rope_dims or d
 
-    def rms(x, w):
-        return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.rms_norm_eps)
+    def norm(x, name):
+        if f"{name}.bias" in p:  # StarCoder2: LayerNorm
+            centred = x - x.mean(-1, keepdim=True)
+            spread = torch.sqrt((centred * centred).mean(-1, keepdim=True) + c.norm_epsilon)
+            return p[f"{name}.weight"] * centred / spread + p[f"{name}.bias"]
+        return p[f"{name}.weight"] * x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.rms_norm_eps)
 
     def linear(x, name):
         bias = p.get(f"{name}.bias")
@@ -192,7 +197,7 @@ def by_hand(model, ids, freq, factor=1.0, rope_dims=None, window=None):
     h, Xs, Ws, Os = p["embed_tokens.weight"][ids[0]], [], [], []
     for layer in range(c.num_hidden_layers):
         at = f"layers.{layer}."
-        x = rms(h, p[at + "input_layernorm.weight"])
+        x = norm(h, at + "input_layernorm")
         if at + "self_attn.qkv_proj.weight" in p:
             qkv = linear(x, at + "self_attn.qkv_proj")
             q, k, v = qkv.split([heads * d, kv * d, kv * d], -1)
@@ -209,7 +214,12 @@ def by_hand(model, ids, freq, factor=1.0, rope_dims=None, window=None):
         Ws.append(w.numpy())
         Os.append(o.numpy())
         h = h + o
-        x = rms(h, p[at + "post_attention_layernorm.weight"])
+        x = norm(h, at + "post_attention_layernorm")
+        if at + "mlp.c_fc.weight" in p:  # StarCoder2: c_proj(gelu_tanh(c_fc(x)))
+            u = linear(x, at + "mlp.c_fc")
+            gelu = 0.5 * u * (1 + torch.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
+            h = h + linear(gelu, at + "mlp.c_proj")
+            continue
         if at + "mlp.gate_up_proj.weight" in p:
             gate, up = linear(x, at + "mlp.gate_up_proj").chunk(2, -1)
         else:
@@ -486,3 +496,58 @@ def test_phi3_options_it_does_not_model_are_refused_by_name_before_loading(
     config.pop("rope_parameters", None)
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
     refused_before_loading(folder, message)
+
+
+# StarCoder2 (in the Llama family)
+
+
+def tiny_starcoder2(**options):
+    config = transformers.Starcoder2Config(
+        vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+        num_key_value_heads=1, intermediate_size=32, max_position_embeddings=64,
+        norm_epsilon=1e-5, attn_implementation="eager", **options,
+    )  # fmt: skip
+    torch.manual_seed(8)
+    return seeded(transformers.Starcoder2Model(config), 9).double().eval()
+
+
+STARCODER2 = {
+    # name: (config options, frequencies, factor, window)
+    "plain": ({}, base_frequencies(D), 1.0, None),
+    "sliding window": ({"sliding_window": 3}, base_frequencies(D), 1.0, 3),
+    "no biases, yarn": (
+        {"use_bias": False, "sliding_window": 5,
+         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": THETA,
+                             "original_max_position_embeddings": 64}},
+        *SCALED["yarn"][2],
+        5,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", STARCODER2)
+def test_starcoder2_imports_exactly_in_every_layer(kind):
+    options, freq, factor, window = STARCODER2[kind]
+    model = tiny_starcoder2(**options)
+    exact_every_layer(model, freq, factor, window=window)
+    got = import_layer(model, IDS, 1, LABELS)
+    s = got.scenario.settings
+    assert s.mask == ("causal" if window is None else "sliding-window")
+    assert window is None or s.window == window
+    assert np.any(got.scenario.b_O != 0) == options.get("use_bias", True)
+    float32_gap(model)
+
+
+def test_a_saved_starcoder2_imports_exactly(tmp_path):
+    folder = saved(tiny_starcoder2(sliding_window=3), tmp_path / "starcoder2")
+    folder_imports_exactly(folder, 3)
+
+
+def test_starcoder2_rope_types_it_does_not_model_are_refused_by_name(tmp_path):
+    folder = saved(tiny_starcoder2(), tmp_path / "starcoder2")
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    (folder / "config.json").write_text(
+        json.dumps({**config, "rope_scaling": {"rope_type": "proportional"}})
+    )
+    refused_before_loading(folder, "rope_scaling type 'proportional' is not supported")

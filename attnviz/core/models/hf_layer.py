@@ -2,7 +2,7 @@
 machinery every family shares.
 
 ``import_layer(model, input_ids, layer, tokens)`` finds the model's family
-(``attnviz.core.models.families``: GPT-2, the BERT family, the Llama family), checks its
+(``attnviz.core.models.families``: GPT-2, the BERT family, the Llama family, Phi-3), checks its
 config, and lets the family run the model once: X is the hidden state that enters the
 layer's attention (the model's own, after any norm that precedes attention), the
 layer's weights come in attnviz's row-vector convention with their biases, and the

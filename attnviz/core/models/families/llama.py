@@ -1,5 +1,5 @@
-"""The Llama family: Llama, Mistral, Qwen2 and Qwen3; causal, RoPE (half-split pairs),
-key/value heads shared by groups of query heads.
+"""The Llama family: Llama, Mistral, Qwen2, Qwen3 and StarCoder2; causal, RoPE (half-split
+pairs), key/value heads shared by groups of query heads.
 
 Config options that change attention: ``rope_parameters`` / ``rope_scaling`` (the
 default RoPE and every scaling type transformers gives these models: ``linear``, Llama
@@ -11,8 +11,8 @@ length and kept in the scenario with the factor on cos and sin; any other type i
 refused by name: "proportional", and Phi-3's old name "su", on which transformers'
 Llama fails),
 ``rope_theta``, ``head_dim``, ``attention_bias`` (Llama, Qwen3; Qwen2 always has Q, K,
-V biases), Mistral's
-``sliding_window`` (every layer), Qwen2's and Qwen3's ``use_sliding_window``,
+V biases), StarCoder2's ``use_bias`` (Q, K, V and O biases), Mistral's and StarCoder2's
+``sliding_window`` (every layer, when set), Qwen2's and Qwen3's ``use_sliding_window``,
 ``max_window_layers`` and ``layer_types`` (a window in the layers they name), Qwen3's
 QK-norm and ``rms_norm_eps``. Llama's code reads no ``sliding_window``: a stray one in
 its config changes nothing, and is ignored here too.
@@ -20,6 +20,8 @@ its config changes nothing, and is ignored here too.
 transformers keeps the RMS norms and the rotary angles in float32 even in a float64
 model; the import runs every layer's norms (input, post-attention, QK and final) and the
 angles in the model's own dtype, so that a float64 import is float64 throughout.
+StarCoder2's norms are torch's LayerNorm, which stays in the model's dtype (its
+``norm_epsilon`` is the model's own); its MLP (c_fc, c_proj) comes after attention.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from attnviz.core.models.hf_layer import (
     swapped_forwards,
 )
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "starcoder2")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
 
 
@@ -191,7 +193,7 @@ def _rope_type(config: Any) -> str:
 
 def _window(config: Any, layer: int) -> int | None:
     """The sliding window the model's mask applies in ``layer`` (None: plain causal)."""
-    if config.model_type == "mistral":
+    if config.model_type in ("mistral", "starcoder2"):  # every layer, when the config sets one
         window = getattr(config, "sliding_window", None)
     elif config.model_type in ("qwen2", "qwen3"):
         types = getattr(config, "layer_types", None) or ()
