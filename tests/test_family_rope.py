@@ -423,6 +423,13 @@ PHI3 = {
         12,
         3,
     ),
+    "Phi-4-mini's window, longer than any text: causal": (
+        {"partial_rotary_factor": 0.75, "sliding_window": 262144},
+        base_frequencies(12),
+        1.0,
+        12,
+        None,
+    ),
     "longrope short": (
         {**phi3_longrope(16), "sliding_window": 4},
         longrope(12, PHI3_SHORT, PHI3_LONG, 16, 64, 7)[0],
@@ -515,6 +522,9 @@ STARCODER2 = {
     # name: (config options, frequencies, factor, window)
     "plain": ({}, base_frequencies(D), 1.0, None),
     "sliding window": ({"sliding_window": 3}, base_frequencies(D), 1.0, 3),
+    "a window as long as the text: causal": (
+        {"sliding_window": 7}, base_frequencies(D), 1.0, None
+    ),
     "no biases, yarn": (
         {"use_bias": False, "sliding_window": 5,
          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": THETA,

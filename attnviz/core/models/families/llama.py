@@ -12,7 +12,8 @@ refused by name: "proportional", and Phi-3's old name "su", on which transformer
 Llama fails),
 ``rope_theta``, ``head_dim``, ``attention_bias`` (Llama, Qwen3; Qwen2 always has Q, K,
 V biases), StarCoder2's ``use_bias`` (Q, K, V and O biases), Mistral's and StarCoder2's
-``sliding_window`` (every layer, when set), Qwen2's and Qwen3's ``use_sliding_window``,
+``sliding_window`` (every layer, when set; one as long as the text or longer is the
+causal mask), Qwen2's and Qwen3's ``use_sliding_window``,
 ``max_window_layers`` and ``layer_types`` (a window in the layers they name), Qwen3's
 QK-norm and ``rms_norm_eps``. Llama's code reads no ``sliding_window``: a stray one in
 its config changes nothing, and is ignored here too.
@@ -204,6 +205,15 @@ def _window(config: Any, layer: int) -> int | None:
     return int(window) if window else None
 
 
+def mask_settings(window: int | None, n: int) -> dict[str, Any]:
+    """The scenario's mask for a model's sliding ``window`` (None: none) over n tokens: a
+    window of n or more hides no key a causal mask shows (query i sees i − window < j ≤ i),
+    so it is the causal mask (and a window of Phi-4-mini's 262,144 fits no scenario)."""
+    if window is None or window >= n:
+        return {"mask": "causal"}
+    return {"mask": "sliding-window", "window": window}
+
+
 def _lifted(model: Any, frequencies: np.ndarray, factor: float) -> dict[Any, Any]:
     """Forwards that keep every float32 step of the model in its own dtype: the rotary
     angles (with these frequencies and factor on cos and sin) and every RMS norm (each
@@ -256,10 +266,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     W_V, b_V = part(module.v_proj, kv)
     o = module.o_proj
     b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
-    window = _window(config, layer)
-    options: dict[str, Any] = (
-        {"mask": "sliding-window", "window": window} if window else {"mask": "causal"}
-    )
+    options = mask_settings(_window(config, layer), X.shape[0])
     qk: dict[str, Any] = {}
     if hasattr(module, "q_norm"):  # Qwen3: one weight per feature of d_k, shared by every head
         d = W_Q.shape[2]

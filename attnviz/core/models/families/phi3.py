@@ -11,7 +11,8 @@ reads as longrope): short_factor / long_factor by the text's length against
 context)) on cos and sin, computed in float64 by the Llama family's ``rope_frequencies``;
 any other type is refused by name (transformers' Phi-3 refuses it too). ``sliding_window``:
 when the config sets one, transformers' Phi-3 masks every layer with it (query i sees
-keys i − window < j ≤ i), and so does the scenario; a window below 1 is refused.
+keys i − window < j ≤ i), and so does the scenario (a window as long as the text or
+longer hides nothing: the causal mask); a window below 1 is refused.
 ``rms_norm_eps``; ``attention_dropout`` and ``resid_pdrop`` act in training only.
 
 transformers keeps the RMS norms and the rotary angles in float32 even in a float64
@@ -27,7 +28,7 @@ import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings, head_stack
 from attnviz.core.models.families.base import Config, Family, rope_problem
-from attnviz.core.models.families.llama import run_rotary
+from attnviz.core.models.families.llama import mask_settings, run_rotary
 from attnviz.core.models.hf_layer import ImportedLayer, _heads, _imported, _numpy
 
 ROPE_TYPES = ("default", "longrope", "su", "yarn")  # su and yarn: longrope in Phi-3
@@ -56,9 +57,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     W_K, b_K = _heads(W[:, q:k], None, kv)
     W_V, b_V = _heads(W[:, k:], None, kv)
     window = getattr(config, "sliding_window", None)
-    mask: dict[str, Any] = (
-        {"mask": "causal"} if window is None else {"mask": "sliding-window", "window": int(window)}
-    )
+    mask = mask_settings(None if window is None else int(window), X.shape[0])
     scenario = Scenario(
         tokens=tokens,
         X=X,
