@@ -2,7 +2,7 @@
 machinery every family shares.
 
 ``import_layer(model, input_ids, layer, tokens)`` finds the model's family
-(``attnviz.core.models.families``: GPT-2, the BERT family, the Llama family), checks its
+(``attnviz.core.models.families``: GPT-2, the BERT family, the Llama family, Phi-3), checks its
 config, and lets the family run the model once: X is the hidden state that enters the
 layer's attention (the model's own, after any norm that precedes attention), the
 layer's weights come in attnviz's row-vector convention with their biases, and the
@@ -176,10 +176,11 @@ def _eager64(
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
-def _rope64(rotary: Any, frequencies: np.ndarray) -> Any:
+def _rope64(rotary: Any, frequencies: np.ndarray, factor: float | None = None) -> Any:
     """A forward for a rotary embedding module that keeps its angles in float64, with
     these frequencies (transformers builds them in float32: the family recomputes them,
-    e.g. base^(−2i/d), in float64)."""
+    e.g. base^(−2i/d), in float64) and this factor on cos and sin (None: the module's
+    own ``attention_scaling``)."""
     import torch
 
     inv_freq = torch.tensor(np.asarray(frequencies, dtype=np.float64))
@@ -187,7 +188,7 @@ def _rope64(rotary: Any, frequencies: np.ndarray) -> Any:
     def forward(x: Any, position_ids: Any) -> tuple[Any, Any]:
         freqs = position_ids[..., None].double() * inv_freq.to(x.device)
         emb = torch.cat((freqs, freqs), dim=-1)
-        scale = getattr(rotary, "attention_scaling", 1.0)
+        scale = getattr(rotary, "attention_scaling", 1.0) if factor is None else factor
         return (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
 
     return forward

@@ -19,6 +19,7 @@ from attnviz.core.models.families import (
     llama,
     modernbert,
     opt,
+    phi3,
     stablelm,
 )
 from attnviz.core.models.families.base import Config, Family
@@ -35,6 +36,7 @@ FAMILIES: tuple[Family, ...] = (
     opt.FAMILY,
     gptj.FAMILY,
     stablelm.FAMILY,
+    phi3.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
