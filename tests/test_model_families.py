@@ -217,9 +217,9 @@ def test_a_stray_sliding_window_in_a_llama_config_changes_nothing(tmp_path):
 @pytest.mark.parametrize(
     ("key", "rope"),
     [
-        ("rope_scaling", {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}),
-        ("rope_scaling", {"type": "dynamic", "factor": 2.0}),
-        ("rope_parameters", {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
+        ("rope_scaling", {"rope_type": "proportional", "factor": 2.0}),
+        ("rope_scaling", {"type": "su", "short_factor": [1.0], "long_factor": [1.0]}),
+        ("rope_parameters", {"rope_type": "proportional", "factor": 4.0, "rope_theta": 1e4}),
     ],
 )
 def test_rope_scaling_is_refused_by_name_before_loading(tmp_path, key, rope):
@@ -309,9 +309,21 @@ def test_every_layer_is_float64_throughout(kind):
 
 def test_a_config_fed_through_a_loaded_model_is_checked_too():
     model = tiny_llama("llama")
-    model.config.rope_parameters = {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}
-    with pytest.raises(ScenarioError, match="rope_parameters type 'yarn' is not supported"):
+    model.config.rope_parameters = {"rope_type": "proportional", "factor": 2.0, "rope_theta": 1e4}
+    with pytest.raises(ScenarioError, match="rope_parameters type 'proportional' is not supported"):
         import_layer(model, IDS, 0, LABELS)
+
+
+@pytest.mark.parametrize("model_type", ["gpt_neox", "stablelm", "falcon"])
+@pytest.mark.parametrize("kind", ["yarn", "dynamic", "longrope"])
+def test_families_that_take_llamas_fixed_rope_types_refuse_the_others(model_type, kind):
+    """YaRN, dynamic and LongRoPE scale cos and sin or depend on the text's length: the
+    families that reuse the Llama family's frequencies without those refuse them."""
+    from attnviz.core.models.families import unsupported
+
+    rope = {"rope_type": kind, "factor": 2.0, "rope_theta": 1e4}
+    problem = unsupported({"model_type": model_type, "rope_scaling": rope})
+    assert f"rope_scaling type '{kind}' is not supported" in problem
 
 
 def test_distilbert_is_decoder_is_refused(tmp_path):

@@ -44,7 +44,7 @@ import numpy as np
 from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, head_stack
 from attnviz.core.models.families.base import Config, Family, flag, rope_problem
 from attnviz.core.models.families.bloom import slopes64
-from attnviz.core.models.families.llama import ROPE_TYPES, rope_frequencies
+from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
     _imported,
@@ -77,7 +77,7 @@ def check_config(config: Config) -> str:
                 f"beyond {ALIBI_MOST_HEADS} heads)"
             )
         return ""
-    return rope_problem(config, ROPE_TYPES)
+    return rope_problem(config, FIXED_ROPE_TYPES)
 
 
 def _base(model: Any) -> Any:
@@ -126,7 +126,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         )
     base = _base(model)
     module = base.h[layer].self_attention
-    theta, frequencies = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
+    theta, frequencies, _ = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
     with swapped_forwards({base.rotary_emb: _rope64(base.rotary_emb, frequencies)}):
         X_t, attention_out, out = _run(model, input_ids, module, module.dense)
     X = _numpy(X_t)

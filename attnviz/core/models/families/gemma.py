@@ -102,7 +102,7 @@ def _rope(config: Any) -> dict[str | None, tuple[float, np.ndarray, str]]:
         sets = {kind: dict(config.rope_parameters[kind]) for kind in set(config.layer_types)}
     out: dict[str | None, tuple[float, np.ndarray, str]] = {}
     for kind, rope in sets.items():
-        theta, frequencies = rope_frequencies(SimpleNamespace(rope_parameters=rope), dims)
+        theta, frequencies, _ = rope_frequencies(SimpleNamespace(rope_parameters=rope), dims)
         out[kind] = theta, frequencies, str(rope.get("rope_type", "default"))
     return out
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings, head_stack
 from attnviz.core.models.families.base import Config, Family, rope_problem
-from attnviz.core.models.families.llama import ROPE_TYPES, rope_frequencies
+from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
     _imported,
@@ -43,7 +43,7 @@ from attnviz.core.models.hf_layer import (
 
 
 def check_config(config: Config) -> str:
-    problem = rope_problem(config, ROPE_TYPES)
+    problem = rope_problem(config, FIXED_ROPE_TYPES)
     if problem:
         return problem
     rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
@@ -79,7 +79,7 @@ def rotary(config: Any, rotary_emb: Any, dims: int) -> tuple[dict[str, Any], Any
     """RoPE on each head's first ``dims`` features, half-split (the GPT-NeoX style): the
     scenario's settings and a float64 forward for the model's rotary embedding module
     (the same frequencies, which transformers computes in float32)."""
-    theta, frequencies = rope_frequencies(config, dims)
+    theta, frequencies, _ = rope_frequencies(config, dims)  # (its types: no factor)
     if dims == 0:  # a partial rotary factor of 0: no RoPE
         return {"mask": "causal"}, _rope64(rotary_emb, frequencies)
     settings: dict[str, Any] = {

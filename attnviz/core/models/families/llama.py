@@ -48,7 +48,10 @@ from attnviz.core.models.hf_layer import (
 )
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "starcoder2")
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
+# RoPE types whose frequencies depend on the config alone, with cos and sin unscaled:
+# other families import these through ``rope_frequencies`` without a factor or a length
+FIXED_ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = (*FIXED_ROPE_TYPES, "yarn", "dynamic", "longrope")
 
 
 def check_config(config: Config) -> str:

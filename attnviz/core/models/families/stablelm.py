@@ -26,7 +26,7 @@ import numpy as np
 from attnviz.core.maths.scenario import Scenario, Settings, head_stack
 from attnviz.core.models.families.base import Config, Family, flag, rope_problem
 from attnviz.core.models.families.gpt_neox import partial_problem, rotary
-from attnviz.core.models.families.llama import ROPE_TYPES
+from attnviz.core.models.families.llama import FIXED_ROPE_TYPES
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
     _heads,
@@ -43,7 +43,7 @@ def check_config(config: Config) -> str:
             "StableLM qk_layernorm (a LayerNorm per head over Q and K) is not supported "
             "(attnviz's QK norm is an RMS norm)"
         )
-    problem = rope_problem(config, ROPE_TYPES)
+    problem = rope_problem(config, FIXED_ROPE_TYPES)
     if problem:
         return problem
     rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
