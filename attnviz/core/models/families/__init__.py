@@ -60,4 +60,10 @@ def unsupported(config: Config) -> str:
     family = family_of(model_type)
     if family is None:
         return f"model type {model_type!r}: not supported yet (supported: {', '.join(SUPPORTED)})"
-    return family.check_config(config)
+    problem = family.check_config(config)
+    if not problem and family.causal and config.get("is_causal") is False:
+        problem = (
+            f"{family.name}: is_causal false (transformers' mask then lets every token see "
+            "later ones) is not supported"
+        )
+    return problem

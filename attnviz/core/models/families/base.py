@@ -32,6 +32,8 @@ class Family:
     # buffers that older checkpoints saved inside the layers, which are no weights
     # (a causal mask, a constant): not refused as unexpected
     stale_buffers: tuple[str, ...] = ()  # regular expressions, searched in the names
+    # a decoder: transformers' causal mask turns bidirectional under config is_causal false
+    causal: bool = True
 
 
 def flag(config: Config, key: str, default: bool = False) -> bool:
