@@ -247,6 +247,11 @@ def test_a_huge_or_special_vocab_txt_is_refused_without_reading_it(tmp_path):
         f.truncate(2**40)  # sparse: a terabyte that takes no room
     with pytest.raises(ScenarioError, match=r"vocab\.txt: larger than"):
         load_tokenizer(folder)
+    (folder / "vocab.txt").write_text("[UNK]\n" + "x\n" * 1_000_000)
+    with pytest.raises(
+        ScenarioError, match=r"vocab\.txt: holds 1,000,001 tokens; .* at most 1,000,000"
+    ):
+        load_tokenizer(folder)
     if hasattr(os, "mkfifo"):
         (folder / "vocab.txt").unlink()
         os.mkfifo(folder / "vocab.txt")  # a read would block forever

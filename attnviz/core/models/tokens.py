@@ -52,7 +52,7 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     if path.exists() or path.is_symlink():
         return _described(_from_json(path))
     if (folder / "vocab.txt").exists() or (folder / "vocab.txt").is_symlink():
-        return _described(vocab_files.wordpiece(folder))
+        return Tokenizer(vocab_files.wordpiece(folder), byte_level=False, continuing_prefix="##")
     raise ScenarioError(vocab_files.no_tokenizer(folder))
 
 

@@ -30,6 +30,7 @@ from attnviz.core.io.files import FileFormatError, printable, read_file
 from attnviz.core.maths.scenario import ScenarioError
 
 MAX_VOCAB_BYTES = 16 * 2**20  # the largest WordPiece vocabularies are a few MB
+MAX_VOCAB_TOKENS = 1_000_000  # … of a few hundred thousand tokens; a million builds in ~3 s
 MAX_CONFIG_BYTES = 16 * 2**20
 SENTENCEPIECE = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 LOOKED_FOR = "tokenizer.json, vocab.txt, tokenizer.model and spiece.model"
@@ -176,6 +177,11 @@ def _vocab(path: Path) -> dict[str, int]:
         lines.pop()  # the newline that ends the last line
     if not lines:
         raise ScenarioError(f"{printable(path)}: holds no tokens")
+    if len(lines) > MAX_VOCAB_TOKENS:
+        raise ScenarioError(
+            f"{printable(path)}: holds {len(lines):,} tokens; attnviz reads at most "
+            f"{MAX_VOCAB_TOKENS:,}"
+        )
     return {line.rstrip(_WHITE_SPACE): i for i, line in enumerate(lines)}
 
 
