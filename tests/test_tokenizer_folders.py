@@ -219,7 +219,8 @@ def test_no_tokenizer_at_all_lists_what_was_looked_for(tmp_path):
         (b"hello\nworld\n", None, r"vocab\.txt: has no \[UNK\] \(the unknown token\) among its 2"),
         (b"[UNK]\n", {"tokenizer_class": "MPNetTokenizer"}, "tokenizer_class 'MPNetTokenizer'"),
         (b"[UNK]\n", {"do_lower_case": "yes"}, "do_lower_case is 'yes', not true or false"),
-        (b"[UNK]\n", {"unk_token": 3}, "unk_token is not a token"),
+        (b"[UNK]\n", {"unk_token": 3}, "bad: tokenizer_config.json's unk_token is not a token"),
+        (b"[UNK]\n", {"cls_token": ""}, "cls_token is not a token"),
         (b"[UNK]\n", [], r"tokenizer_config\.json: holds no JSON object"),
     ],
 )  # fmt: skip
@@ -257,3 +258,29 @@ def test_a_huge_or_special_vocab_txt_is_refused_without_reading_it(tmp_path):
         os.mkfifo(folder / "vocab.txt")  # a read would block forever
         with pytest.raises(ScenarioError, match=r"vocab\.txt.*not a regular file"):
             load_tokenizer(folder)
+
+
+def test_the_catalog_offers_vocab_txt_models_and_names_sentencepiece_ones(tmp_path, monkeypatch):
+    from tiny_models import fake_package
+
+    from attnviz.core.models.catalog import available_models
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = json.dumps({"model_type": "bert", "num_hidden_layers": 2}).encode()
+    common = {"config.json": config, "model.safetensors": b"\0" * 100}
+    snapshot = tmp_path / "hub" / "models--old--bert" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name, data in {**common, "vocab.txt": b"[UNK]\n"}.items():
+        (snapshot / name).write_bytes(data)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    site = tmp_path / "site"
+    fake_package(site, "wordpiece-model", {**common, "vocab.txt": b"[UNK]\n"})
+    fake_package(site, "spiece-model", {**common, "spiece.model": b"\n"})
+    monkeypatch.syspath_prepend(str(site))
+
+    got = {a.source: a.problem for a in available_models()}
+    assert got["old/bert"] == got["wordpiece-model"] == ""
+    assert "SentencePiece, spiece.model" in got["spiece-model"]
+    assert "pip install sentencepiece protobuf" in got["spiece-model"]

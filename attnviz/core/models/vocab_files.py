@@ -96,8 +96,12 @@ def wordpiece(folder: Path) -> Any:
     config = _json_object(folder / "tokenizer_config.json")
     _check_class(folder, config)
     vocab = _vocab(folder / "vocab.txt")
-    specials = _special_tokens(folder, config)
-    flags = _flags(config)
+    try:
+        specials = _special_tokens(folder, config)
+        flags = _flags(config)
+        added = _added(config)
+    except ScenarioError as e:
+        raise ScenarioError(f"{printable(folder)}: {e}") from None
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
 
@@ -111,7 +115,7 @@ def wordpiece(folder: Path) -> Any:
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, **flags)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix="##")
-    for token in _added(config):
+    for token in added:
         backend.add_tokens([AddedToken(**token)])
     backend.add_special_tokens([AddedToken(**token) for token in specials.values()])
     cls, sep = specials["cls_token"]["content"], specials["sep_token"]["content"]
@@ -187,12 +191,12 @@ def _vocab(path: Path) -> dict[str, int]:
 
 def _token(value: object, what: str) -> dict[str, Any]:
     """An added token's settings, from a string or a saved AddedToken."""
-    if isinstance(value, str):
+    if isinstance(value, str) and value:
         return {"content": value}
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
+    if isinstance(value, dict) and isinstance(value.get("content"), str) and value["content"]:
         keys = ("lstrip", "rstrip", "single_word", "normalized")
         return {"content": value["content"], **{k: bool(value[k]) for k in keys if k in value}}
-    raise ScenarioError(f"{what} is not a token (a string or an object with its content)")
+    raise ScenarioError(f"{what} is not a token (a non-empty string, or an object with one)")
 
 
 def _special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
