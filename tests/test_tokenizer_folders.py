@@ -284,3 +284,11 @@ def test_the_catalog_offers_vocab_txt_models_and_names_sentencepiece_ones(tmp_pa
     assert got["old/bert"] == got["wordpiece-model"] == ""
     assert "SentencePiece, spiece.model" in got["spiece-model"]
     assert "pip install sentencepiece protobuf" in got["spiece-model"]
+
+
+def test_special_tokens_missing_from_the_vocab_get_transformers_ids(tmp_path):
+    folder = write_folder(tmp_path / "short", lines=["[UNK]", "[CLS]", "hello", "[SEP]"])
+    reference = transformers.BertTokenizer.from_pretrained(str(folder))
+    tokenizer = load_tokenizer(folder)
+    for text in ("hello [MASK] [PAD] [SEP] x", "[PAD][MASK]hello"):
+        assert list(tokenize(tokenizer, text).ids) == reference(text)["input_ids"]
