@@ -8,13 +8,14 @@ weight is read.
 
 from __future__ import annotations
 
-from attnviz.core.models.families import bert, gpt2, llama
+from attnviz.core.models.families import bert, gpt2, llama, olmo2
 from attnviz.core.models.families.base import Config, Family
 
 FAMILIES: tuple[Family, ...] = (
     gpt2.FAMILY,
     bert.FAMILY,
     llama.FAMILY,
+    olmo2.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 
