@@ -114,8 +114,8 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         b_V=head_stack("b_V", b_V),
         b_O=b_O,
         # the whole projection's norm weights, one row of d_k per head
-        q_norm=_numpy(module.q_norm.weight).reshape(heads, 1, d),
-        k_norm=_numpy(module.k_norm.weight).reshape(kv, 1, d),
+        q_norm=head_stack("q_norm", _numpy(module.q_norm.weight).reshape(heads, 1, d)),
+        k_norm=head_stack("k_norm", _numpy(module.k_norm.weight).reshape(kv, 1, d)),
     )
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
