@@ -43,6 +43,7 @@ def tiny_olmo2(dtype=torch.float64, bias=True, kv=2, **options):
         max_position_embeddings=64,
         attention_bias=bias,
         rms_norm_eps=1e-5,
+        eos_token_id=2,  # (the default, 50279, is outside this vocabulary)
         attn_implementation="eager",
         **options,
     )
