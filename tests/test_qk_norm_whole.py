@@ -288,8 +288,14 @@ def test_the_torch_engine_is_the_numpy_one(name):
             np.testing.assert_allclose(head.Q_rot, want["Q_rot"][h], rtol=0, atol=atol)
             np.testing.assert_allclose(head.K_rot, want["K_rot"][h], rtol=0, atol=atol)
         np.testing.assert_allclose(got.final, want["final"], rtol=0, atol=atol * 10)
-    # the float32 run within the bounds the engine gives for rounding
+    # float64: the two engines agree to rounding, head by head and intermediate by
+    # intermediate
     ref = compute(s)
+    got = compute_torch(s, "cpu", "float64")
+    for mine, theirs in zip(got.heads, ref.heads, strict=True):
+        for field in ("Q", "K", "Q_rot", "K_rot", "scores", "weights", "output"):
+            np.testing.assert_allclose(getattr(mine, field), getattr(theirs, field), atol=1e-12)
+    # the float32 run within the bounds the engine gives for rounding
     bound = tolerances(s, ref, "float32")
     got = compute_torch(s, "cpu", "float32")
     assert (np.abs(np.asarray(got.Q_rot) - np.asarray(ref.Q_rot)) <= bound["Q_rot"]).all()
