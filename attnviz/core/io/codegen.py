@@ -333,7 +333,9 @@ def _projection_lines(u: _Uses) -> list[str]:
     out = ["head_outputs = []", "for h in range(n_heads):", "    if PROJECTIONS:"]
     if u.grouped:
         out.append("        g = h * len(W_K) // len(W_Q)  # the key/value head query head h shares")
-    if u.qkv_bias:
+    if u.whole_norm:  # Q and K were made before the loop, for the norm
+        out.append(f"        V = {X_kv} @ W_V[{kv}]" + f" + b_V[{kv}]" * u.qkv_bias)
+    elif u.qkv_bias:
         out += [
             "        Q = X @ W_Q[h] + b_Q[h]",
             f"        K = {X_kv} @ W_K[{kv}] + b_K[{kv}]",
@@ -348,7 +350,7 @@ def _projection_lines(u: _Uses) -> list[str]:
         else "        Q = K = V = X  # simple self-attention: one head, no projections",
     ]
     if u.whole_norm:
-        out.append("    Q, K = Q_all[h], K_all[h]  # the ones the whole-projection norm reads")
+        out.append("    Q, K = Q_all[h], K_all[h]  # made before the loop, for the norm")
     out.append("    d_k = Q.shape[1]")
     return out
 
