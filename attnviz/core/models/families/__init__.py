@@ -18,6 +18,7 @@ from attnviz.core.models.families import (
     gptj,
     llama,
     modernbert,
+    mpt,
     opt,
     phi3,
     stablelm,
@@ -37,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     gptj.FAMILY,
     stablelm.FAMILY,
     phi3.FAMILY,
+    mpt.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
