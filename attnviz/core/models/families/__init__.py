@@ -18,6 +18,7 @@ from attnviz.core.models.families import (
     gptj,
     llama,
     modernbert,
+    mpt,
     olmo2,
     opt,
     phi3,
@@ -39,6 +40,7 @@ FAMILIES: tuple[Family, ...] = (
     stablelm.FAMILY,
     phi3.FAMILY,
     olmo2.FAMILY,
+    mpt.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 _T5 = (
