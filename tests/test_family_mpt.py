@@ -207,7 +207,8 @@ def test_a_saved_mpt_folder_imports_exactly(tmp_path):
         learned_pos_emb=True,
         use_cache=True,
     )
-    assert peek(str(folder), TEXT).problem == ""
+    looked = peek(str(folder), TEXT)
+    assert looked.problem == "" and looked.max_tokens == 16  # its max_seq_len
     model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float64)
     _, Ws = mpt_by_hand(model.eval(), MPT_SLOPES[12], scale=0.25)
     for layer in range(LAYERS):

@@ -323,6 +323,18 @@ def test_a_file_keeps_the_choice_and_the_weights(tmp_path, suffix):
     np.testing.assert_array_equal(compute(back).final, compute(s).final)
 
 
+def test_a_file_says_version_5_and_an_older_version_is_refused_by_name(tmp_path):
+    import json
+
+    path = tmp_path / "olmo.attn.json"
+    save_scenario(path, CASES["mha"])
+    data = json.loads(path.read_text())
+    assert data["version"] == 5  # an attnviz that reads version 4 says it is too new
+    path.write_text(json.dumps({**data, "version": 4}))
+    with pytest.raises(Exception, match=r"settings\.qk_norm 'rms-whole': needs version 5"):
+        load_scenario(path)
+
+
 def test_a_file_with_another_choice_is_refused_by_name(tmp_path):
     path = tmp_path / "bad.attn.json"
     save_scenario(path, CASES["mha"])
