@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, ScenarioError
+from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, head_stack
+
+Part = tuple[np.ndarray, np.ndarray]  # heads' weights (h, d_model, d) and biases (h, 1, d)
 
 EAGER64 = "attnviz_eager64"
 
@@ -67,6 +69,50 @@ def _heads(W: np.ndarray, b: np.ndarray | None, heads: int) -> tuple[np.ndarray,
     stack = W.reshape(d_model, heads, d).transpose(1, 0, 2)
     bias = np.zeros((heads, 1, d)) if b is None else b.reshape(heads, 1, d)
     return stack, bias
+
+
+def linear_heads(linear: Any, count: int) -> Part:
+    """An ``nn.Linear`` (weight out × in, a bias or none) as ``count`` heads, in attnviz's
+    row-vector convention."""
+    bias = None if linear.bias is None else _numpy(linear.bias)
+    return _heads(_numpy(linear.weight).T, bias, count)
+
+
+def shared_norm(weight: Any, heads: int, shift: float = 0.0) -> np.ndarray:
+    """A QK-norm weight of d_k features that every head shares, as (heads, 1, d_k); plus
+    ``shift`` (Gemma's norms multiply by 1 + weight)."""
+    row = shift + _numpy(weight).reshape(1, 1, -1)
+    tiled: np.ndarray = np.tile(row, (heads, 1, 1))
+    return tiled
+
+
+def layer_scenario(
+    tokens: tuple[str, ...],
+    X: np.ndarray,
+    qkv: tuple[Part, Part, Part],
+    out: Any,
+    settings: Settings,
+    **extra: Any,
+) -> Scenario:
+    """A layer's scenario: the heads' Q, K and V parts, the output projection ``out`` (an
+    ``nn.Linear``, a bias or none) and the settings; ``extra`` any other field of the
+    scenario (QK-norm weights, a custom mask)."""
+    (W_Q, b_Q), (W_K, b_K), (W_V, b_V) = qkv
+    b_O = np.zeros((1, X.shape[1])) if out.bias is None else _numpy(out.bias)[None]
+    return Scenario(
+        tokens=tokens,
+        X=X,
+        W_Q=head_stack("W_Q", W_Q),
+        W_K=head_stack("W_K", W_K),
+        W_V=head_stack("W_V", W_V),
+        W_O=_numpy(out.weight).T,
+        settings=settings,
+        b_Q=head_stack("b_Q", b_Q),
+        b_K=head_stack("b_K", b_K),
+        b_V=head_stack("b_V", b_V),
+        b_O=b_O,
+        **extra,
+    )
 
 
 def _run(model: Any, input_ids: Any, entry: Any, projection: Any) -> tuple[Any, Any, Any]:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, head_stack
+from attnviz.core.maths.scenario import ScenarioError, Settings
 from attnviz.core.models.families.base import Config, Family, flag, rope_problem
 from attnviz.core.models.families.bloom import slopes64
 from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
@@ -51,6 +51,7 @@ from attnviz.core.models.hf_layer import (
     _numpy,
     _rope64,
     _run,
+    layer_scenario,
     swapped_forwards,
 )
 
@@ -131,24 +132,11 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         X_t, attention_out, out = _run(model, input_ids, module, module.dense)
     X = _numpy(X_t)
     parts = _split(module, heads)
-    dense = module.dense
-    b_O = np.zeros((1, X.shape[1])) if dense.bias is None else _numpy(dense.bias)[None]
     settings = Settings(
         mask="causal", **_positional(config, heads, module.head_dim, (theta, frequencies))
     )
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", parts["W_Q"]),
-        W_K=head_stack("W_K", parts["W_K"]),
-        W_V=head_stack("W_V", parts["W_V"]),
-        W_O=_numpy(dense.weight).T,
-        settings=settings,
-        b_Q=head_stack("b_Q", parts["b_Q"]),
-        b_K=head_stack("b_K", parts["b_K"]),
-        b_V=head_stack("b_V", parts["b_V"]),
-        b_O=b_O,
-    )
+    q, k, v = ((parts[f"W_{x}"], parts[f"b_{x}"]) for x in "QKV")
+    scenario = layer_scenario(tokens, X, (q, k, v), module.dense, settings)
     return _imported(scenario, out, attention_out, "falcon", layer)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
 from attnviz.core.models.hf_layer import (
@@ -38,6 +38,7 @@ from attnviz.core.models.hf_layer import (
     _numpy,
     _rope64,
     _run,
+    layer_scenario,
     swapped_forwards,
 )
 
@@ -111,23 +112,8 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     fused = module.query_key_value
     W = _numpy(fused.weight).T.reshape(d_model, heads, 3, d)  # per head: q, k, v
     b = np.zeros((heads, 3, d)) if fused.bias is None else _numpy(fused.bias).reshape(heads, 3, d)
-    W_Q, W_K, W_V = (W[:, :, k, :].transpose(1, 0, 2) for k in range(3))
-    b_Q, b_K, b_V = (b[:, None, k, :] for k in range(3))
-    dense = module.dense
-    b_O = np.zeros((1, d_model)) if dense.bias is None else _numpy(dense.bias)[None]
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(dense.weight).T,
-        settings=Settings(**settings),
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=b_O,
-    )
+    q, k, v = ((W[:, :, i, :].transpose(1, 0, 2), b[:, None, i, :]) for i in range(3))
+    scenario = layer_scenario(tokens, X, (q, k, v), module.dense, Settings(**settings))
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 

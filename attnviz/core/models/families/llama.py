@@ -34,16 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
-    _heads,
     _imported,
     _norm64,
     _numpy,
     _rope64,
     _run,
+    layer_scenario,
+    linear_heads,
+    shared_norm,
     swapped_forwards,
 )
 
@@ -264,38 +266,21 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     (X_t, attention_out, out), rope = run_rotary(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    def part(linear: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
-        bias = None if linear.bias is None else _numpy(linear.bias)
-        return _heads(_numpy(linear.weight).T, bias, count)
-
-    W_Q, b_Q = part(module.q_proj, heads)
-    W_K, b_K = part(module.k_proj, kv)
-    W_V, b_V = part(module.v_proj, kv)
-    o = module.o_proj
-    b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
+    qkv = (
+        linear_heads(module.q_proj, heads),
+        linear_heads(module.k_proj, kv),
+        linear_heads(module.v_proj, kv),
+    )
     options = mask_settings(_window(config, layer), X.shape[0])
     qk: dict[str, Any] = {}
     if hasattr(module, "q_norm"):  # Qwen3: one weight per feature of d_k, shared by every head
-        d = W_Q.shape[2]
         qk = {
-            "q_norm": np.tile(_numpy(module.q_norm.weight).reshape(1, 1, d), (heads, 1, 1)),
-            "k_norm": np.tile(_numpy(module.k_norm.weight).reshape(1, 1, d), (kv, 1, 1)),
+            "q_norm": shared_norm(module.q_norm.weight, heads),
+            "k_norm": shared_norm(module.k_norm.weight, kv),
         }
         options |= {"qk_norm": "rms", "qk_norm_eps": float(module.q_norm.variance_epsilon)}
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(o.weight).T,
-        settings=Settings(**rope, **options),
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=b_O,
-        **qk,
-    )
+    settings = Settings(**rope, **options)
+    scenario = layer_scenario(tokens, X, qkv, module.o_proj, settings, **qk)
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 

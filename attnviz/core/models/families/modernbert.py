@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
@@ -36,6 +36,7 @@ from attnviz.core.models.hf_layer import (
     _imported,
     _numpy,
     _run,
+    layer_scenario,
     swapped_forwards,
 )
 
@@ -135,7 +136,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     W = _numpy(module.Wqkv.weight).T  # (d_model, 3 · heads · d): Q, then K, then V
     b = None if module.Wqkv.bias is None else _numpy(module.Wqkv.bias)
     width = heads * d
-    (W_Q, b_Q), (W_K, b_K), (W_V, b_V) = (
+    q, k, v = (
         _heads(
             W[:, k * width : (k + 1) * width],
             None if b is None else b[k * width : (k + 1) * width],
@@ -143,28 +144,12 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         )
         for k in range(3)
     )
-    o = module.Wo
-    b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
-    n = X.shape[0]
     local = kind == "sliding_attention"
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(o.weight).T,
-        settings=Settings(
-            mask="custom" if local else "none",
-            positional="rope",
-            rope_base=theta(config, kind),
-        ),
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=b_O,
-        mask_matrix=band(n, int(config.sliding_window)) if local else None,
+    settings = Settings(
+        mask="custom" if local else "none", positional="rope", rope_base=theta(config, kind)
     )
+    band_mask = band(X.shape[0], int(config.sliding_window)) if local else None
+    scenario = layer_scenario(tokens, X, (q, k, v), module.Wo, settings, mask_matrix=band_mask)
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 

@@ -31,17 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
-    _heads,
     _imported,
     _norm64,
     _numpy,
     _rope64,
     _run,
+    layer_scenario,
+    linear_heads,
     swapped_forwards,
 )
 
@@ -79,16 +80,12 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    def part(linear: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
-        bias = None if linear.bias is None else _numpy(linear.bias)
-        return _heads(_numpy(linear.weight).T, bias, count)
-
-    W_Q, b_Q = part(module.q_proj, heads)
-    W_K, b_K = part(module.k_proj, kv)
-    W_V, b_V = part(module.v_proj, kv)
-    d = W_Q.shape[2]
-    o = module.o_proj
-    b_O = np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None]
+    qkv = (
+        linear_heads(module.q_proj, heads),
+        linear_heads(module.k_proj, kv),
+        linear_heads(module.v_proj, kv),
+    )
+    d = module.head_dim
     scaled: dict[str, Any] = {}
     if getattr(config, "rope_parameters", None) and _rope_type(config) != "default":
         scaled = {"rope_frequencies": tuple(float(f) for f in frequencies)}
@@ -100,22 +97,12 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         qk_norm_eps=float(module.q_norm.variance_epsilon),
         **scaled,
     )
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(o.weight).T,
-        settings=settings,
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=b_O,
+    scenario = layer_scenario(
+        tokens, X, qkv, module.o_proj, settings,
         # the whole projection's norm weights, one row of d_k per head
-        q_norm=head_stack("q_norm", _numpy(module.q_norm.weight).reshape(heads, 1, d)),
-        k_norm=head_stack("k_norm", _numpy(module.k_norm.weight).reshape(kv, 1, d)),
-    )
+        q_norm=_numpy(module.q_norm.weight).reshape(heads, 1, d),
+        k_norm=_numpy(module.k_norm.weight).reshape(kv, 1, d),
+    )  # fmt: skip
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 

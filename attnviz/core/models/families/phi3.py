@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
 from attnviz.core.models.families.llama import mask_settings, run_rotary
-from attnviz.core.models.hf_layer import ImportedLayer, _heads, _imported, _numpy
+from attnviz.core.models.hf_layer import ImportedLayer, _heads, _imported, _numpy, layer_scenario
 
 ROPE_TYPES = ("default", "longrope", "su", "yarn")  # su and yarn: longrope in Phi-3
 
@@ -53,24 +51,10 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     d = module.head_dim
     W = _numpy(module.qkv_proj.weight).T  # (d_model, heads·d + 2·kv·d)
     q, k = heads * d, heads * d + kv * d
-    W_Q, b_Q = _heads(W[:, :q], None, heads)
-    W_K, b_K = _heads(W[:, q:k], None, kv)
-    W_V, b_V = _heads(W[:, k:], None, kv)
+    qkv = (_heads(W[:, :q], None, heads), _heads(W[:, q:k], None, kv), _heads(W[:, k:], None, kv))
     window = getattr(config, "sliding_window", None)
     mask = mask_settings(None if window is None else int(window), X.shape[0])
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(module.o_proj.weight).T,
-        settings=Settings(**rope, **mask),
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=np.zeros((1, X.shape[1])),
-    )
+    scenario = layer_scenario(tokens, X, qkv, module.o_proj, Settings(**rope, **mask))
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 

@@ -21,18 +21,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, flag, rope_problem
 from attnviz.core.models.families.gpt_neox import partial_problem, rotary
 from attnviz.core.models.families.llama import FIXED_ROPE_TYPES
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
-    _heads,
     _imported,
     _numpy,
     _run,
+    layer_scenario,
+    linear_heads,
     swapped_forwards,
 )
 
@@ -65,27 +64,12 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    def part(linear: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
-        bias = None if linear.bias is None else _numpy(linear.bias)
-        return _heads(_numpy(linear.weight).T, bias, count)
-
-    W_Q, b_Q = part(module.q_proj, heads)
-    W_K, b_K = part(module.k_proj, kv)
-    W_V, b_V = part(module.v_proj, kv)
-    o = module.o_proj
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", W_Q),
-        W_K=head_stack("W_K", W_K),
-        W_V=head_stack("W_V", W_V),
-        W_O=_numpy(o.weight).T,
-        settings=Settings(**settings),
-        b_Q=head_stack("b_Q", b_Q),
-        b_K=head_stack("b_K", b_K),
-        b_V=head_stack("b_V", b_V),
-        b_O=np.zeros((1, X.shape[1])) if o.bias is None else _numpy(o.bias)[None],
+    qkv = (
+        linear_heads(module.q_proj, heads),
+        linear_heads(module.k_proj, kv),
+        linear_heads(module.v_proj, kv),
     )
+    scenario = layer_scenario(tokens, X, qkv, module.o_proj, Settings(**settings))
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 
