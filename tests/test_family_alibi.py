@@ -5,7 +5,6 @@ not modelled refused by name from config.json before any weight is read."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -18,7 +17,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, word_tokenizer  # noqa: E402
+from tiny_models import WORDS, edited, unreadable_weights  # noqa: E402
+from tiny_models import save_model as save  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -56,23 +56,6 @@ def linear(x, p, name):
 
 def causal_softmax(scores):
     return scores.masked_fill(CAUSAL, -math.inf).softmax(-1)
-
-
-def save(model, folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    model.float().save_pretrained(folder)
-    word_tokenizer(False).save(str(folder / "tokenizer.json"))
-    return folder
-
-
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
-
-
-def unreadable_weights(folder) -> None:
-    (folder / "model.safetensors").write_bytes(b"never read")
 
 
 def check_every_layer(model, reference):

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, word_tokenizer  # noqa: E402
+from tiny_models import WORDS, edited, unreadable_weights, word_tokenizer  # noqa: E402  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -62,17 +62,6 @@ def own_eager(model, ids=IDS):
     with torch.no_grad():
         out = model(input_ids=ids, output_attentions=True)
     return [a[0].double().numpy() for a in out.attentions]
-
-
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
-
-
-def unreadable_weights(folder) -> None:
-    """Weights no loader could read: a refusal after this was made from the config."""
-    (folder / "model.safetensors").write_bytes(b"never read")
 
 
 def text_ids(bert_style: bool = True):

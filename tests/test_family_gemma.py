@@ -18,7 +18,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, word_tokenizer  # noqa: E402
+from tiny_models import (  # noqa: E402
+    WORDS,
+    edited,
+    word_tokenizer,
+)
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -225,13 +229,6 @@ def save_gemma(kind: str, folder, **changes):
     tiny_gemma(kind, torch.float32).save_pretrained(folder)
     word_tokenizer(False).save(str(folder / "tokenizer.json"))
     return edited(folder, **changes) if changes else folder
-
-
-def edited(folder, drop=(), **changes):
-    config = json.loads((folder / "config.json").read_text())
-    config = {k: v for k, v in config.items() if k not in drop}
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
 
 
 def loaded(folder):

@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, word_tokenizer  # noqa: E402
+from tiny_models import WORDS, unreadable_weights  # noqa: E402
+from tiny_models import save_model as save  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -177,13 +178,6 @@ def test_mpt_float32_imports_within_float32_rounding():
         assert np.abs(r.final - got.model_output).max() <= 1e-5
 
 
-def save(model, folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    model.float().save_pretrained(folder)
-    word_tokenizer(False).save(str(folder / "tokenizer.json"))
-    return folder
-
-
 def edited(folder, attn=None, **changes):
     """config.json with top-level ``changes`` and ``attn`` merged into attn_config."""
     config = json.loads((folder / "config.json").read_text())
@@ -191,10 +185,6 @@ def edited(folder, attn=None, **changes):
     config["attn_config"] = {**(config.get("attn_config") or {}), **(attn or {})}
     (folder / "config.json").write_text(json.dumps(config))
     return folder
-
-
-def unreadable_weights(folder) -> None:
-    (folder / "model.safetensors").write_bytes(b"never read")
 
 
 def test_a_saved_mpt_folder_imports_exactly(tmp_path):

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import word_tokenizer  # noqa: E402
+from tiny_models import save_model as saved  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -291,19 +291,6 @@ def float32_gap(model):
         )
     assert worst <= 1e-5
     return worst
-
-
-def saved(model, folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    model.float().save_pretrained(folder)
-    word_tokenizer(False).save(str(folder / "tokenizer.json"))
-    return folder
-
-
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
 
 
 def refused_before_loading(folder, message):

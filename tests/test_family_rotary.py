@@ -20,7 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
-from tiny_models import WORDS, word_tokenizer  # noqa: E402
+from tiny_models import WORDS, edited  # noqa: E402
+from tiny_models import save_model as save  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -364,19 +365,6 @@ def test_the_fused_neox_projection_is_read_head_by_head():
 
 
 # Saved folders, imported as a user would
-
-
-def save(model, folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    model.float().save_pretrained(folder)
-    word_tokenizer(False).save(str(folder / "tokenizer.json"))
-    return folder
-
-
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
 
 
 @pytest.mark.parametrize("case", ["gpt_neox", "opt project_in", "gptj", "stablelm"])

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
-from tiny_models import WORDS, save_tiny, tiny, tiny_llama, tiny_model  # noqa: E402
+from tiny_models import WORDS, edited, save_tiny, tiny, tiny_llama, tiny_model, unreadable_weights  # noqa: E402  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -46,20 +46,9 @@ def imports_exactly(model, layer, reference=None):
     return got
 
 
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
-
-
 def add_weights(folder, extra: dict) -> None:
     weights = load_file(folder / "model.safetensors")
     save_file({**weights, **extra}, folder / "model.safetensors", metadata={"format": "pt"})
-
-
-def unreadable_weights(folder) -> None:
-    """Weights no loader could read: a refusal after this was made from the config."""
-    (folder / "model.safetensors").write_bytes(b"never read")
 
 
 # GPT-2

@@ -7,6 +7,7 @@ Each folder holds what a real checkpoint does: ``config.json``, ``model.safetens
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -150,3 +151,32 @@ def fake_package(root, name: str, archive_entries: dict[str, bytes]):
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
     files = [f"{package.name}/__init__.py", f"{package.name}/model.zip", f"{info.name}/METADATA"]
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+
+
+def save_model(model, folder: Path, bert_style: bool = False) -> Path:
+    """Save ``model`` (in float32, as checkpoints are) with the word-level tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.float().save_pretrained(folder)
+    word_tokenizer(bert_style).save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def edited(folder: Path, drop=(), **changes) -> Path:
+    """The folder with its config.json changed: ``drop`` keys removed, ``changes`` set."""
+    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in drop}
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+def unreadable_weights(folder: Path) -> None:
+    """Weights no loader could read: a refusal after this was made from the config."""
+    (folder / "model.safetensors").write_bytes(b"never read")
+
+
+def own_eager(model, ids):
+    """transformers' own eager attention weights, every layer, the model unchanged (its
+    float32 steps kept), as float64 arrays."""
+    with torch.no_grad():
+        out = model(input_ids=ids, output_attentions=True)
+    return [a[0].double().numpy() for a in out.attentions]
