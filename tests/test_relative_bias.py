@@ -337,3 +337,18 @@ def test_choosing_the_bias_starts_from_a_zero_table_and_leaving_it_keeps_it():
     np.testing.assert_array_equal(away.relative_bias, t.relative_bias)
     np.testing.assert_array_equal(away.with_settings(positional="relative-bias").relative_bias,
                                   t.relative_bias)  # fmt: skip
+
+
+def test_every_cell_the_inspector_explains_is_the_engines():
+    from attnviz.core.maths.explain import EXPLAINABLE
+
+    for s in (relative(n=5, H=2, G=1, softcap=2.0, scale=True),
+              relative(n=3, m=6, H=2, G=2, mask="causal", causal_alignment="bottom-right",
+                       relative_bidirectional=False)):  # fmt: skip
+        r = compute(s)
+        for name in EXPLAINABLE:
+            for head in [None] if name in ("X", "concat", "final") else range(r.n_heads):
+                M = r.matrix(name, head)
+                for i, j in np.ndindex(M.shape):
+                    e = explain(s, r, name, head, i, j)
+                    assert e.value == pytest.approx(M[i, j], abs=1e-12), (name, head, i, j)
