@@ -77,11 +77,12 @@ def seeded(model):
     return model.eval()
 
 
-def tiny_t5(kind: str = "t5", dtype=torch.float64, whole: bool = False, **changes):
-    """A seeded encoder model (whole: the encoder-decoder model) of the kind."""
+def tiny_t5(kind: str = "t5", dtype=torch.float64, whole: bool | str = False, **changes):
+    """A seeded encoder model (whole: the encoder-decoder model, or the class named) of
+    the kind."""
     config = tiny_config(kind, **changes)
-    model = getattr(transformers, CLASSES[kind][2 if whole else 1])(config)
-    return seeded(model).to(dtype)
+    name = whole if isinstance(whole, str) else CLASSES[kind][2 if whole else 1]
+    return seeded(getattr(transformers, name)(config)).to(dtype)
 
 
 def by_hand(model, ids):
@@ -213,17 +214,20 @@ def test_long_texts_reach_the_logarithmic_buckets_of_t5s_defaults():
 # Saved folders: the importer, the CLI ----------------------------------------------------------
 
 
-def save_t5(folder, kind="t5", whole=True, **changes):
-    """A float32 checkpoint (the encoder-decoder model's, or the encoder's alone) and a
-    word-level tokenizer."""
+def save_t5(folder, kind="t5", whole: bool | str = True, **changes):
+    """A float32 checkpoint (the encoder-decoder model's, the encoder's alone, or the
+    class named's) and a word-level tokenizer."""
     folder.mkdir(parents=True, exist_ok=True)
     tiny_t5(kind, torch.float32, whole=whole, **changes).save_pretrained(folder)
     word_tokenizer(False).save(str(folder / "tokenizer.json"))
     return folder
 
 
-@pytest.mark.parametrize(("kind", "whole"), [("t5", True), ("t5", False), ("mt5", True),
-                                             ("umt5", True)])  # fmt: skip
+SAVED = [("t5", True), ("t5", False), ("mt5", True), ("umt5", True),
+         ("t5", "T5ForConditionalGeneration")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "whole"), SAVED)
 def test_a_saved_folder_imports_every_layer(tmp_path, kind, whole):
     folder = save_t5(tmp_path / kind, kind, whole)
     model = getattr(transformers, CLASSES[kind][1]).from_pretrained(
