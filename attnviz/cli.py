@@ -434,7 +434,7 @@ def head_fields(st: Settings) -> tuple[str, ...]:
     RoPE turn Q and K."""
     from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES
 
-    turned = st.qk_norm == "rms" or st.positional == "rope"
+    turned = st.qk_norm != "none" or st.positional == "rope"
     return HEAD_MATRICES[:3] + (TURNED_MATRICES if turned else ()) + HEAD_MATRICES[3:]
 
 

@@ -64,6 +64,7 @@ def forward(s: Scenario, keep: np.ndarray | None) -> tuple[dict[str, torch.Tenso
     slopes = list(st.alibi_slopes) if st.alibi_slopes is not None else paper_slopes(s.n_heads)
     hidden = torch.tensor(hidden_by_hand(s))
     heads: dict[str, list[torch.Tensor]] = {name: [] for name in HEAD_FIELDS}
+    projected = []
     for h in range(H):
         g = h * G // H
         if proj:
@@ -72,10 +73,20 @@ def forward(s: Scenario, keep: np.ndarray | None) -> tuple[dict[str, torch.Tenso
             V = X_kv @ leaves["W_V"][g] + leaves["b_V"][g, 0]
         else:
             Q, K, V = X * 1.0, X_kv * 1.0, X_kv * 1.0  # (own nodes, for their gradients)
+        projected.append((Q, K, V))
+    if st.qk_norm == "rms-whole":  # one RMS per token over every head (K: each copy)
+        r_Q = torch.sqrt(sum((Q * Q).sum(-1) for Q, _, _ in projected) / (H * d) + st.qk_norm_eps)
+        r_K = torch.sqrt(sum((K * K).sum(-1) for _, K, _ in projected) / (H * d) + st.qk_norm_eps)
+    for h, (Q, K, V) in enumerate(projected):
+        g = h * G // H
         Qr, Kr = Q, K
         if st.qk_norm == "rms":
             Qr = rms(Qr, leaves["q_norm"][h, 0] if proj else None, st.qk_norm_eps)
             Kr = rms(Kr, leaves["k_norm"][g, 0] if proj else None, st.qk_norm_eps)
+        elif st.qk_norm == "rms-whole":
+            Qr, Kr = Q / r_Q[:, None], K / r_K[:, None]
+            if proj:
+                Qr, Kr = Qr * leaves["q_norm"][h, 0], Kr * leaves["k_norm"][g, 0]
         if st.positional == "rope":
             r = st.rope_dims if st.rope_dims is not None else d - d % 2
             if r:

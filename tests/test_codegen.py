@@ -217,6 +217,13 @@ VARIANT_CASES = {
     ),
     "qk-norm": BASE.with_settings(qk_norm="rms"),
     "qk-norm-weights-gqa": with_norm_weights(GQA),
+    "qk-norm-whole": BASE.with_settings(qk_norm="rms-whole"),
+    "qk-norm-whole-weights-gqa-rope": with_norm_weights(GQA).with_settings(
+        qk_norm="rms-whole", positional="rope"
+    ),
+    "qk-norm-whole-no-projections-cross": cross(BASE, m=6).with_settings(
+        projections=False, qk_norm="rms-whole"
+    ),
     "rope-half": BASE.with_settings(positional="rope"),
     "rope-half-partial": BASE.with_settings(positional="rope", rope_dims=2, rope_base=100.0),
     "rope-interleaved": BASE.with_settings(positional="rope", rope_style="interleaved"),
@@ -423,6 +430,9 @@ USES = {
     "cross-fewer-keys-bottom-right": {"cross", "empty_rows"},
     "qk-norm": {"qk_norm"},
     "qk-norm-weights-gqa": {"qk_norm", "norm_weights", "grouped"},
+    "qk-norm-whole": {"qk_norm"},
+    "qk-norm-whole-weights-gqa-rope": {"qk_norm", "norm_weights", "grouped", "rope"},
+    "qk-norm-whole-no-projections-cross": {"qk_norm", "cross"},
     "rope-interleaved": {"rope"},
     "no-projections-rope": {"rope"},
     "alibi-given": {"alibi"},

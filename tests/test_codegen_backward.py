@@ -77,6 +77,15 @@ CASES: dict[str, Scenario] = {
     ),
     "qk-norm-weights-gqa-rope": with_norm_weights(GQA).with_settings(positional="rope"),
     "qk-norm-cell": BASE.with_settings(qk_norm="rms", loss="cell", loss_cell=(3, 2)),
+    "qk-norm-whole-weights-gqa-rope-biases": with_biases(with_norm_weights(GQA)).with_settings(
+        qk_norm="rms-whole", positional="rope", loss="next-token"
+    ),
+    "qk-norm-whole-mqa-cross": with_norm_weights(cross(MQA, m=6)).with_settings(
+        qk_norm="rms-whole", qk_norm_eps=0.5
+    ),
+    "qk-norm-whole-no-projections-cross": cross(BASE, m=6).with_settings(
+        projections=False, qk_norm="rms-whole", qk_norm_eps=1e-3
+    ),
     "qk-norm-no-projections-cross-alibi": cross(BASE, m=6).with_settings(
         projections=False, positional="alibi", qk_norm="rms", qk_norm_eps=1e-3
     ),
@@ -107,7 +116,7 @@ def expected(s: Scenario, path: str, capsys) -> dict[str, np.ndarray]:
             out.update({f"dL/d{name} head {h + 1}": m for h, m in enumerate(a)})
         else:
             out[f"dL/d{name}"] = a
-    turned = s.settings.qk_norm == "rms" or s.settings.positional == "rope"
+    turned = s.settings.qk_norm != "none" or s.settings.positional == "rope"
     for h, head in enumerate(doc["heads"]):
         for name, a in head.items():
             if turned or name not in ("Q_rot", "K_rot"):

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
-from tiny_models import WORDS, save_tiny, tiny, tiny_llama  # noqa: E402
+from tiny_models import WORDS, save_tiny, tiny, tiny_llama, tiny_model  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -385,3 +385,31 @@ def test_scaled_rope_imports_with_the_models_own_frequencies(kind):
         np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
         own = own_eager(model)[layer]  # transformers' own run: its frequencies in float32
         assert np.abs(own - Ws[layer]).max() < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "qwen3"])
+def test_a_decoder_config_with_is_causal_false_is_refused_by_name(tmp_path, kind):
+    """transformers' causal mask turns bidirectional under is_causal false: the first
+    token then sees the later ones (shown here on the model itself), which a causal
+    scenario would not; the import refuses it from the config, before any weight."""
+    model = tiny_model(kind)
+    model.config.is_causal = False
+    with torch.no_grad():
+        first = model(input_ids=IDS, output_attentions=True).attentions[0][0, 0, 0]
+    assert first[1:].sum() > 0.1  # bidirectional
+    folder = edited(save_tiny(kind, tmp_path / kind), is_causal=False)
+    assert "is_causal false" in peek(str(folder), "the cat").problem
+    unreadable_weights(folder)
+    with pytest.raises(ScenarioError, match="is_causal false"):
+        import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_an_encoder_config_with_is_causal_false_imports(tmp_path):
+    folder = edited(save_tiny("bert", tmp_path / "bert"), is_causal=False)
+    got = import_model_layer(Request(str(folder), TEXT, 1))
+    assert got.scenario.settings.mask == "none" and got.agreement_weights <= EXACT
+
+
+def test_a_sliding_window_of_nothing_is_refused_by_name(tmp_path):
+    folder = edited(save_tiny("mistral", tmp_path / "m"), sliding_window=0)
+    assert "mistral sliding_window 0 hides every key" in peek(str(folder), "the cat").problem

@@ -131,6 +131,16 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
     slopes = list(st_.alibi_slopes) if st_.alibi_slopes is not None else paper_slopes(s.n_heads)
     hidden = hidden_by_hand(s)
     heads: dict[str, list[np.ndarray]] = {name: [] for name in (*FIELDS, "empty_rows")}
+    whole = {}
+    if st_.qk_norm == "rms-whole":  # per token, one RMS over every head's features
+        Qs = [X @ s.W_Q[h] + s.b_Q[h, 0] for h in range(H)] if proj else [X]
+        Ks = [X_kv @ s.W_K[g] + s.b_K[g, 0] for g in range(G)] if proj else [X_kv]
+        for name, stack in (("Q", Qs), ("K", Ks)):
+            whole[name] = [
+                math.sqrt(sum(float(v * v) for A in stack for v in A[i]) / (len(stack) * d)
+                          + st_.qk_norm_eps)
+                for i in range(len(stack[0]))
+            ]  # fmt: skip
     for h in range(H):
         g = h * G // H
         if proj:
@@ -143,6 +153,9 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
         if st_.qk_norm == "rms":
             Qr = rms(Qr, s.q_norm[h, 0] if proj else None, st_.qk_norm_eps)
             Kr = rms(Kr, s.k_norm[g, 0] if proj else None, st_.qk_norm_eps)
+        elif whole:
+            Qr = Q / np.array(whole["Q"])[:, None] * (s.q_norm[h, 0] if proj else 1.0)
+            Kr = K / np.array(whole["K"])[:, None] * (s.k_norm[g, 0] if proj else 1.0)
         if st_.positional == "rope":
             r = st_.rope_dims if st_.rope_dims is not None else d - d % 2
             turn = (st_.rope_base, st_.rope_style, r, st_.rope_frequencies, st_.rope_factor)

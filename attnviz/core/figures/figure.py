@@ -218,7 +218,7 @@ def _title(result: Computed, view: str) -> str:
     if view in ("Q_rot", "K_rot"):
         st = result.settings
         steps = [
-            s for s, on in (("norm", st.qk_norm == "rms"), ("RoPE", st.positional == "rope")) if on
+            s for s, on in (("norm", st.qk_norm != "none"), ("RoPE", st.positional == "rope")) if on
         ]
         return f"{view[0]} after {', '.join(steps)}" if steps else TITLES[view]
     if view == "final" and "b_O" in result.biases:
@@ -235,6 +235,13 @@ def variant_terms(result: Computed) -> list[tuple[str, str]]:
         terms.append(("+ biases", f"biases {', '.join(result.biases)} added"))
     if st.qk_norm == "rms":
         terms.append(("QK-norm", f"Q and K RMS-normalised over d_k (eps {st.qk_norm_eps:g})"))
+    elif st.qk_norm == "rms-whole":
+        terms.append(
+            (
+                "QK-norm",
+                f"Q and K RMS-normalised over all heads' features (eps {st.qk_norm_eps:g})",
+            )
+        )
     if st.positional == "rope":
         dims = "all" if st.rope_dims is None else str(st.rope_dims)
         terms.append(

@@ -85,6 +85,7 @@ class _Uses:
     qkv_bias: bool  # b_Q, b_K or b_V not all 0
     out_bias: bool  # b_O not all 0
     qk_norm: bool
+    whole_norm: bool  # QK-norm over every head's features of a token ("rms-whole")
     norm_weights: bool  # q_norm or k_norm not all 1
     rope_dims: int  # how many features RoPE turns (0: no RoPE, or nothing to pair)
     alibi: bool
@@ -115,8 +116,9 @@ def _uses(s: Scenario) -> _Uses:
         grouped=s.kv_heads != s.n_heads,
         qkv_bias=any(getattr(s, name).any() for name in ("b_Q", "b_K", "b_V")),
         out_bias=bool(s.b_O.any()),
-        qk_norm=st.qk_norm == "rms",
-        norm_weights=st.qk_norm == "rms"
+        qk_norm=st.qk_norm != "none",
+        whole_norm=st.qk_norm == "rms-whole",
+        norm_weights=st.qk_norm != "none"
         and not bool((s.q_norm == 1).all() and (s.k_norm == 1).all()),
         rope_dims=rope_dims,
         alibi=st.positional == "alibi",
@@ -212,7 +214,13 @@ def _tiled_head_lines(u: _Uses, pick: Pick) -> list[str]:
         "    head_outputs.append(head_output)",
         "",
     ]
-    return function + _projection_lines(u) + _norm_rope_lines(u, pick) + loop
+    return (
+        function
+        + _whole_norm_lines(u, pick)
+        + _projection_lines(u)
+        + _norm_rope_lines(u, pick)
+        + loop
+    )
 
 
 def _setup_lines(s: Scenario, u: _Uses, pick: Pick) -> list[str]:
@@ -315,7 +323,8 @@ def _head_lines(u: _Uses, pick: Pick) -> list[str]:
     """The loop over query heads: projections, QK-norm, RoPE, scores, scale, soft-cap,
     ALiBi, mask, softmax (with any sink), the wrong mask, dropout; prints the weights."""
     return (
-        _projection_lines(u)
+        _whole_norm_lines(u, pick)
+        + _projection_lines(u)
         + _norm_rope_lines(u, pick)
         + _score_lines(u, pick)
         + _weights_lines(u, pick)
@@ -329,7 +338,9 @@ def _projection_lines(u: _Uses) -> list[str]:
     out = ["head_outputs = []", "for h in range(n_heads):", "    if PROJECTIONS:"]
     if u.grouped:
         out.append("        g = h * len(W_K) // len(W_Q)  # the key/value head query head h shares")
-    if u.qkv_bias:
+    if u.whole_norm:  # Q and K were made before the loop, for the norm
+        out.append(f"        V = {X_kv} @ W_V[{kv}]" + f" + b_V[{kv}]" * u.qkv_bias)
+    elif u.qkv_bias:
         out += [
             "        Q = X @ W_Q[h] + b_Q[h]",
             f"        K = {X_kv} @ W_K[{kv}] + b_K[{kv}]",
@@ -342,16 +353,51 @@ def _projection_lines(u: _Uses) -> list[str]:
         "        Q, K, V = X, X_kv, X_kv  # one head, no projections"
         if u.cross
         else "        Q = K = V = X  # simple self-attention: one head, no projections",
-        "    d_k = Q.shape[1]",
     ]
+    if u.whole_norm:
+        out.append("    Q, K = Q_all[h], K_all[h]  # made before the loop, for the norm")
+    out.append("    d_k = Q.shape[1]")
     return out
+
+
+def _whole_norm_lines(u: _Uses, pick: Pick) -> list[str]:
+    """Before the head loop, for QK-norm over the whole projection: every query head's Q
+    and K (a copy per query head: a group's copies give the same mean square) and each
+    token's root mean square over all of their features together."""
+    if not u.whole_norm:
+        return []
+    X_kv = "X_kv" if u.cross else "X"
+    plus = (" + b_Q[h]", " + b_K[g]") if u.qkv_bias else ("", "")
+    copy = pick(".copy()", ".clone()")
+    return [
+        "# QK-norm over the whole projection (OLMo 2): each token's Q (and K) of every head",
+        "# together, divided by one root mean square over all of those features.",
+        "if PROJECTIONS:",
+        f"    Q_all = [X @ W_Q[h]{plus[0]} for h in range(n_heads)]",
+        f"    K_all = [{X_kv} @ W_K[g]{plus[1]}",
+        "             for g in (h * len(W_K) // n_heads for h in range(n_heads))]",
+        "else:",
+        f"    Q_all, K_all = [X{copy}], [{X_kv}{copy}]",
+        "Q_RMS = (sum((A**2).sum(axis=1) for A in Q_all) / (n_heads * Q_all[0].shape[1])",
+        "         + QK_NORM_EPS) ** 0.5",
+        "K_RMS = (sum((A**2).sum(axis=1) for A in K_all) / (n_heads * K_all[0].shape[1])",
+        "         + QK_NORM_EPS) ** 0.5",
+        "",
+    ]
 
 
 def _norm_rope_lines(u: _Uses, pick: Pick) -> list[str]:
     """QK-norm and RoPE on Q and K, where the scenario uses them."""
     kv = "g" if u.grouped else "h"
     out: list[str] = []
-    if u.qk_norm:
+    if u.whole_norm:
+        out += [
+            "",
+            "    # QK-norm over the whole projection: each row divided by its token's RMS",
+            "    # over every head (Q_RMS, K_RMS, made before the loop).",
+            "    Q, K = Q / Q_RMS[:, None], K / K_RMS[:, None]",
+        ]
+    elif u.qk_norm:
         mean = pick(
             "np.sqrt(np.mean({0}**2, axis=1, keepdims=True)",
             "torch.sqrt(({0}**2).mean(dim=1, keepdim=True)",
@@ -362,11 +408,11 @@ def _norm_rope_lines(u: _Uses, pick: Pick) -> list[str]:
             f"    Q = Q / {mean.format('Q')} + QK_NORM_EPS)",
             f"    K = K / {mean.format('K')} + QK_NORM_EPS)",
         ]
-        if u.norm_weights:
-            out += [
-                "    if PROJECTIONS:  # then times the norm's weights, one per feature",
-                f"        Q, K = Q * q_norm[h], K * k_norm[{kv}]",
-            ]
+    if u.norm_weights:
+        out += [
+            "    if PROJECTIONS:  # then times the norm's weights, one per feature",
+            f"        Q, K = Q * q_norm[h], K * k_norm[{kv}]",
+        ]
     if u.rope_dims:
         out += [
             '    if POSITIONAL == "rope":  # turned by their positions, so scores see distance',
@@ -677,7 +723,10 @@ def _describe(s: Scenario) -> str:
     if u.out_bias:
         parts.append("output bias b_O")
     if u.qk_norm:
-        parts.append(f"QK-norm (RMS, eps {st.qk_norm_eps!r}{', with weights' * u.norm_weights})")
+        over = ", over all heads together" * u.whole_norm
+        parts.append(
+            f"QK-norm (RMS{over}, eps {st.qk_norm_eps!r}{', with weights' * u.norm_weights})"
+        )
     if not st.scale:
         parts.append("not scaled")
     elif u.scale_value:

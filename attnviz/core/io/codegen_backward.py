@@ -45,7 +45,7 @@ def inputs(s: Scenario) -> list[str]:
     names = ["X", "X_kv"] if s.cross else ["X"]
     if s.settings.projections:
         names += ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"]
-        if s.settings.qk_norm == "rms":
+        if s.settings.qk_norm != "none":
             names += ["q_norm", "k_norm"]
     if s.settings.positional == "relative-bias":
         names.append("relative_bias")
@@ -93,7 +93,7 @@ def forward_edits(text: list[str], u: _Uses, flavor: str) -> list[str]:
         before=("    P = weights  # the softmax itself, before any weight is dropped",),
     )
     keep = '"Q": Q, "K": K, "V": V, "P": P, "weights": weights'
-    if u.qk_norm:
+    if u.qk_norm and not u.whole_norm:
         lines = _edit(lines, "    # QK-norm: each row", before=("    Q_in, K_in = Q, K",))
         keep += ', "Q_in": Q_in, "K_in": K_in'
     if u.softcap:
@@ -300,6 +300,45 @@ def _qk_norm_lines(u: _Uses, kv: str) -> list[str]:
     ]
 
 
+def _whole_norm_back_lines(u: _Uses, kv: str) -> list[str]:
+    """Back through QK-norm over the whole projection, which couples the heads: the head
+    loop stops after RoPE, all heads go through the norm at once, and a second loop over
+    the heads goes on to the projections (its lines follow these)."""
+    weights = (
+        ["    d_Qn, d_Kn = d_Qn * np.stack(q_norm), d_Kn * np.stack([k_norm[g] for g in kv_of])"]
+        if u.norm_weights
+        else []
+    )
+    return [
+        "    pending.append((d_Q, d_K, d_V, d_Q_rot, d_K_rot, d_scores, d_scaled, d_masked,",
+        "                    d_weights, d_output))",
+        "",
+        "# QK-norm over the whole projection: A_h / r times w_h, r = sqrt(mean of every head's",
+        "# A^2 + eps) per token, so dA_h = u_h / r - A_h (sum over heads of u A) / (H d_k) / r^3",
+        "# for u = w d, d the gradient of the normalised A (K: each query head's copy)",
+        "Q_in, K_in = np.stack(Q_all), np.stack(K_all)",
+        "r_Q, r_K = Q_RMS[None, :, None], K_RMS[None, :, None]",
+        "d_Qn = np.stack([p[0] for p in pending])",
+        "d_Kn = np.stack([p[1] for p in pending])",
+        "kv_of = [h * len(W_K) // n_heads for h in range(n_heads)] if PROJECTIONS else [0]",
+        "if PROJECTIONS:",
+        "    for h in range(n_heads):",
+        "        d_q_norm[h] += (d_Qn[h] * Q_in[h] / r_Q[0]).sum(axis=0, keepdims=True)",
+        "        d_k_norm[kv_of[h]] += (d_Kn[h] * K_in[h] / r_K[0]).sum(axis=0, keepdims=True)",
+        *("    " + line.strip() for line in weights),
+        "m_Q = (d_Qn * Q_in).sum(axis=(0, 2), keepdims=True) / Q_in.shape[2]",
+        "m_K = (d_Kn * K_in).sum(axis=(0, 2), keepdims=True) / K_in.shape[2]",
+        "d_Q_all = d_Qn / r_Q - Q_in * m_Q / len(Q_in) / r_Q**3",
+        "d_K_all = d_Kn / r_K - K_in * m_K / len(K_in) / r_K**3",
+        "",
+        "for h in range(n_heads):",
+        "    (d_Q, d_K, d_V, d_Q_rot, d_K_rot, d_scores, d_scaled, d_masked, d_weights,",
+        "     d_output) = pending[h]",
+        "    d_Q, d_K = d_Q_all[h], d_K_all[h]",
+        *([f"    {kv} = h * len(W_K) // len(W_Q)"] if kv == "g" else []),
+    ]
+
+
 def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
     kv = "g" if u.grouped else "h"
     X_kv = "X_kv" if u.cross else "X"
@@ -334,6 +373,11 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         *(["d_X_kv = np.zeros_like(X_kv)"] if u.cross else []),
         *(["d_relative_bias = np.zeros_like(relative_bias)"] if u.relative else []),
         "",
+        *(
+            ["pending = []  # each head's gradients, until the norm couples the heads"]
+            if u.whole_norm
+            else []
+        ),
         "for h in range(n_heads):",
         '    Q, K, V, P, weights = (saved[h][name] for name in ("Q", "K", "V", "P", "weights"))',
         "    d_k = Q.shape[1]",
@@ -380,7 +424,9 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
             '    if POSITIONAL == "rope":  # a turn by an angle is undone by the opposite angle',
             "        d_Q, d_K = rope(d_Q_rot, -q_pos), rope(d_K_rot, -k_pos)",
         ]
-    if u.qk_norm:
+    if u.whole_norm:
+        out += _whole_norm_back_lines(u, kv)
+    elif u.qk_norm:
         out += _qk_norm_lines(u, kv)
     out += ["    if PROJECTIONS:  # Q = X W_Q[h] + b_Q[h], K and V likewise"]
     out += [

@@ -7,8 +7,9 @@ adds cross-attention, shared key/value heads, biases, QK-norm weights and the ne
 settings and values (custom masks, RoPE, ALiBi, …); version 3 adds ``provenance``
 (``provenance_files``); version 4 the loss the gradients are of (``loss``,
 ``loss_target``, ``loss_cell``); version 5 a model's own RoPE frequencies and factor
-(``rope_frequencies``, ``rope_factor``: scaled RoPE); version 6 T5's relative position
-bias (positional ``relative-bias``, ``relative_buckets``, ``relative_max_distance``,
+(``rope_frequencies``, ``rope_factor``: scaled RoPE) and QK-norm over the whole
+projection (``qk_norm`` "rms-whole"); version 6 T5's relative position bias (positional
+``relative-bias``, ``relative_buckets``, ``relative_max_distance``,
 ``relative_bidirectional`` and the table ``relative_bias``, buckets × heads, saved with
 the settings as a custom mask is). A save writes the oldest version that holds the
 scenario.
@@ -70,7 +71,10 @@ Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
 KV_HEAD_KEYS = ("W_K", "b_K", "W_V", "b_V", "k_norm")
 HEAD_KEYS = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "q_norm", "k_norm")
 VECTORS = ("b_Q", "b_K", "b_V", "q_norm", "k_norm", "b_O")  # written as one list of numbers
-V2_VALUES = {"mask": ("custom",), "positional": ("rope", "alibi")}  # values version 1 lacks
+# values a version lacks: version 1 these, version 4 those
+V2_VALUES: dict[str, tuple[str, ...]] = {"mask": ("custom",), "positional": ("rope", "alibi")}
+V5_VALUES: dict[str, tuple[str, ...]] = {"qk_norm": ("rms-whole",)}
+V6_VALUES: dict[str, tuple[str, ...]] = {"positional": ("relative-bias",)}
 _DEFAULTS = Settings()
 
 
@@ -119,9 +123,9 @@ def version_for(s: Scenario) -> int:
     factor; 4 with a loss other than the
     default (the gradients'); 3 with a provenance; else 1, unless the scenario uses
     something only version 2 can hold."""
-    if set(settings_to_dict(s.settings)) & set(V6_SETTINGS):
+    if set(settings_to_dict(s.settings)) & set(V6_SETTINGS) or _uses(s.settings, V6_VALUES):
         return 6
-    if set(settings_to_dict(s.settings)) & set(V5_SETTINGS):
+    if set(settings_to_dict(s.settings)) & set(V5_SETTINGS) or _uses(s.settings, V5_VALUES):
         return 5
     if set(settings_to_dict(s.settings)) & set(V4_SETTINGS):
         return 4
@@ -134,9 +138,15 @@ def version_for(s: Scenario) -> int:
         or s.b_O.any()
         or any(in_use(s, n) for n in optional)
         or set(settings_to_dict(s.settings)) & set(V2_SETTINGS)
-        or any(getattr(s.settings, k) in values for k, values in V2_VALUES.items())
+        or _uses(s.settings, V2_VALUES)
     )
     return 2 if uses_v2 else 1
+
+
+def _uses(st: Settings | dict[str, Any], values: dict[str, tuple[str, ...]]) -> str:
+    """The first setting whose value is among ``values`` ('' when none is)."""
+    get = st.get if isinstance(st, dict) else lambda k: getattr(st, k)
+    return next((k for k, allowed in values.items() if get(k) in allowed), "")
 
 
 # Document -> Scenario: the fields both forms check alike ------------------------------
@@ -214,16 +224,13 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     newer = sorted(set(value) & set(V4_SETTINGS))
     if version < 4 and newer:
         raise FileFormatError(f"settings.{newer[0]}: needs version 4 (the file says {version})")
-    for needs, names in ((5, V5_SETTINGS), (6, V6_SETTINGS)):
-        newer = sorted(set(value) & set(names))
-        if version < needs and newer:
+    for needs, names, values in ((5, V5_SETTINGS, V5_VALUES), (6, V6_SETTINGS, V6_VALUES)):
+        newer = sorted(set(value) & set(names)) or [_uses(value, values)]
+        if version < needs and newer[0]:
+            what = newer[0] if newer[0] in names else f"{newer[0]} {value[newer[0]]!r}"
             raise FileFormatError(
-                f"settings.{newer[0]}: needs version {needs} (the file says {version})"
+                f"settings.{what}: needs version {needs} (the file says {version})"
             )
-    if version < 6 and value.get("positional") == "relative-bias":
-        raise FileFormatError(
-            f"settings.positional: 'relative-bias' needs version 6 (the file says {version})"
-        )
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(

@@ -16,6 +16,8 @@ From dL/dfinal (``losses.py``), for ``final = concat W_O + b_O`` and each head::
     drelative_bias[b, h] = Σ over the scores (i, j) of bucket b of dscaled   (T5's table)
     dQ' = dscores K',  dK' = dscoresᵀ Q'
     dQ  = norm′(rope⁻¹(dQ'))                                  RoPE turned back, RMS norm
+                                                               (all heads together
+                                                               under "rms-whole")
     dW_Q = Xᵀ dQ,  db_Q = Σ_rows dQ,  dX += dQ W_Qᵀ           (K and V from X_kv)
 
 A key/value head shared by a group of query heads (GQA) sums its group's gradients. The
@@ -123,20 +125,21 @@ def backward(s: Scenario, r: Result, d_final: np.ndarray, loss: float) -> Gradie
     d_concat = _through_mix(s, r, d_final, grads)
     d_in = np.zeros_like(X)
     d_in_kv = np.zeros_like(X_kv) if s.cross else d_in
-    qpos, kpos = positions(s)
-    heads = []
     count = head_count(s)
     group = kv_of(s, range(count))
     buckets = relative_buckets(s).ravel() if "relative_bias" in grads.arrays else None
+    gs = []
     for h in range(count):
-        head = r.head(h)
-        d_out = d_concat[:, h * head.output.shape[1] : (h + 1) * head.output.shape[1]]
-        g = _head(st, head, np.ascontiguousarray(d_out), r.future)
+        d_k = r.head(h).output.shape[1]
+        d_out = np.ascontiguousarray(d_concat[:, h * d_k : (h + 1) * d_k])
+        g = _head(st, r.head(h), d_out, r.future)
         if buckets is not None:  # each score adds its bucket's entry: dscaled summed
             table = grads.arrays["relative_bias"]
             table[:, h] = np.bincount(buckets, g.scaled.ravel(), minlength=len(table))
-        d_Q = _unturned(st, g.Q_rot, head.Q, qpos, grads, "q_norm", h)
-        d_K = _unturned(st, g.K_rot, head.K, kpos, grads, "k_norm", group[h])
+        gs.append(g)
+    d_Qs, d_Ks = _through_norms(s, r, gs, group, grads)
+    heads = []
+    for h, (g, d_Q, d_K) in enumerate(zip(gs, d_Qs, d_Ks, strict=True)):
         heads.append(replace(g, Q=d_Q, K=d_K))
         if not st.projections:  # Q = K = V = X
             d_in += d_Q
@@ -214,6 +217,66 @@ def _scale(st: Settings, d_k: int) -> float:
     return 1.0 / np.sqrt(d_k) if st.scale_value is None else st.scale_value
 
 
+def _through_norms(
+    s: Scenario, r: Result, gs: list[HeadGradients], group: list[int], grads: _Inputs
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """dQ and dK of each query head (dK: its share) from dQ' and dK': RoPE turned back,
+    then through QK-norm, head by head or ("rms-whole") all heads together."""
+    st = s.settings
+    qpos, kpos = positions(s)
+    if st.qk_norm != "rms-whole":
+        heads = list(enumerate(gs))
+        d_Qs = [_unturned(st, g.Q_rot, r.head(h).Q, qpos, grads, "q_norm", h) for h, g in heads]
+        d_Ks = [_unturned(st, g.K_rot, r.head(h).K, kpos, grads, "k_norm", group[h])
+                for h, g in heads]  # fmt: skip
+        return d_Qs, d_Ks
+    d_Q = np.stack([unroped(st, g.Q_rot, qpos) for g in gs])
+    d_K = np.stack([unroped(st, g.K_rot, kpos) for g in gs])
+    Q = np.stack([r.head(h).Q for h in range(len(gs))])
+    K = np.stack([r.head(group.index(k)).K for k in range(max(group) + 1)])
+    ones = list(range(len(gs)))
+    return list(_whole_back(st, Q, d_Q, ones, grads, "q_norm")), list(
+        _whole_back(st, K, d_K, group, grads, "k_norm")
+    )
+
+
+def _whole_back(
+    st: Settings, A: np.ndarray, d: np.ndarray, of: list[int], grads: _Inputs, norm: str
+) -> np.ndarray:
+    """Through the whole-projection RMS norm y_g = w_g ⊙ A_g / r, r per token over every
+    head g of A (G, rows, d_k): d (J, rows, d_k) holds dy of J slots, slot j of head
+    of[j] (GQA: a key/value head's query heads). Returns each slot's share of dA:
+
+        dA_g = u_g / r − A_g / r³ · Σ_heads Σ_features (u ⊙ A) / (G·d_k),  u = w ⊙ dy
+
+    the coupling term shared evenly by the slots of a head, so that a head's slots sum
+    to its gradient. The norm weights' gradients are added to grads[norm]."""
+    inv = 1.0 / np.sqrt(np.mean(A * A, axis=(0, 2), keepdims=True) + st.qk_norm_eps)
+    Aj = A[of]
+    u = d
+    weights = grads.norms[norm]
+    if weights is not None:
+        for j, g in enumerate(of):
+            grads.arrays[norm][g, 0] += (d[j] * Aj[j] * inv[0]).sum(axis=0)
+        u = d * weights[of]
+    c = (u * Aj).sum(axis=(0, 2), keepdims=True) / (A.shape[0] * A.shape[2])
+    sizes = np.bincount(of)[of][:, None, None]
+    return inv * u - Aj * inv**3 * c / sizes  # type: ignore[no-any-return]
+
+
+def unroped(st: Settings, d_turned: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """d before RoPE from d after it (RoPE's transpose: the turn by −θ); d itself
+    without RoPE."""
+    d = d_turned
+    if st.positional == "rope":
+        dims = min(rope_width(st, d.shape[-1]), d.shape[-1] - d.shape[-1] % 2)
+        if dims:
+            back = -np.asarray(pos, dtype=np.float64)  # the transpose: f·R(θ)ᵀ = f·R(−θ)
+            d = rope(d, back, st.rope_base, st.rope_style, dims, st.rope_frequencies,
+                     st.rope_factor)  # fmt: skip
+    return d
+
+
 def _unturned(
     st: Settings,
     d_turned: np.ndarray,
@@ -227,13 +290,7 @@ def _unturned(
     gradient added to grads[norm][h])."""
     if not turns(st):
         return d_turned
-    d = d_turned
-    if st.positional == "rope":
-        dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
-        if dims:
-            back = -np.asarray(pos, dtype=np.float64)  # the transpose: f·R(θ)ᵀ = f·R(−θ)
-            d = rope(d, back, st.rope_base, st.rope_style, dims, st.rope_frequencies,
-                     st.rope_factor)  # fmt: skip
+    d = unroped(st, d_turned, pos)
     if st.qk_norm != "rms":
         return d
     inv = 1.0 / np.sqrt(np.mean(A * A, axis=-1, keepdims=True) + st.qk_norm_eps)
@@ -274,7 +331,7 @@ class _Inputs:
         names: Sequence[str] = ("X", "X_kv") if s.cross else ("X",)
         if st.projections:
             names = (*names, "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
-            if st.qk_norm == "rms":
+            if st.qk_norm != "none":
                 names = (*names, "q_norm", "k_norm")
         if st.positional == "relative-bias":
             names = (*names, "relative_bias")

@@ -107,6 +107,11 @@ def changes_between(old: Scenario, new: Scenario) -> Changes:
         for head in range(len(getattr(new, name))):
             if not same(old.matrix(name, head), new.matrix(name, head)):
                 changes.note(name, head, set())
+    if new.settings.qk_norm == "rms-whole":  # one head's Q (K) feeds every head's norm
+        if changes.q_heads:
+            changes.q_heads = set(range(new.n_heads))
+        if changes.k_heads:
+            changes.k_heads = set(range(new.kv_heads))
     return changes
 
 

@@ -176,25 +176,34 @@ class _Explainer:
     # Q and K as the scores see them: QK-norm, then RoPE --------------------------------
 
     def _turned_on(self) -> bool:
-        return self.st.qk_norm == "rms" or self.st.positional == "rope"
+        return self.st.qk_norm != "none" or self.st.positional == "rope"
 
     def _norm(
-        self, name: str, A: np.ndarray, label: str, features: list[int]
+        self, name: str, A: np.ndarray, label: str, features: list[int], i: int
     ) -> tuple[tuple[Term, ...], list[Step], dict[int, float], str]:
-        """RMS-normalise row A (Q or K of one token) at the given features: the squares,
-        the steps, the normalised values by feature, and the formula."""
-        st, d = self.st, A.shape[0]
+        """RMS-normalise row A (Q or K of token i) at the given features: the squares,
+        the steps, the normalised values by feature, and the formula. Under "rms-whole"
+        the mean square is over every head's features of the token."""
+        st = self.st
+        whole = st.qk_norm == "rms-whole"
+        rows = self._whole_row(name, i) if whole else [("", A)]
         squares = tuple(
             Term(
-                f"{name}[{label},{k + 1}]²", (float(a), float(a)), float(a * a), f"{_bracketed(a)}²"
+                f"{name}{tag}[{label},{k + 1}]²",
+                (float(a), float(a)),
+                float(a * a),
+                f"{_bracketed(a)}²",
             )
-            for k, a in enumerate(A)
+            for tag, row in rows
+            for k, a in enumerate(row)
         )
+        d = len(squares)
         total = _total(squares)
         mean = total / d
         rms = math.sqrt(mean + st.qk_norm_eps)
+        over = f"Σ over every head's {name}[{label}]²" if whole else f"Σ_k {name}[{label},k]²"
         steps = [
-            Step(f"Σ_k {name}[{label},k]²", total),
+            Step(over, total),
             Step(f"mean = Σ ÷ {d}", mean),
             Step(f"RMS = √(mean + ε), ε = {_num(st.qk_norm_eps)}", rms),
         ]
@@ -212,7 +221,21 @@ class _Explainer:
             normed[f] = value
         times = f" · {wname}[j]" if weight is not None else ""
         formula = f"{name}n[i,j] = {name}[i,j] / √(mean_k {name}[i,k]² + ε){times}"
+        if whole:
+            formula = (
+                f"{name}n[i,j] = {name}[i,j] / √(mean of {name}[i]² over all heads' features"
+                f" + ε){times}"
+            )
         return squares, steps, normed, formula
+
+    def _whole_row(self, name: str, i: int) -> list[tuple[str, np.ndarray]]:
+        """Token i's Q (or K) of every query (key/value) head, each with its head's tag."""
+        heads = self.r.heads
+        if name == "Q" or not self.st.projections:
+            return [(str(h + 1), np.asarray(heads[h].Q if name == "Q" else heads[h].K)[i])
+                    for h in range(len(heads))]  # fmt: skip
+        first = {self.s.kv_head_of(h): h for h in reversed(range(len(heads)))}
+        return [(str(g + 1), np.asarray(heads[first[g]].K)[i]) for g in sorted(first)]
 
     def _pair(self, dims: int) -> tuple[int, int, bool]:
         """RoPE's pair for feature j: (its pair index k, its partner, j is the first)."""
@@ -240,8 +263,8 @@ class _Explainer:
         steps: list[Step] = []
         formulas, notes = [], [self._kv_note() if kv else ""]
         src = name
-        if st.qk_norm == "rms":
-            terms, steps, normed, norm_formula = self._norm(name, A, label, features)
+        if st.qk_norm != "none":
+            terms, steps, normed, norm_formula = self._norm(name, A, label, features, i)
             formulas.append(norm_formula)
             src = f"{name}n"
         else:
@@ -322,7 +345,7 @@ class _Explainer:
         if self._turned_on():
             done = [
                 w
-                for w, on in (("QK-norm", st.qk_norm == "rms"), ("RoPE", st.positional == "rope"))
+                for w, on in (("QK-norm", st.qk_norm != "none"), ("RoPE", st.positional == "rope"))
                 if on
             ]
             turned = f"Q_rot and K_rot: Q and K after {' and '.join(done)}"

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from attnviz.core.maths.backward import HEAD_GRADIENTS, Gradients
+from attnviz.core.maths.backward import HEAD_GRADIENTS, Gradients, unroped
 from attnviz.core.maths.explain import (
     Explanation,
     Step,
@@ -59,7 +59,7 @@ class _GradientExplainer:
         return float(self.g.matrix(name, self.h)[self.i, self.j])
 
     def _turned_on(self) -> bool:
-        return self.st.qk_norm == "rms" or self.st.positional == "rope"
+        return self.st.qk_norm != "none" or self.st.positional == "rope"
 
     # The mix: doutput, dweights, dV ----------------------------------------------------
 
@@ -312,8 +312,9 @@ class _GradientExplainer:
             return Explanation(title, e.formula, e.terms, e.steps, self._value(name), note)
         d_turned = np.asarray(getattr(self.grad, rot)[self.i])
         back, terms, steps, formulas, notes = self._turn_back(name, d_turned)
-        if self.st.qk_norm == "rms":
-            more, norm_steps, formula, note = self._norm_back(name, back)
+        if self.st.qk_norm != "none":
+            norm_back = self._whole_back if self.st.qk_norm == "rms-whole" else self._norm_back
+            more, norm_steps, formula, note = norm_back(name, back)
             terms, steps = terms + more, steps + norm_steps
             formulas.append(formula)
             notes.append(note)
@@ -409,6 +410,60 @@ class _GradientExplainer:
             f"u = {times}back[i]; r = √(mean_k {name}[i,k]² + ε)"
         )
         return terms, steps, formula, "through the RMS norm: its Jacobian, row by row"
+
+    def _whole_back(
+        self, name: str, back: np.ndarray
+    ) -> tuple[tuple[Term, ...], list[Step], str, str]:
+        """Through the whole-projection RMS norm ("rms-whole"): r and the coupling m are
+        over every head's features of the token (backward._whole_back), for feature j."""
+        st, s, i, j = self.st, self.s, self.i, self.j
+        kv = name == "K"
+        count = len(self.r.heads)
+        of = (
+            [s.kv_head_of(h) if st.projections else 0 for h in range(count)]
+            if kv
+            else list(range(count))
+        )
+        rows = {of[h]: np.asarray(getattr(self.r.heads[h], name)[i]) for h in range(count)}
+        A_all = np.concatenate([rows[g] for g in sorted(rows)])
+        wname = "k_norm" if kv else "q_norm"
+        weights = np.asarray(getattr(s, wname)) if st.projections else None
+        pos = positions(s)[1 if kv else 0][i : i + 1]
+        label = (self.keys if kv else self.tok)[i]
+        us, As, labels = [], [], []
+        for h in range(count):
+            turned = np.asarray(getattr(self.g.heads[h], f"{name}_rot"))[i : i + 1]
+            b = unroped(st, turned, pos)[0]
+            us.append(b if weights is None else b * weights[of[h], 0])
+            As.append(rows[of[h]])
+            labels += [
+                f"u{h + 1}[{k + 1}]·{name}{of[h] + 1}[{label},{k + 1}]" for k in range(len(b))
+            ]
+        terms, total = _sum_of_products(labels, np.concatenate(us), np.concatenate(As))
+        width = len(A_all)
+        rms = math.sqrt(float(np.mean(A_all * A_all)) + st.qk_norm_eps)
+        share = of.count(of[self.h])
+        mean = total / width / share
+        u, A = us[self.h], rows[of[self.h]]
+        first, second = float(u[j]) / rms, float(A[j]) * mean / rms**3
+        steps = [
+            Step(f"u[{j + 1}] = back[{label},{j + 1}]" + (f" × {wname}[{j + 1}]" * st.projections),
+                 float(u[j])),
+            Step(f"r = √(mean over all {width} features of {name}[{label}]² + ε)", rms),
+            Step(f"u[{j + 1}] ÷ r", first),
+            Step(f"m = Σ_heads Σ_k u·{name} ÷ {width}" + (f" ÷ {share}" if share > 1 else ""),
+                 mean),
+            Step(f"{name}[{label},{j + 1}] · m ÷ r³", second),
+            Step(f"u[{j + 1}] ÷ r − {name}[{label},{j + 1}] · m ÷ r³", first - second),
+        ]  # fmt: skip
+        formula = (
+            f"d{name}[i,j] = u[j] / r − {name}[i,j] · m / r³; m = Σ over every head's u ⊙ "
+            f"{name} of row i / (heads·d_k); r = √(mean of row i's {name}² over all heads + ε)"
+        )
+        note = "through the whole-projection RMS norm: every head's features of the row meet"
+        if share > 1:
+            note += f"; m split evenly among the {share} query heads sharing this head"
+        return terms, steps, formula, note
 
 
 def explain_gradient(

@@ -4,7 +4,9 @@ The layer, in the brief's symbols (``compute``)::
 
     X   = X + positions                      (sinusoidal, when chosen)
     Q   = X W_Q + b_Q,  K = X_kv W_K + b_K,  V = X_kv W_V + b_V
-    Q', K' = rope(norm(Q)), rope(norm(K))    (QK-norm and RoPE, when chosen: "turned")
+    Q', K' = rope(norm(Q)), rope(norm(K))    (QK-norm and RoPE, when chosen: "turned";
+                                             the norm per head, or per token over all
+                                             heads' features together: "rms-whole")
     S   = Q' K'ᵀ                             the raw scores
     S   = softcap(S · scale) − slope·|i − j|  scaled (soft-cap and ALiBi when chosen)
     S   = mask(S)                            −∞ (or 0: the leak) on the hidden keys
@@ -35,7 +37,7 @@ from attnviz.core.maths.positions import (
 from attnviz.core.maths.results import Head, HeadResult, Result, Stages
 from attnviz.core.maths.scenario import Scenario, Settings
 from attnviz.core.maths.scoring import Rule, softmax_in_place, weighted
-from attnviz.core.maths.variants import rms_norm, rope
+from attnviz.core.maths.variants import rms_norm, rope, whole_rms
 
 FEW_ROWS = 8  # an edited row or two: projected without reshaping every head's W
 
@@ -69,14 +71,27 @@ def project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
 
 def turns(st: Settings) -> bool:
     """Whether Q and K as the scores see them differ from Q and K (QK-norm or RoPE)."""
-    return st.qk_norm == "rms" or st.positional == "rope"
+    return st.qk_norm != "none" or st.positional == "rope"
 
 
-def turn(st: Settings, A: np.ndarray, norm: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+def turn(
+    st: Settings,
+    A: np.ndarray,
+    norm: np.ndarray | None,
+    pos: np.ndarray,
+    rms: np.ndarray | None = None,
+) -> np.ndarray:
     """Q or K as the scores see them: RMS-normalised (times the norm weights) with
-    QK-norm, then rotated by position with RoPE; A itself when neither is on."""
+    QK-norm, then rotated by position with RoPE; A itself when neither is on.
+
+    Under "rms-whole" the divisor is per token over every head's features: ``rms``
+    (1, rows, 1) as ``whole_rms`` makes it from all heads, or, when not given, made from
+    A itself (then A must hold every head)."""
     if st.qk_norm == "rms":
         A = rms_norm(A, norm, st.qk_norm_eps)
+    elif st.qk_norm == "rms-whole":
+        A = A / (whole_rms(A, st.qk_norm_eps) if rms is None else rms)
+        A = A if norm is None else A * norm
     if st.positional == "rope":
         dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
         if dims:
@@ -93,7 +108,8 @@ def queries(
         Q = X[None, rows]
         return Q, turn(s.settings, Q, None, qpos)
     Q = project(X[rows], s.W_Q.take(heads)) + s.b_Q.take(heads)
-    return Q, turn(s.settings, Q, s.q_norm.take(heads), qpos)
+    rms = _whole(s, X, rows, "W_Q", "b_Q", Q, len(heads) == s.n_heads)
+    return Q, turn(s.settings, Q, s.q_norm.take(heads), qpos, rms)
 
 
 def keys(
@@ -105,7 +121,20 @@ def keys(
         K = X_kv[None, rows]
         return K, K, turn(s.settings, K, None, kpos)
     K = project(X_kv[rows], s.W_K.take(kv)) + s.b_K.take(kv)
-    return K, values(s, X_kv, kv, rows), turn(s.settings, K, s.k_norm.take(kv), kpos)
+    rms = _whole(s, X_kv, rows, "W_K", "b_K", K, len(kv) == s.kv_heads)
+    return K, values(s, X_kv, kv, rows), turn(s.settings, K, s.k_norm.take(kv), kpos, rms)
+
+
+def _whole(
+    s: Scenario, X: np.ndarray, rows: Any, weight: str, bias: str, A: np.ndarray, every: bool
+) -> np.ndarray | None:
+    """Under "rms-whole", the per-token divisor over every head of the projection (A
+    itself when it holds every head; else all heads are projected for it); else None."""
+    if s.settings.qk_norm != "rms-whole":
+        return None
+    if not every:
+        A = project(X[rows], getattr(s, weight).array()) + getattr(s, bias).array()
+    return whole_rms(A, s.settings.qk_norm_eps)
 
 
 def values(s: Scenario, X_kv: np.ndarray, kv: Sequence[int], rows: Any = slice(None)) -> np.ndarray:

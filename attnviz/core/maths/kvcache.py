@@ -218,6 +218,9 @@ class KVCache:
         st = self.scenario.settings
         if st.qk_norm == "rms":
             a = rms_norm(a, norm, st.qk_norm_eps)
+        elif st.qk_norm == "rms-whole":  # every head's features of the token together
+            a = a / np.sqrt(np.mean(a * a) + st.qk_norm_eps)
+            a = a if norm is None else a * norm
         dims = min(rope_width(st, a.shape[-1]), a.shape[-1] - a.shape[-1] % 2)
         if st.positional == "rope" and dims:
             at = np.array([t])

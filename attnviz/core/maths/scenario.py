@@ -43,7 +43,7 @@ MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −�
 POSITIONALS = ("none", "sinusoidal", "rope", "alibi", "relative-bias")
 ALIGNMENTS = ("top-left", "bottom-right")
 ROPE_STYLES = ("half", "interleaved")
-QK_NORMS = ("none", "rms")
+QK_NORMS = ("none", "rms", "rms-whole")  # rms-whole: over all heads together (OLMo 2)
 LOSSES = ("target", "next-token", "cell")  # what the gradients are of (maths/losses.py)
 LOSS_TARGETS = ("previous-token", "copy-self", "first-token", "custom")  # custom: the T grid
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
@@ -127,7 +127,10 @@ class Settings:
     relative_max_distance: int = 128  # T5's relative_attention_max_distance
     relative_bidirectional: bool = True  # an encoder's (keys after the query count too)
     scale_value: float | None = None  # replaces 1/√d_k when scale is on
-    qk_norm: str = "none"  # "rms": RMSNorm of Q and K over d_k, times q_norm/k_norm
+    # "rms": RMSNorm of Q and K over each head's d_k, times q_norm/k_norm; "rms-whole":
+    # the mean square per token over every head's features together (heads·d_k), then
+    # the same per-head weights (OLMo 2 normalises the whole projection)
+    qk_norm: str = "none"
     qk_norm_eps: float = 1e-6
     softcap: float | None = None  # scores become c·tanh(s/c)
     sinks: tuple[float, ...] | None = None  # one logit per query head, in the denominator

@@ -64,8 +64,9 @@ def _turn(st: Settings, A: Any, norm: Any, pos: np.ndarray, t: Callable[[Any], A
     """Q or K (a tensor) as the scores see them: QK-norm, then RoPE (forward.turn)."""
     import torch
 
-    if st.qk_norm == "rms":
-        A = A * torch.rsqrt((A * A).mean(dim=-1, keepdim=True) + st.qk_norm_eps)
+    if st.qk_norm != "none":  # per head, or per token over every head ("rms-whole")
+        over = (0, 2) if st.qk_norm == "rms-whole" else (-1,)
+        A = A * torch.rsqrt((A * A).mean(dim=over, keepdim=True) + st.qk_norm_eps)
         A = A if norm is None else A * norm
     dims = min(rope_width(st, A.shape[-1]), A.shape[-1] - A.shape[-1] % 2)
     if st.positional == "rope" and dims:
@@ -216,12 +217,17 @@ def _turned_bounds(
     values before QK-norm and RoPE (pre) and their error bound (err)."""
     size = np.abs(pre)
     d = pre.shape[-1]
-    if st.qk_norm == "rms":
-        r = np.sqrt(np.mean(pre * pre, axis=-1, keepdims=True) + st.qk_norm_eps)
+    if st.qk_norm != "none":
+        # per head over d, or ("rms-whole") per token over every head's features; K's
+        # heads repeated evenly for GQA leave the mean square as it is
+        over = (0, 2) if st.qk_norm == "rms-whole" else (-1,)
+        width = d * (pre.shape[0] if st.qk_norm == "rms-whole" else 1)
+        r = np.sqrt(np.mean(pre * pre, axis=over, keepdims=True) + st.qk_norm_eps)
         w = 1.0 if norm is None else np.abs(norm)
         size = w * size / r
         # first order: δ/r plus Q's own share of the change of r, and the norm's rounding
-        err = w * 2 * math.sqrt(d) * err.max(axis=-1, keepdims=True) / r + u * (d + 8) * size
+        worst = err.max(axis=over, keepdims=True)
+        err = w * 2 * math.sqrt(width) * worst / r + u * (width + 8) * size
     dims = min(rope_width(st, d), d - d % 2)
     if st.positional == "rope" and dims:
         idx = np.arange(d)

@@ -243,6 +243,15 @@ def rms_norm(x: np.ndarray, weight: np.ndarray | None = None, eps: float = 1e-6)
     return weighted
 
 
+def whole_rms(A: np.ndarray, eps: float) -> np.ndarray:
+    """Per token, √(mean of A² over every head's features together + eps) of a stack
+    (heads, rows, d): the divisor of the whole-projection QK-norm ("rms-whole", OLMo 2),
+    shape (1, rows, 1)."""
+    A = np.asarray(A, dtype=np.float64)
+    r: np.ndarray = np.sqrt(np.mean(A * A, axis=(0, 2), keepdims=True) + eps)
+    return r
+
+
 def softcap(scores: np.ndarray, cap: float) -> np.ndarray:
     """cap · tanh(scores / cap): scores squashed smoothly into (−cap, cap)."""
     if not cap > 0:

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from attnviz.core.maths.scenario import ScenarioError
-from attnviz.core.models import importer
+from attnviz.core.models import importer, vocab_files
 from attnviz.core.models.sources import MODEL_ID, NEEDED, model_problem
 
 MAX_CACHED = 200  # cache entries read at most
@@ -174,6 +174,9 @@ def _lacks(names: list[str]) -> str:
     if not any(n.endswith(".safetensors") for n in names):
         return "has only pickled weights (.bin/.pt); attnviz reads safetensors weights"
     missing = [n for n in NEEDED if n not in names]
+    tokenizer = vocab_files.lacking(set(names))
+    if tokenizer:
+        missing.append(tokenizer)
     return f"lacks {', '.join(missing)}" if missing else ""
 
 

@@ -2,9 +2,9 @@
 machinery every family shares.
 
 ``import_layer(model, input_ids, layer, tokens)`` finds the model's family
-(``attnviz.core.models.families``: GPT-2, the BERT family, the Llama family, Phi-3), checks its
-config, and lets the family run the model once: X is the hidden state that enters the
-layer's attention (the model's own, after any norm that precedes attention), the
+(``attnviz.core.models.families``, one module per family), checks its config, and
+lets the family run the model once: X is the hidden state that enters the layer's
+attention (the model's own, after any norm that precedes attention), the
 layer's weights come in attnviz's row-vector convention with their biases, and the
 model's own attention weights for every layer and the attention output for that layer
 come with them, so that the scenario can be checked against the model itself. Anything

@@ -393,7 +393,11 @@ def _config(folder: Path) -> dict[str, Any]:
 
 
 def _most_tokens(config: dict[str, Any]) -> int:
-    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    positions = (
+        config.get("max_position_embeddings")
+        or config.get("n_positions")
+        or config.get("max_seq_len")  # MPT's
+    )
     if config.get("model_type") in ROBERTA_POSITIONS and isinstance(positions, int):
         positions -= 2  # RoBERTa's positions start after its padding index
     return min(LIMITS.tokens, positions) if isinstance(positions, int) else LIMITS.tokens

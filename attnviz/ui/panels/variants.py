@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -35,6 +35,12 @@ from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.workspace import Workspace
 
 DIRECTIONS = {"bidirectional (encoder)": True, "unidirectional (decoder)": False}
+
+QK_NORM_TIPS = (  # one per QK_NORMS choice
+    "no QK-norm",
+    "per head: each head's Q and K over its own d_k features (Qwen3)",
+    "whole projection: one RMS per token over every head's features together (OLMo 2)",
+)
 
 
 def numbers(text: str) -> tuple[float, ...]:
@@ -85,9 +91,13 @@ class VariantsPanel(QWidget):
         self.scale_value = self._number(form2, "Scale (empty: 1/√d_k)", "scale_value")
         self.qk_norm = self._combo(form2, "QK-norm", QK_NORMS, "qk_norm")
         self.qk_norm.setToolTip(
-            "rms: Q and K are RMS-normalised over d_k, times their norm weights "
-            "(Qwen3, OLMo 2); the weights appear under W_Q and W_K"
+            "rms: each head's Q and K RMS-normalised over its d_k (Qwen3, Gemma 3); "
+            "rms-whole: a token's Q (K) of every head normalised together, one RMS over "
+            "all heads' features (OLMo 2); both times their norm weights, which appear "
+            "under W_Q and W_K"
         )
+        for i, tip in enumerate(QK_NORM_TIPS):
+            self.qk_norm.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
         self.eps = self._number(form2, "QK-norm eps", "qk_norm_eps", optional=False)
         self.softcap = self._number(form2, "Soft-cap (empty: off)", "softcap")
         self.sinks = self._list(form2, "Sinks, one per head", "sinks", "empty: no sink")

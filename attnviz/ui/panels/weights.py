@@ -306,7 +306,7 @@ class WeightsPanel(QWidget):
         column.setContentsMargins(4, 4, 4, 4)
         column.setSpacing(2)
         rows = [name, "b" + name[1:]] if self.biases.isChecked() else [name]
-        if self.doc.scenario.settings.qk_norm == "rms" and name != "W_V":
+        if self.doc.scenario.settings.qk_norm != "none" and name != "W_V":
             rows.append("q_norm" if name == "W_Q" else "k_norm")
         grids: list[MatrixGrid] = []
         for part in rows:

@@ -18,6 +18,8 @@ from attnviz.core.models.families import (
     gptj,
     llama,
     modernbert,
+    mpt,
+    olmo2,
     opt,
     phi3,
     stablelm,
@@ -39,6 +41,8 @@ FAMILIES: tuple[Family, ...] = (
     stablelm.FAMILY,
     phi3.FAMILY,
     t5.FAMILY,
+    olmo2.FAMILY,
+    mpt.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 # model types refused by name: what their attention has that attnviz's does not
@@ -58,4 +62,10 @@ def unsupported(config: Config) -> str:
     family = family_of(model_type)
     if family is None:
         return f"model type {model_type!r}: not supported yet (supported: {', '.join(SUPPORTED)})"
-    return family.check_config(config)
+    problem = family.check_config(config)
+    if not problem and family.causal and config.get("is_causal") is False:
+        problem = (
+            f"{family.name}: is_causal false (transformers' mask then lets every token see "
+            "later ones) is not supported"
+        )
+    return problem

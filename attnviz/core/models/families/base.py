@@ -43,6 +43,8 @@ class Family:
     # checkpoint weights that class never loads (T5's decoder): neither counted among
     # the layers nor refused as unexpected (regular expressions, searched in the names)
     not_loaded: tuple[str, ...] = ()
+    # a decoder: transformers' causal mask turns bidirectional under config is_causal false
+    causal: bool = True
 
 
 def flag(config: Config, key: str, default: bool = False) -> bool:

@@ -55,6 +55,10 @@ ROPE_TYPES = (*FIXED_ROPE_TYPES, "yarn", "dynamic", "longrope")
 
 
 def check_config(config: Config) -> str:
+    window = config.get("sliding_window")
+    every_layer = config.get("model_type") in ("mistral", "starcoder2")
+    if every_layer and isinstance(window, (int, float)) and window < 1 and window is not False:
+        return f"{config['model_type']} sliding_window {window!r} hides every key"
     return rope_problem(config, ROPE_TYPES)
 
 

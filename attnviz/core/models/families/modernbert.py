@@ -168,4 +168,4 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 
-FAMILY = Family("ModernBERT", ("modernbert",), check_config, import_layer)
+FAMILY = Family("ModernBERT", ("modernbert",), check_config, import_layer, causal=False)

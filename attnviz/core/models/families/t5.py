@@ -143,4 +143,5 @@ FAMILY = Family(
     import_layer,
     model_class=model_class,
     not_loaded=DECODER,
+    causal=False,  # an encoder: config.json's is_causal has nothing to turn off
 )
