@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import reference as plain
 import torch
-from variant_reference import hidden_by_hand, paper_slopes
+from variant_reference import hidden_by_hand, paper_slopes, relative_settings, t5_bucket
 
 from attnviz.core.maths.scenario import Scenario
 
 PARAMETERS = ("X", "X_kv", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-              "q_norm", "k_norm")  # fmt: skip
+              "q_norm", "k_norm", "relative_bias")  # fmt: skip
 HEAD_FIELDS = ("Q", "K", "V", "Q_rot", "K_rot", "scores", "scaled", "masked", "weights", "output")
 
 
@@ -51,7 +51,7 @@ def forward(s: Scenario, keep: np.ndarray | None) -> tuple[dict[str, torch.Tenso
     st = s.settings
     n, m = s.n, s.m
     proj = st.projections
-    names = [p for p in PARAMETERS if p != "X_kv" or s.cross]
+    names = [p for p in PARAMETERS if getattr(s, p) is not None]
     leaves = {p: t(getattr(s, p)).requires_grad_() for p in names}
     X = leaves["X"]
     if st.positional == "sinusoidal":
@@ -103,6 +103,9 @@ def forward(s: Scenario, keep: np.ndarray | None) -> tuple[dict[str, torch.Tenso
         if st.positional == "alibi":
             distance = (t(qpos)[:, None] - t(kpos)[None, :]).abs()
             scaled = scaled - slopes[h] * distance
+        if st.positional == "relative-bias":
+            rel = [[t5_bucket(j - i, *relative_settings(st)) for j in kpos] for i in qpos]
+            scaled = scaled + leaves["relative_bias"][torch.tensor(rel), h]
         masked = scaled
         if st.mask in ("causal", "sliding-window", "custom"):
             masked = scaled.masked_fill(hidden, -torch.inf)

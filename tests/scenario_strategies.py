@@ -36,7 +36,7 @@ def make(
         extra.update(b_Q=r(H, 1, d_k), b_K=r(G, 1, d_k), b_V=r(G, 1, d_k), b_O=r(1, d_model))
     if norms:
         extra.update(q_norm=1 + 0.3 * r(H, 1, d_k), k_norm=1 + 0.3 * r(G, 1, d_k))
-    return Scenario(
+    s = Scenario(
         tokens=tuple(f"t{i}" for i in range(n)),
         X=r(n, d_model),
         W_Q=r(H, d_model, d_k),
@@ -46,6 +46,9 @@ def make(
         settings=Settings(**settings_),
         **extra,
     )
+    if s.settings.positional == "relative-bias":  # T5's learned table: every bucket counts
+        s = dataclasses.replace(s, relative_bias=r(s.settings.relative_buckets, H))
+    return s
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -64,6 +67,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "alibi": {"positional": "alibi"},
     "alibi-own-slopes": {"positional": "alibi", "alibi_slopes": (0.5, -0.25, 1.0, 0.0)},
     "sinusoidal": {"positional": "sinusoidal"},
+    # T5's: 4 buckets a direction, distances 0, 1 exact, 2 and 3 by their logarithm
+    "relative-bias": {
+        "positional": "relative-bias",
+        "relative_buckets": 8,
+        "relative_max_distance": 3,
+        "scale": False,
+    },
+    "relative-bias-decoder": {
+        "positional": "relative-bias",
+        "relative_buckets": 5,
+        "relative_max_distance": 3,
+        "relative_bidirectional": False,
+    },
     "softcap": {"softcap": 0.7},
     "sinks": {"sinks": (-1.0, 0.0, 2.0, 0.5)},
     "no-mask": {"mask": "none"},
@@ -99,6 +115,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "mask": "custom",
         "causal_alignment": "bottom-right",
     },
+    "everything-relative-bias": {
+        "positional": "relative-bias",
+        "relative_buckets": 6,
+        "relative_max_distance": 2,
+        "qk_norm": "rms",
+        "softcap": 2.0,
+        "sinks": (0.1, 0.2, -0.3, 3.0),
+        "mask": "custom",
+        "causal_alignment": "bottom-right",
+    },
     "no-projections": {"projections": False, "positional": "rope", "qk_norm": "rms"},
 }
 SHAPES = {
@@ -122,7 +148,7 @@ def scenarios(draw: st.DrawFn, dropout: bool = True, tokens: tuple[int, int] = (
     seed = draw(st.integers(0, 2**32 - 1))
     projections = draw(st.booleans() | st.just(True))
     width = d_k if projections else d_model
-    positional = draw(st.sampled_from(("none", "sinusoidal", "rope", "alibi")))
+    positional = draw(st.sampled_from(("none", "sinusoidal", "rope", "alibi", "relative-bias")))
     mask = draw(st.sampled_from(MASKS))
     per_head = st.lists(st.floats(-4, 4), min_size=H, max_size=H).map(tuple)
     rope_dims = None
@@ -147,6 +173,13 @@ def scenarios(draw: st.DrawFn, dropout: bool = True, tokens: tuple[int, int] = (
         "ablated": tuple(sorted(draw(st.sets(st.integers(0, H - 1), max_size=H)))),
         "dropout": draw(st.sampled_from((0.0, 0.25))) if dropout else 0.0,
     }
+    if positional == "relative-bias":  # T5's buckets: from the fewest to a lot
+        bidirectional = draw(st.booleans())
+        buckets = draw(st.integers(4 if bidirectional else 2, 40))
+        exact = (buckets // 2 if bidirectional else buckets) // 2
+        config["relative_bidirectional"] = bidirectional
+        config["relative_buckets"] = buckets
+        config["relative_max_distance"] = draw(st.integers(exact + 1, exact + 12))
     pairs = (rope_dims or width - width % 2) // 2
     if positional == "rope" and pairs and draw(st.booleans()):  # a model's own, scaled
         config["rope_frequencies"] = tuple(draw(st.floats(1e-3, 2.0)) for _ in range(pairs))

@@ -163,6 +163,13 @@ def with_biases(s: Scenario, seed: int = 0, output: bool = True) -> Scenario:
     return dataclasses.replace(s, **biases)
 
 
+def with_relative_bias(s: Scenario, seed: int = 0, **settings: object) -> Scenario:
+    """s under T5's relative position bias, its table (buckets × heads) random."""
+    s = s.with_settings(positional="relative-bias", **settings)
+    table = np.random.default_rng(seed).normal(size=(s.settings.relative_buckets, s.n_heads))
+    return dataclasses.replace(s, relative_bias=table)
+
+
 def with_norm_weights(s: Scenario, seed: int = 0) -> Scenario:
     """s under QK-norm with norm weights that are not 1 (and a larger epsilon)."""
     rng = np.random.default_rng(seed)
@@ -230,6 +237,18 @@ VARIANT_CASES = {
     "alibi-default-six-heads": SIX_HEADS.with_settings(positional="alibi", mask="none"),
     "alibi-default-three-heads": resized(BASE, heads=3).with_settings(positional="alibi"),
     "alibi-given": BASE.with_settings(positional="alibi", alibi_slopes=(0.5, -0.25, 2.0, 0.0)),
+    # T5's: 3 buckets a direction, distances 0 and 1 exact, 2 and beyond the last
+    "relative-bias": with_relative_bias(
+        BASE, relative_buckets=6, relative_max_distance=3, scale=False
+    ),
+    "relative-bias-decoder-cross": with_relative_bias(
+        cross(GQA, m=7, alignment="bottom-right"),
+        seed=1,
+        relative_buckets=5,
+        relative_max_distance=4,
+        relative_bidirectional=False,
+        softcap=2.0,
+    ),
     "softcap": BASE.with_settings(scale=False, softcap=1.5),
     "sinks": BASE.with_settings(sinks=(0.5, -1.0, 3.0, 0.0)),
     "sinks-no-mask": GQA.with_settings(mask="none", sinks=(-2.0, 0.0, 1.0, 4.0)),
@@ -395,6 +414,7 @@ PARTS = {
     "norm_weights": "q_norm[h]",
     "rope": "def rope(",
     "alibi": "ALIBI_SLOPES",
+    "relative": "def relative_bucket(",
     "scale_value": "SCALE_VALUE",
     "softcap": "SOFTCAP",
     "sinks": "SINKS",
@@ -416,13 +436,14 @@ USES = {
     "rope-interleaved": {"rope"},
     "no-projections-rope": {"rope"},
     "alibi-given": {"alibi"},
+    "relative-bias": {"relative"},
     "scale-value": {"scale_value"},
     "softcap": {"softcap"},
     "sinks": {"sinks"},
     "custom": {"custom", "empty_rows"},
     "custom-empty-row-sinks": {"custom", "sinks"},  # a sink: never an empty row
     "sliding-window": set(),
-    "everything": set(PARTS) - {"alibi", "custom", "empty_rows"},
+    "everything": set(PARTS) - {"alibi", "relative", "custom", "empty_rows"},
 }
 
 

@@ -22,6 +22,7 @@ from test_codegen import (
     run_scripts,
     with_biases,
     with_norm_weights,
+    with_relative_bias,
 )
 
 from attnviz.cli import main
@@ -48,6 +49,17 @@ CASES: dict[str, Scenario] = {
         BASE, m=7, alignment="bottom-right"
     ).with_settings(
         mask="drop-after-softmax", scale_value=0.7, ablated=(1,), loss="cell", loss_cell=(4, 3)
+    ),
+    "relative-bias-softcap-target": with_relative_bias(
+        with_biases(GQA), relative_buckets=6, relative_max_distance=3, softcap=2.0
+    ),
+    "relative-bias-decoder-cross-next-token": with_relative_bias(
+        cross(BASE, m=7, alignment="bottom-right"),
+        seed=2,
+        relative_buckets=5,
+        relative_max_distance=4,
+        relative_bidirectional=False,
+        loss="next-token",
     ),
     "mqa-window-next-token": MQA.with_settings(mask="sliding-window", window=2, loss="next-token"),
     "custom-empty-row-rope": custom_mask(BASE, empty_row=2).with_settings(

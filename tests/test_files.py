@@ -270,9 +270,16 @@ def test_random_scenarios_round_trip_bit_for_bit(parts):
 
     doc = json.loads(text)
     assert set(doc) == TOP_KEYS
-    assert (doc["format"], doc["version"]) == ("attnviz-scenario", 2 if v2 else 1)
+    relative = want.positional == "relative-bias"  # T5's bias and its table: version 6
+    assert (doc["format"], doc["version"]) == (
+        "attnviz-scenario",
+        6 if relative else 2 if v2 else 1,
+    )
     assert doc["tokens"] == list(parts["tokens"])
     more = {"window"} if sliding else {"mask_matrix"} if custom else set()
+    if relative:
+        more |= {"relative_buckets", "relative_max_distance", "relative_bidirectional"}
+        more |= {"relative_bias"}
     assert set(doc["settings"]) == SETTING_KEYS | more
     h = parts["W_Q"].shape[0]
     expected_rows = parts["X"].tolist()
@@ -283,6 +290,8 @@ def test_random_scenarios_round_trip_bit_for_bit(parts):
     if custom:  # causal by default: ones on and below the diagonal
         n = len(parts["tokens"])
         expected_rows += [[1.0 * (j <= i) for j in range(n)] for i in range(n)]
+    if relative:  # a zero table (buckets × heads) when none is given
+        expected_rows += [[0.0] * h for _ in range(want.relative_buckets)]
     assert row_lines(text) == expected_rows
 
 
@@ -401,7 +410,7 @@ BAD_DOCS = [
     ("settings-list", _set(("settings",), []), ["settings"], None),
     ("settings-null", _set(("settings",), None), ["settings"], None),
     # Format and version.
-    ("version-6", _set(("version",), 6), ["version"], None),
+    ("version-7", _set(("version",), 7), ["version"], None),
     ("version-0", _set(("version",), 0), ["version"], None),
     ("version-str", _set(("version",), "1"), ["version"], None),
     ("version-float", _set(("version",), 1.0), ["version"], None),

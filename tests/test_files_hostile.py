@@ -284,7 +284,7 @@ def test_cut_values_end_in_an_ellipsis_and_close_their_quotes():
         F.scenario_from_json(scenario_text(version=10**30))
     assert (
         str(e.value)
-        == "version: 1000000000000000000… is not supported (this attnviz reads 1, 2, 3, 4 and 5)"
+        == "version: 1000000000000000000… is not supported (this attnviz reads 1, 2, 3, 4, 5 and 6)"
     )
     with pytest.raises(FileFormatError) as e:
         F.scenario_from_json(scenario_text(format="x" * 100))

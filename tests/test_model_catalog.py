@@ -54,7 +54,9 @@ def test_cached_models_are_listed_with_their_type_size_and_verdict(tmp_path):
     hub = tmp_path / "hub"
     assert hub_cache() == hub
     cache_entry(hub, "someone/tiny-bert", model_files(BERT))
-    cache_entry(hub, "google/t5-small", model_files({"model_type": "t5", "num_layers": 6}))
+    # a T5 whose encoder would attend causally: refused by name
+    refused = {"model_type": "t5", "num_layers": 6, "is_decoder": True}
+    cache_entry(hub, "google/t5-small", model_files(refused))
     cache_entry(hub, "broken/garbage", model_files(b"{not json"))
     cache_entry(hub, "half/no-tokenizer", model_files(BERT, tokenizer=False))
     pinned = cache_entry(hub, "pinned/model", model_files(BERT), main=False)
@@ -74,7 +76,7 @@ def test_cached_models_are_listed_with_their_type_size_and_verdict(tmp_path):
     assert bert.size == len(json.dumps(BERT)) + len(WEIGHTS) + len(TOKENIZER)
     assert bert.where == hub / "models--someone--tiny-bert" / "snapshots" / REVISION
     t5 = got["google/t5-small"]
-    assert t5.model_type == "t5" and "'t5'" in t5.problem
+    assert t5.model_type == "t5" and "is_decoder true is not supported" in t5.problem
     assert got["broken/garbage"].model_type == "?"
     assert "not readable JSON" in got["broken/garbage"].problem
     assert "lacks tokenizer.json" in got["half/no-tokenizer"].problem
@@ -87,7 +89,7 @@ def test_an_installed_package_bundling_a_model_is_listed_without_unpacking_it(
 ):
     site = tmp_path / "site"
     fake_package(site, "tiny-bert-model", {f"model/{k}": v for k, v in model_files(BERT).items()})
-    fake_package(site, "t5-model", model_files({"model_type": "t5"}))
+    fake_package(site, "t5-model", model_files({"model_type": "t5", "is_decoder": True}))
     fake_package(site, "pickled-model", {"config.json": json.dumps(BERT).encode(), "w.bin": b"1"})
     fake_package(site, "not-a-model", {"config.json": b"{}", "readme.txt": b"settings"})
     monkeypatch.syspath_prepend(str(site))
@@ -98,7 +100,7 @@ def test_an_installed_package_bundling_a_model_is_listed_without_unpacking_it(
     assert (bert.model_type, bert.layers, bert.problem) == ("bert", 3, "")
     assert bert.where == site / "tiny_bert_model" / "model.zip"
     assert bert.size == bert.where.stat().st_size
-    assert "'t5'" in got["t5-model"].problem
+    assert "is_decoder" in got["t5-model"].problem
     assert "pickled" in got["pickled-model"].problem
     assert not (tmp_path / "cache" / "attnviz").exists()  # nothing unpacked
     assert "tiny_bert_model" not in sys.modules  # nor imported

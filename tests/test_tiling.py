@@ -82,6 +82,13 @@ VARIANTS = [
     {"mask": "sliding-window", "window": 3},
     {"mask": "custom"},
     {"mask": "causal", "positional": "alibi"},
+    {
+        "mask": "none",
+        "positional": "relative-bias",
+        "relative_buckets": 8,
+        "relative_max_distance": 3,
+        "scale": False,
+    },
     {"mask": "causal", "softcap": 2.0},
     {"mask": "causal", "sinks": (0.5, -1.0, 2.0, 0.0)},
     {"mask": "causal", "positional": "rope", "qk_norm": "rms"},

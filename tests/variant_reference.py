@@ -1,6 +1,7 @@
 """The plain reference for attention with what current models add: biases, GQA/MQA,
-cross-attention, QK-norm, RoPE, ALiBi, soft-cap, sinks, scale_value, causal alignment,
-sliding-window and custom masks, written from the spec's order of operations.
+cross-attention, QK-norm, RoPE, ALiBi, T5's relative position bias, soft-cap, sinks,
+scale_value, causal alignment, sliding-window and custom masks, written from the spec's
+order of operations.
 
 It shares no code with attnviz: loops over heads, rows and pairs. ``reference(s)``
 gives every intermediate; ``assert_matches_reference`` checks compute(s) against it.
@@ -52,6 +53,25 @@ def paper_slopes(H: int) -> list[float]:
     if p == H:
         return geometric(H)
     return geometric(p) + geometric(2 * p)[0::2][: H - p]
+
+
+def t5_bucket(relative: int, bidirectional: bool, buckets: int, max_distance: int) -> int:
+    """T5's bucket of one relative position (key − query), from the paper's description
+    and transformers' ``_relative_position_bucket``: its logarithm in float32 scalars."""
+    bucket = 0
+    if bidirectional:
+        buckets = buckets // 2
+        if relative > 0:
+            bucket = buckets
+        distance = abs(relative)
+    else:
+        distance = max(-relative, 0)
+    exact = buckets // 2
+    if distance < exact:
+        return bucket + distance
+    f32 = np.float32
+    log = f32(np.log(f32(distance) / f32(exact))) / f32(math.log(max_distance / exact))
+    return bucket + min(exact + int(log * f32(buckets - exact)), buckets - 1)
 
 
 def rotate(
@@ -152,6 +172,11 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
             for i in range(n):
                 for j in range(m):
                     scaled[i, j] -= slopes[h] * abs(qpos[i] - kpos[j])
+        if st_.positional == "relative-bias":
+            for i in range(n):
+                for j in range(m):
+                    b = t5_bucket(kpos[j] - qpos[i], *relative_settings(st_))
+                    scaled[i, j] += s.relative_bias[b, h]
         masked = scaled.copy()
         if st_.mask in ("causal", "sliding-window", "custom"):
             masked[hidden] = -math.inf
@@ -205,6 +230,10 @@ def reference(s: Scenario, keep: np.ndarray | None = None) -> dict[str, Any]:
                 final += concat[:, h * d : (h + 1) * d] @ s.W_O[h * d : (h + 1) * d]
         final = final + s.b_O[0]
     return {**heads, "concat": concat, "final": final, "hidden": hidden}
+
+
+def relative_settings(st_: Settings) -> tuple[bool, int, int]:
+    return st_.relative_bidirectional, st_.relative_buckets, st_.relative_max_distance
 
 
 def assert_close(got: Any, want: Any, what: str) -> None:

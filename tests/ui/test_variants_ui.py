@@ -8,6 +8,7 @@ brief's matrices in ``reference``), never read back from the code under test.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -843,3 +844,34 @@ def test_a_models_own_rope_frequencies_are_shown_and_can_go_back_to_the_bases(wi
     assert not variants.rope_unscale.isEnabled()
     window.doc.undo_stack.undo()
     assert window.doc.scenario.settings.rope_frequencies == (0.9, 0.01)
+
+
+def test_t5s_relative_bias_is_chosen_shown_and_set_in_the_variants_dock(window, qtbot):
+    from variant_reference import t5_bucket
+
+    window.pos_box.textActivated.emit("relative-bias")  # the toolbar's Position box
+    variants = dock(window, qtbot, "Variants")
+    s = window.doc.scenario
+    assert s.relative_bias.shape == (32, 2) and not s.relative_bias.any()
+    assert "32 buckets × 2 heads" in variants.relative_table.text()
+    table = np.arange(16.0).reshape(8, 2) / 10
+    window.doc.replace(
+        dataclasses.replace(s.with_settings(relative_buckets=8, relative_max_distance=5),
+                            relative_bias=table), "T5",
+    )  # fmt: skip
+    window.compute.wait()
+    assert variants.relative_buckets.value() == 8 and variants.relative_distance.value() == 5
+    assert "alibi" in window.pipeline.names  # the positional term's view
+    want = [[table[t5_bucket(j - i, True, 8, 5), 1] for j in range(4)] for i in range(4)]
+    close(view(window, "alibi", 1).values, np.array(want))
+    variants.relative_direction.textActivated.emit("unidirectional (decoder)")
+    assert window.doc.scenario.settings.relative_bidirectional is False
+    variants.relative_buckets.setValue(6)
+    variants.relative_buckets.editingFinished.emit()
+    window.compute.wait()
+    assert window.doc.scenario.relative_bias.shape == (6, 2)
+    np.testing.assert_array_equal(window.doc.scenario.relative_bias, table[:6])
+    variants.relative_distance.setValue(2)  # a decoder's 6 buckets: 3 exact distances
+    variants.relative_distance.editingFinished.emit()
+    assert "relative_max_distance" in message(window)
+    assert window.doc.scenario.settings.relative_max_distance == 5

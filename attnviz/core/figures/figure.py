@@ -254,6 +254,14 @@ def variant_terms(result: Computed) -> list[tuple[str, str]]:
         )
     if st.positional == "alibi":
         terms.append(("ALiBi", "ALiBi adds −slope·|i − j| to the scores"))
+    if st.positional == "relative-bias":
+        terms.append(
+            (
+                "T5 bias",
+                f"T5's relative bias adds a learned number per bucket of j − i and head "
+                f"({st.relative_buckets} buckets)",
+            )
+        )
     if st.softcap is not None:
         terms.append(
             (

@@ -89,6 +89,7 @@ class _Uses:
     norm_weights: bool  # q_norm or k_norm not all 1
     rope_dims: int  # how many features RoPE turns (0: no RoPE, or nothing to pair)
     alibi: bool
+    relative: bool  # T5's relative position bias (a table of buckets x heads)
     scale_value: bool
     softcap: bool
     sinks: bool
@@ -97,7 +98,7 @@ class _Uses:
 
     @property
     def positions(self) -> bool:
-        return self.rope_dims > 0 or self.alibi
+        return self.rope_dims > 0 or self.alibi or self.relative
 
 
 def _uses(s: Scenario) -> _Uses:
@@ -121,6 +122,7 @@ def _uses(s: Scenario) -> _Uses:
         and not bool((s.q_norm == 1).all() and (s.k_norm == 1).all()),
         rope_dims=rope_dims,
         alibi=st.positional == "alibi",
+        relative=st.positional == "relative-bias",
         scale_value=st.scale_value is not None,
         softcap=st.softcap is not None,
         sinks=st.sinks is not None,
@@ -150,6 +152,7 @@ def _tiled_head_lines(u: _Uses, pick: Pick) -> list[str]:
         line.replace("S = Q @ K.T  # S[i, j]: query i against key j", "S = Q[rows] @ K[cols].T")
         .replace("q_pos[:, None] - k_pos[None, :]", "q_pos[rows][:, None] - k_pos[cols][None, :]")
         .replace("np.where(future,", "np.where(future[rows, cols],")
+        .replace("[BUCKET, h]", "[BUCKET[rows, cols], h]")
         for line in _score_lines(u, pick)
         if line.strip()
     ]
@@ -291,6 +294,8 @@ def _setup_lines(s: Scenario, u: _Uses, pick: Pick) -> list[str]:
             "    ALIBI_SLOPES = [2 ** (-8 * k / p) for k in range(1, p + 1)]",
             "    ALIBI_SLOPES += [2 ** (-8 * k / (2 * p)) for k in range(1, 2 * (H - p), 2)]",
         ]
+    if u.relative:
+        out += _relative_lines(pick)
     out += [
         "",
         pick(
@@ -416,6 +421,42 @@ def _norm_rope_lines(u: _Uses, pick: Pick) -> list[str]:
     return out
 
 
+def _relative_lines(pick: Pick) -> list[str]:
+    """T5's bucket of each score's relative position j - i, as T5 computes it (its
+    logarithm in float32)."""
+    return [
+        "",
+        "",
+        "def relative_bucket(rel):",
+        '    """T5\'s bucket of each relative position j - i (key minus query): distances',
+        "    below half a direction's buckets get one each, larger ones share buckets that",
+        "    grow logarithmically up to RELATIVE_MAX_DISTANCE (the log in float32, as T5's).",
+        '    """',
+        "    buckets = RELATIVE_BUCKETS",
+        pick("    bucket = np.zeros_like(rel)", "    bucket = torch.zeros_like(rel)"),
+        "    if RELATIVE_BIDIRECTIONAL:  # an encoder: keys after the query get half the buckets",
+        "        buckets //= 2",
+        pick("        bucket = np.where(rel > 0, buckets, 0)",
+             "        bucket = (rel > 0).long() * buckets"),
+        pick("        distance = np.abs(rel)", "        distance = rel.abs()"),
+        "    else:  # a decoder: only keys at or before the query",
+        pick("        distance = np.maximum(-rel, 0)", "        distance = (-rel).clamp(min=0)"),
+        "    exact = buckets // 2",
+        pick("    log = np.log(np.maximum(distance, 1).astype(np.float32) / np.float32(exact))",
+             "    log = torch.log(distance.clamp(min=1).float() / exact)"),
+        pick("    share = log / np.float32(np.log(RELATIVE_MAX_DISTANCE / exact))",
+             "    share = log / math.log(RELATIVE_MAX_DISTANCE / exact)"),
+        pick("    big = exact + (share * np.float32(buckets - exact)).astype(int)",
+             "    big = exact + (share * (buckets - exact)).long()"),
+        pick("    big = np.minimum(big, buckets - 1)", "    big = big.clamp(max=buckets - 1)"),
+        pick("    return bucket + np.where(distance < exact, distance, big)",
+             "    return bucket + torch.where(distance < exact, distance, big)"),
+        "",
+        "",
+        "BUCKET = relative_bucket(k_pos[None, :] - q_pos[:, None])  # the table row of each score",
+    ]  # fmt: skip
+
+
 def _score_lines(u: _Uses, pick: Pick) -> list[str]:
     """From Q and K to the scores softmax sees: Q Kᵀ, scale, soft-cap, ALiBi, the mask."""
     out = ["", "    S = Q @ K.T  # S[i, j]: query i against key j", "    if SCALE:"]
@@ -436,6 +477,11 @@ def _score_lines(u: _Uses, pick: Pick) -> list[str]:
         out += [
             '    if POSITIONAL == "alibi":  # a penalty that grows with the distance to the key',
             f"        S = S - ALIBI_SLOPES[h] * {distance}",
+        ]
+    if u.relative:
+        out += [
+            '    if POSITIONAL == "relative-bias":  # T5: a learned number per bucket and head',
+            "        S = S + relative_bias[BUCKET, h]",
         ]
     hiding = '"causal", "sliding-window", "custom"' if u.custom else '"causal", "sliding-window"'
     hidden = "hidden" if u.custom else "future"
@@ -699,6 +745,12 @@ def _describe(s: Scenario) -> str:
     elif u.alibi:
         given = "given" if st.alibi_slopes is not None else "the paper's"
         parts.append(f"ALiBi ({given} slopes)")
+    elif u.relative:
+        direction = "bidirectional" if st.relative_bidirectional else "unidirectional"
+        parts.append(
+            f"T5's relative position bias ({st.relative_buckets} {direction} buckets, "
+            f"max distance {st.relative_max_distance})"
+        )
     else:
         parts.append("no position encoding")
     if u.sinks:
@@ -833,6 +885,13 @@ def _data(s: Scenario, flavor: str, u: _Uses) -> str:
             + (f"np.array({literal})" if flavor != "torch" else f"torch.tensor({literal})"),
             "",
         ]
+    if u.relative and s.relative_bias is not None:
+        lines += [
+            "# relative_bias (T5): buckets x heads, added to head h's score of query i and",
+            "# key j at the row of the bucket of j - i.",
+            "relative_bias = " + array(_matrix(s.relative_bias)),
+            "",
+        ]
     return "\n".join([*lines, *_settings_lines(s, u)])
 
 
@@ -842,7 +901,7 @@ def _settings_lines(s: Scenario, u: _Uses) -> list[str]:
     ablated = tuple(h + 1 for h in st.ablated)
     masks = [mask for mask in MASKS if mask != "custom" or u.custom]
     positionals = ["none", "sinusoidal"] + (
-        [st.positional] if st.positional in ("rope", "alibi") else []
+        [st.positional] if st.positional in ("rope", "alibi", "relative-bias") else []
     )
     lines = [
         "# The settings ---------------------------------------------------------------",
@@ -889,6 +948,13 @@ def _settings_lines(s: Scenario, u: _Uses) -> list[str]:
     if u.alibi:
         slopes = "None" if st.alibi_slopes is None else _numbers(st.alibi_slopes)
         lines.append(f"ALIBI_SLOPES = {slopes}  # one per query head; None: the paper's slopes")
+    if u.relative:
+        lines += [
+            f"RELATIVE_BUCKETS = {int(st.relative_buckets)!r}  # the rows of relative_bias",
+            f"RELATIVE_MAX_DISTANCE = {int(st.relative_max_distance)!r}  # the last bucket's "
+            "distance",
+            f"RELATIVE_BIDIRECTIONAL = {bool(st.relative_bidirectional)!r}  # False: a decoder's",
+        ]
     if u.qk_norm:
         lines.append(
             f"QK_NORM_EPS = {float(st.qk_norm_eps)!r}  # QK-norm: added to the mean square"

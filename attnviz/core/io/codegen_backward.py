@@ -47,6 +47,8 @@ def inputs(s: Scenario) -> list[str]:
         names += ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"]
         if s.settings.qk_norm != "none":
             names += ["q_norm", "k_norm"]
+    if s.settings.positional == "relative-bias":
+        names.append("relative_bias")
     return names
 
 
@@ -369,6 +371,7 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         "    d_concat = d_final",
         f"d_X = {start}  # the sinusoidal encoding is a constant: X's gradient is X + PE's",
         *(["d_X_kv = np.zeros_like(X_kv)"] if u.cross else []),
+        *(["d_relative_bias = np.zeros_like(relative_bias)"] if u.relative else []),
         "",
         *(
             ["pending = []  # each head's gradients, until the norm couples the heads"]
@@ -399,6 +402,12 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         "    d_scores = d_scaled"
         + ("  # ALiBi subtracts a constant: the gradient passes unchanged" if u.alibi else ""),
     ]
+    if u.relative:
+        out += [
+            "    # T5's bias: each score adds its bucket's entry, so the entry's gradient is the",
+            "    # sum of d_scaled over the scores of that bucket",
+            "    np.add.at(d_relative_bias[:, h], BUCKET, d_scaled)",
+        ]
     if u.softcap:
         out.append('    d_scores = d_scores * (1 - (saved[h]["capped"] / SOFTCAP) ** 2)  # tanh\'')
     out += [
@@ -452,6 +461,7 @@ def _numpy_lines(s: Scenario, u: _Uses) -> list[str]:
         "    d_inputs.update(",
         *(f"        {name}=d_{name}," for name in weights),
         "    )",
+        *(['d_inputs["relative_bias"] = d_relative_bias'] if u.relative else []),
         "for name, A in d_inputs.items():",
         "    if A.ndim == 3:  # a stack: one matrix per head",
         "        for h, one in enumerate(A):",

@@ -90,6 +90,8 @@ def scenario_to_dict(s: Scenario) -> dict[str, Any]:
         d["settings"]["mask_matrix"] = s.mask_matrix.astype(int).tolist()
     if s.settings.loss_target == "custom" and s.target is not None:
         d["settings"]["target"] = _rows(s.target)
+    if s.settings.positional == "relative-bias" and s.relative_bias is not None:
+        d["settings"]["relative_bias"] = _rows(s.relative_bias)
     if s.provenance is not None:
         d["provenance"] = provenance_to_dict(s.provenance, lambda _, a: a.tolist())
     d["version"] = version_for(s)
@@ -134,15 +136,16 @@ def scenario_to_json(s: Scenario) -> str:
 
     d = scenario_to_dict(s)
     settings = dict(d["settings"])
-    mask = settings.pop("mask_matrix", None)
+    # the custom mask and T5's relative bias: a matrix row a line, at the settings' end
+    grids = {k: settings.pop(k) for k in ("mask_matrix", "relative_bias") if k in settings}
     parts = []
     for key, v in d.items():
         if key in ("heads", "kv_heads"):
             parts.append(f'  "{key}": [\n{heads(v)}\n  ]')
         elif key == "settings":
             text = json.dumps(settings)
-            if mask is not None:
-                text = text[:-1] + f', "mask_matrix": {matrix(mask, "  ")}}}'
+            for k, grid in grids.items():
+                text = text[:-1] + f', "{k}": {matrix(grid, "  ")}}}'
             parts.append(f'  "settings": {text}')
         elif key == "provenance":
             parts.append(f'  "provenance": {provenance(v)}')
@@ -260,6 +263,10 @@ def scenario_from_dict(data: Any) -> Scenario:
         target = matrix_field("settings.target", settings_value["target"])
         expect_shape("settings.target", target, (n, d_model))
         extra["target"] = target
+    if settings.positional == "relative-bias":
+        table = matrix_field("settings.relative_bias", settings_value["relative_bias"])
+        expect_shape("settings.relative_bias", table, (settings.relative_buckets, len(heads)))
+        extra["relative_bias"] = table
     if "provenance" in data:
         extra["provenance"] = provenance_from_json(data["provenance"])
     try:

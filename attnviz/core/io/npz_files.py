@@ -141,6 +141,8 @@ def scenario_to_npz_parts(
         d["settings"]["mask_matrix"] = put("settings.mask_matrix", s.mask_matrix)
     if s.settings.loss_target == "custom" and s.target is not None:
         d["settings"]["target"] = put("settings.target", s.target)
+    if s.settings.positional == "relative-bias" and s.relative_bias is not None:
+        d["settings"]["relative_bias"] = put("settings.relative_bias", s.relative_bias)
     if s.provenance is not None:
         d["provenance"] = provenance_to_dict(s.provenance, put)
     d["version"] = max(version_for(s), 2 if optional else 1)
@@ -540,6 +542,10 @@ def scenario_from_document(archive: _Archive, data: Any, check_all: bool) -> Sce
         target = take("settings.target", settings_value["target"], "n × d_model")
         expect_shape("settings.target", target.shape, (n, d_model))
         plan["target"] = target
+    if settings.positional == "relative-bias":
+        table = take("settings.relative_bias", settings_value["relative_bias"], "buckets × heads")
+        expect_shape("settings.relative_bias", table.shape, (settings.relative_buckets, h))
+        plan["relative_bias"] = table
     model = None
     if "provenance" in data:
         fields = provenance_fields(data["provenance"])

@@ -8,8 +8,11 @@ settings and values (custom masks, RoPE, ALiBi, …); version 3 adds ``provenanc
 (``provenance_files``); version 4 the loss the gradients are of (``loss``,
 ``loss_target``, ``loss_cell``); version 5 a model's own RoPE frequencies and factor
 (``rope_frequencies``, ``rope_factor``: scaled RoPE) and QK-norm over the whole
-projection (``qk_norm`` "rms-whole"). A save writes the oldest version that
-holds the scenario.
+projection (``qk_norm`` "rms-whole"); version 6 T5's relative position bias (positional
+``relative-bias``, ``relative_buckets``, ``relative_max_distance``,
+``relative_bidirectional`` and the table ``relative_bias``, buckets × heads, saved with
+the settings as a custom mask is). A save writes the oldest version that holds the
+scenario.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from attnviz.core.io.checks import FileFormatError, clip, key_text, number
 from attnviz.core.maths.scenario import (
     LIMITS,
     PER_HEAD_MOST,
+    RELATIVE_BUCKETS_MOST,
+    RELATIVE_DISTANCE_MOST,
     SOFTCAP_LEAST,
     WEIGHT_NAMES,
     Scenario,
@@ -28,8 +33,8 @@ from attnviz.core.maths.scenario import (
 )
 
 FORMAT = "attnviz-scenario"
-VERSION = 5  # the newest this attnviz reads; a save writes the oldest that holds the scenario
-VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6  # the newest this attnviz reads; a save writes the oldest that holds the scenario
+VERSIONS = (1, 2, 3, 4, 5, 6)
 V1_TOP_KEYS = ("format", "version", "tokens", "X", "heads", "W_O", "settings")
 V2_TOP_KEYS = ("kv_tokens", "X_kv", "kv_heads", "b_O")
 V3_TOP_KEYS = ("provenance",)
@@ -56,7 +61,10 @@ V4_SETTINGS = (
     "target",
 )  # the gradients' loss, when not the default
 V5_SETTINGS = ("rope_frequencies", "rope_factor")  # scaled RoPE, when not the base's
-SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS + V5_SETTINGS
+# T5's relative position bias; the table (buckets × heads) with positional relative-bias only
+V6_SETTINGS = ("relative_buckets", "relative_max_distance", "relative_bidirectional",
+               "relative_bias")  # fmt: skip
+SETTINGS_KEYS_ORDER = V1_SETTINGS + V2_SETTINGS + V4_SETTINGS + V5_SETTINGS + V6_SETTINGS
 SETTINGS_KEYS = set(SETTINGS_KEYS_ORDER)
 V1_HEAD_KEYS = ("W_Q", "W_K", "W_V")
 Q_HEAD_KEYS = ("W_Q", "b_Q", "q_norm")
@@ -66,6 +74,7 @@ VECTORS = ("b_Q", "b_K", "b_V", "q_norm", "k_norm", "b_O")  # written as one lis
 # values a version lacks: version 1 these, version 4 those
 V2_VALUES: dict[str, tuple[str, ...]] = {"mask": ("custom",), "positional": ("rope", "alibi")}
 V5_VALUES: dict[str, tuple[str, ...]] = {"qk_norm": ("rms-whole",)}
+V6_VALUES: dict[str, tuple[str, ...]] = {"positional": ("relative-bias",)}
 _DEFAULTS = Settings()
 
 
@@ -102,13 +111,20 @@ def settings_to_dict(st: Settings) -> dict[str, Any]:
         value = getattr(st, name)
         if value != getattr(_DEFAULTS, name):
             d[name] = list(value) if isinstance(value, tuple) else value
+    for name in V6_SETTINGS[:3]:  # (the table is the caller's, as mask_matrix)
+        value = getattr(st, name)
+        if st.positional == "relative-bias" or value != getattr(_DEFAULTS, name):
+            d[name] = value
     return d
 
 
 def version_for(s: Scenario) -> int:
-    """5 with a model's own RoPE frequencies or factor; 4 with a loss other than the
+    """6 with T5's relative position bias; 5 with a model's own RoPE frequencies or
+    factor; 4 with a loss other than the
     default (the gradients'); 3 with a provenance; else 1, unless the scenario uses
     something only version 2 can hold."""
+    if set(settings_to_dict(s.settings)) & set(V6_SETTINGS) or _uses(s.settings, V6_VALUES):
+        return 6
     if set(settings_to_dict(s.settings)) & set(V5_SETTINGS) or _uses(s.settings, V5_VALUES):
         return 5
     if set(settings_to_dict(s.settings)) & set(V4_SETTINGS):
@@ -192,6 +208,8 @@ SETTING_NUMBERS: dict[str, tuple[float, float, bool, str]] = {
     "qk_norm_eps": (0.0, 1.0, False, "(]"),
     "softcap": (SOFTCAP_LEAST, 1e9, False, "[]"),  # a smaller c overflows s/c
     "rope_factor": (0.0, 1e3, False, "(]"),
+    "relative_buckets": (2, RELATIVE_BUCKETS_MOST, True, "[]"),  # Settings checks the rest
+    "relative_max_distance": (2, RELATIVE_DISTANCE_MOST, True, "[]"),
 }
 _OPTIONAL = ("rope_dims", "alibi_slopes", "scale_value", "softcap", "sinks", "rope_frequencies")
 
@@ -206,17 +224,20 @@ def settings_from_dict(value: Any, version: int = VERSION) -> Settings:
     newer = sorted(set(value) & set(V4_SETTINGS))
     if version < 4 and newer:
         raise FileFormatError(f"settings.{newer[0]}: needs version 4 (the file says {version})")
-    newer = sorted(set(value) & set(V5_SETTINGS)) or [_uses(value, V5_VALUES)]
-    if version < 5 and newer[0]:
-        what = newer[0] if newer[0] in V5_SETTINGS else f"{newer[0]} {value[newer[0]]!r}"
-        raise FileFormatError(f"settings.{what}: needs version 5 (the file says {version})")
+    for needs, names, values in ((5, V5_SETTINGS, V5_VALUES), (6, V6_SETTINGS, V6_VALUES)):
+        newer = sorted(set(value) & set(names)) or [_uses(value, values)]
+        if version < needs and newer[0]:
+            what = newer[0] if newer[0] in names else f"{newer[0]} {value[newer[0]]!r}"
+            raise FileFormatError(
+                f"settings.{what}: needs version {needs} (the file says {version})"
+            )
     unknown = sorted(set(value) - SETTINGS_KEYS)
     if unknown:
         raise FileFormatError(
             f"settings.{key_text(unknown[0])}: unknown setting; "
             f"known: {', '.join(SETTINGS_KEYS_ORDER)}"
         )
-    value = {k: v for k, v in value.items() if k not in ("mask_matrix", "target")}
+    value = {k: v for k, v in value.items() if k not in ("mask_matrix", "target", "relative_bias")}
     if "ablated" in value:
         value["ablated"] = _ablated(value["ablated"])
     if "loss_cell" in value:
@@ -307,6 +328,14 @@ def document_settings(data: dict[str, Any], version: int) -> tuple[Settings, Any
     elif "mask_matrix" in value:
         raise FileFormatError(
             f"settings.mask_matrix: only for the custom mask (mask is {settings.mask!r})"
+        )
+    relative = settings.positional == "relative-bias"
+    if relative != ("relative_bias" in value):
+        raise FileFormatError(
+            "settings.relative_bias: missing (T5's relative position bias needs its table)"
+            if relative
+            else "settings.relative_bias: only for positional relative-bias "
+            f"(positional is {settings.positional!r})"
         )
     if (settings.loss_target == "custom") != ("target" in value):
         raise FileFormatError(

@@ -13,6 +13,7 @@ From dL/dfinal (``losses.py``), for ``final = concat W_O + b_O`` and each head::
               weights still pass gradient to their values: the leak, backwards)
     dscores = dscaled ⊙ (1 − tanh²(x / c)) · σ                x = scores · σ; ALiBi adds
                                                                a constant
+    drelative_bias[b, h] = Σ over the scores (i, j) of bucket b of dscaled   (T5's table)
     dQ' = dscores K',  dK' = dscoresᵀ Q'
     dQ  = norm′(rope⁻¹(dQ'))                                  RoPE turned back, RMS norm
                                                                (all heads together
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.forward import head_count, inputs, kept_columns, kv_of, turns
-from attnviz.core.maths.positions import positions, rope_width
+from attnviz.core.maths.positions import positions, relative_buckets, rope_width
 from attnviz.core.maths.results import HEAD_MATRICES, TURNED_MATRICES, Head, Result
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import rope
@@ -86,8 +87,9 @@ class Gradients:
     """The loss and its gradient with respect to every input and intermediate.
 
     ``inputs`` maps the scenario's names (X, W_Q, b_O, …; X_kv under cross-attention,
-    q_norm and k_norm under QK-norm; no weights with projections off) to arrays of the
-    input's shape (stacks: heads × rows × columns)."""
+    q_norm and k_norm under QK-norm, relative_bias under T5's relative bias; no weights
+    with projections off) to arrays of the input's shape (stacks: heads × rows ×
+    columns)."""
 
     loss: float
     inputs: dict[str, np.ndarray]
@@ -125,11 +127,16 @@ def backward(s: Scenario, r: Result, d_final: np.ndarray, loss: float) -> Gradie
     d_in_kv = np.zeros_like(X_kv) if s.cross else d_in
     count = head_count(s)
     group = kv_of(s, range(count))
+    buckets = relative_buckets(s).ravel() if "relative_bias" in grads.arrays else None
     gs = []
     for h in range(count):
         d_k = r.head(h).output.shape[1]
         d_out = np.ascontiguousarray(d_concat[:, h * d_k : (h + 1) * d_k])
-        gs.append(_head(st, r.head(h), d_out, r.future))
+        g = _head(st, r.head(h), d_out, r.future)
+        if buckets is not None:  # each score adds its bucket's entry: dscaled summed
+            table = grads.arrays["relative_bias"]
+            table[:, h] = np.bincount(buckets, g.scaled.ravel(), minlength=len(table))
+        gs.append(g)
     d_Qs, d_Ks = _through_norms(s, r, gs, group, grads)
     heads = []
     for h, (g, d_Q, d_K) in enumerate(zip(gs, d_Qs, d_Ks, strict=True)):
@@ -183,12 +190,12 @@ def _head(st: Settings, head: Head, d_out: np.ndarray, future: np.ndarray) -> He
 
 def _to_scores(st: Settings, head: Head, d_scaled: np.ndarray) -> np.ndarray:
     """dscores from dscaled: times σ, and 1 − tanh²(σ·scores/c) under a soft-cap (ALiBi
-    adds a constant)."""
+    and T5's relative bias add a term that does not depend on the scores)."""
     d_scores = d_scaled * _scale(st, head.Q_rot.shape[1])
     if st.softcap is not None:
         stages = head.made_stages()
-        alibi = head.rule.alibi(head.index) if head.rule and head.rule.slopes is not None else 0.0
-        capped = stages.scaled - alibi  # scaled = c·tanh(σ·scores/c) − slope·distance
+        bias = head.rule.bias(head.index) if head.rule else 0.0
+        capped = stages.scaled - bias  # scaled = c·tanh(σ·scores/c) + ALiBi's or T5's bias
         d_scores *= 1.0 - (capped / st.softcap) ** 2
     return d_scores
 
@@ -326,6 +333,8 @@ class _Inputs:
             names = (*names, "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
             if st.qk_norm != "none":
                 names = (*names, "q_norm", "k_norm")
+        if st.positional == "relative-bias":
+            names = (*names, "relative_bias")
         arrays = {name: np.zeros(np.shape(getattr(s, name))) for name in names}
         norms: dict[str, Any] = {
             name: (np.asarray(getattr(s, name)) if st.projections else None)

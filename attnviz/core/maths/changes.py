@@ -93,7 +93,7 @@ def changes_between(old: Scenario, new: Scenario) -> Changes:
     changes.projections = projection_settings(old) != projection_settings(new)
     changes.attention = attention_settings(old.settings) != attention_settings(
         new.settings
-    ) or not same(old.mask_matrix, new.mask_matrix)
+    ) or not all(same(getattr(old, k), getattr(new, k)) for k in ("mask_matrix", "relative_bias"))
     changes.mix = (
         old.settings.ablated != new.settings.ablated
         or not same(old.W_O, new.W_O)

@@ -20,7 +20,13 @@ import numpy as np
 from attnviz.core.maths.positions import positions, rope_width, sinusoidal
 from attnviz.core.maths.results import HEAD_MATRICES, LAYER_MATRICES, TURNED_MATRICES, Result
 from attnviz.core.maths.scenario import Scenario, Settings
-from attnviz.core.maths.variants import alibi_slopes, pair_frequencies, tanh
+from attnviz.core.maths.variants import (
+    alibi_slopes,
+    pair_frequencies,
+    relative_bucket,
+    relative_exact,
+    tanh,
+)
 
 EXPLAINABLE = HEAD_MATRICES + TURNED_MATRICES + LAYER_MATRICES
 
@@ -392,6 +398,11 @@ class _Explainer:
             steps += alibi_steps
             outer += " − slope·|i − j|"
             note = _notes(note, alibi_note)
+        if st.positional == "relative-bias":
+            value, relative_steps, relative_note = self._relative(value)
+            steps += relative_steps
+            outer += " + relative_bias[bucket(j − i), h]"
+            note = _notes(note, relative_note)
         if outer != "s":
             formula = f"{outer}, s = {formula}"
         note = _notes(note, self._score_note())
@@ -426,6 +437,51 @@ class _Explainer:
             Step("score + ALiBi", value + bias),
         ]
         return value + bias, steps, f"ALiBi: {self._alibi_where()}"
+
+    def _relative_bias(self) -> tuple[int, int, float]:
+        """T5's relative bias for this cell: the relative position j − i, its bucket
+        (0-based, as the table's rows) and the table's entry there for this head."""
+        s, st = self.s, self.st
+        qpos, kpos = (int(p[x]) for p, x in zip(positions(s), (self.i, self.j), strict=True))
+        rel = kpos - qpos
+        bucket = int(
+            relative_bucket(
+                np.array(rel), st.relative_bidirectional, st.relative_buckets,
+                st.relative_max_distance,
+            )
+        )  # fmt: skip
+        table = np.asarray(s.relative_bias)
+        return rel, bucket, float(table[bucket, self.h])
+
+    def _relative_where(self, rel: int, bucket: int) -> str:
+        """Which bucket the cell's relative position falls in, and why, as a note."""
+        st = self.st
+        exact = relative_exact(st.relative_buckets, st.relative_bidirectional)
+        side = ""
+        if st.relative_bidirectional:
+            side = "a key after the query, " if rel > 0 else "a key at or before the query, "
+        distance = abs(rel) if st.relative_bidirectional else max(-rel, 0)
+        how = (
+            f"distance {distance} < {exact}: a bucket of its own"
+            if distance < exact
+            else f"distance {distance} ≥ {exact}: buckets grow logarithmically up to "
+            f"{st.relative_max_distance}"
+        )
+        return (
+            f"T5's relative bias: key {self.keys[self.j]} is at j − i = {rel} from query "
+            f"{self.tok[self.i]}; {side}{how}; bucket {bucket + 1} of {st.relative_buckets} "
+            f"(row {bucket + 1} of relative_bias)"
+        )
+
+    def _relative(self, value: float) -> tuple[float, list[Step], str]:
+        """value plus T5's relative_bias[bucket(j − i), h]: the new value, its steps, a note."""
+        rel, bucket, bias = self._relative_bias()
+        steps = [
+            Step(f"relative position j − i = {rel}: bucket {bucket + 1}", float(bucket + 1)),
+            Step(f"relative_bias[bucket {bucket + 1}, head {self.h + 1}]", bias),
+            Step("score + relative bias", value + bias),
+        ]
+        return value + bias, steps, self._relative_where(rel, bucket)
 
     def _place(self) -> tuple[int, str]:
         """Query i's position among the keys, and how that reads under bottom-right."""
@@ -543,6 +599,12 @@ class _Explainer:
             _, written, bias = self._alibi_bias()
             alibi = f"s[i,j] includes ALiBi's {written} = {_num(bias)}: {self._alibi_where()}"
             note = _notes(note, alibi)
+        if self.st.positional == "relative-bias" and math.isfinite(float(row[j])):
+            rel, bucket, bias = self._relative_bias()
+            relative = f"s[i,j] includes relative_bias = {_num(bias)}: " + self._relative_where(
+                rel, bucket
+            )
+            note = _notes(note, relative)
         if r.settings.mask == "drop-after-softmax" and r.future[i, j]:
             value = 0.0
             note = _notes(note, "future key: zeroed after softmax, and the row is not renormalised")

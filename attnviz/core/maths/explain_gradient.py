@@ -235,6 +235,12 @@ class _GradientExplainer:
             notes.append(f"the soft-cap c·tanh(x/c), c = {_num(c)}, passes 1 − tanh² of it")
         if st.positional == "alibi":
             notes.append("ALiBi adds a constant: it passes the gradient unchanged")
+        if st.positional == "relative-bias":
+            notes.append(
+                "T5's relative bias adds a term that is not a function of the score: it "
+                "passes the gradient unchanged, and dscaled[i,j] joins drelative_bias of "
+                "this cell's bucket (the sum over the cells of that bucket)"
+            )
         steps.append(Step("dscores[i,j]", product))
         return Explanation(
             "dscores: dL/d raw score", formula, (), tuple(steps), self._value("scores"),

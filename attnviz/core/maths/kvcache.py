@@ -23,7 +23,14 @@ from attnviz.core.maths.forward import compute, kept_columns
 from attnviz.core.maths.positions import rope_width, sinusoidal
 from attnviz.core.maths.results import Result
 from attnviz.core.maths.scenario import Scenario, ScenarioError
-from attnviz.core.maths.variants import alibi_slopes, rms_norm, rope, softcap, softmax_with_sink
+from attnviz.core.maths.variants import (
+    alibi_slopes,
+    relative_bucket,
+    rms_norm,
+    rope,
+    softcap,
+    softmax_with_sink,
+)
 
 CACHE_DTYPES = ("float64", "float32", "float16")
 
@@ -169,6 +176,10 @@ class KVCache:
         if st.positional == "alibi":
             slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[: len(q)]
             scaled = scaled - slopes[:, None] * (t - np.arange(t + 1))
+        if st.positional == "relative-bias":  # T5's table by the bucket of j − t
+            buckets = relative_bucket(np.arange(t + 1) - t, st.relative_bidirectional,
+                                      st.relative_buckets, st.relative_max_distance)  # fmt: skip
+            scaled = scaled + np.asarray(s.relative_bias)[buckets, : len(q)].T
         # Every cached key is at or before t: nothing to mask.
         if st.sinks is not None:
             weights, _ = softmax_with_sink(scaled, np.asarray(st.sinks)[: len(q)])

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.scenario import Scenario, Settings
-from attnviz.core.maths.variants import query_offset, visible
+from attnviz.core.maths.variants import query_offset, relative_bucket, visible
 
 
 def sinusoidal(n: int, d_model: int, rows: Any = slice(None)) -> np.ndarray:
@@ -45,6 +45,27 @@ def positions(s: Scenario) -> tuple[np.ndarray, np.ndarray]:
     queries from m − n under bottom-right alignment, else from 0."""
     offset = query_offset(s.n, s.m, s.settings.causal_alignment)
     return np.arange(s.n) + offset, np.arange(s.m)
+
+
+def relative_buckets(s: Scenario, rows: Any = slice(None)) -> np.ndarray:
+    """(n, m) the bucket of T5's table each score of the given query rows reads: that of
+    the relative position j − i of key j to query i (``positions``)."""
+    st = s.settings
+    qpos, kpos = positions(s)
+    return relative_bucket(
+        kpos[None, :] - qpos[rows][:, None],
+        st.relative_bidirectional,
+        st.relative_buckets,
+        st.relative_max_distance,
+    )
+
+
+def relative_terms(s: Scenario, heads: Any = slice(None)) -> np.ndarray:
+    """(H', n, m) what T5's relative position bias adds to the given query heads' scores:
+    relative_bias[bucket(j − i), h]."""
+    table = np.asarray(s.relative_bias)[:, heads]
+    terms: np.ndarray = np.moveaxis(table[relative_buckets(s)], -1, 0)
+    return terms
 
 
 def rope_width(st: Settings, width: int) -> int:

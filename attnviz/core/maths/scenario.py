@@ -8,7 +8,8 @@ head's ``W_Q``, ``W_K``, ``W_V`` are ``d_model × d_k``, ``W_O`` is ``(h·d_k) �
 What current models add is optional and neutral by default: biases (zero), QK-norm
 weights (one), key/value heads shared by groups of query heads (G = H: one each), a
 separate key/value input ``X_kv`` (cross-attention: m keys for n queries), a custom
-0/1 mask, and the settings for RoPE, ALiBi, soft-capping and sinks.
+0/1 mask, the settings for RoPE, ALiBi, soft-capping and sinks, and T5's learned
+relative position bias (a table of buckets × heads).
 """
 
 from __future__ import annotations
@@ -24,12 +25,22 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.maths.head_stack import HeadStack
-from attnviz.core.maths.variants import alibi_slopes, visible
+from attnviz.core.maths.variants import (
+    RELATIVE_BUCKETS_MOST as RELATIVE_BUCKETS_MOST,
+)
+from attnviz.core.maths.variants import (
+    RELATIVE_DISTANCE_MOST as RELATIVE_DISTANCE_MOST,
+)
+from attnviz.core.maths.variants import (
+    alibi_slopes,
+    relative_exact,
+    visible,
+)
 from attnviz.core.provenance import Provenance
 
 MASKS = ("none", "causal", "causal-zero", "drop-after-softmax", "sliding-window", "custom")
 MINUS_INF_MASKS = ("causal", "sliding-window", "custom")  # hidden keys get −∞: weight 0
-POSITIONALS = ("none", "sinusoidal", "rope", "alibi")
+POSITIONALS = ("none", "sinusoidal", "rope", "alibi", "relative-bias")
 ALIGNMENTS = ("top-left", "bottom-right")
 ROPE_STYLES = ("half", "interleaved")
 QK_NORMS = ("none", "rms", "rms-whole")  # rms-whole: over all heads together (OLMo 2)
@@ -40,7 +51,7 @@ Q_HEAD_NAMES = ("W_Q", "b_Q", "q_norm")  # one per query head
 KV_HEAD_NAMES = ("W_K", "W_V", "b_K", "b_V", "k_norm")  # one per key/value head
 HEAD_NAMES = Q_HEAD_NAMES + KV_HEAD_NAMES  # per-head stacks, (heads, rows, cols)
 OPTIONAL_NAMES = ("b_Q", "q_norm", "b_K", "b_V", "k_norm", "b_O")  # neutral when left out
-MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix", "target")
+MATRIX_NAMES = ("X", *HEAD_NAMES, "W_O", "b_O", "X_kv", "mask_matrix", "target", "relative_bias")
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,10 @@ class Settings:
     rope_frequencies: tuple[float, ...] | None = None
     rope_factor: float = 1.0  # multiplies cos and sin (YaRN's attention factor)
     alibi_slopes: tuple[float, ...] | None = None  # one per query head; None: the paper's
+    # relative-bias (T5): each score gets relative_bias[bucket(j − i), h]
+    relative_buckets: int = 32  # T5's relative_attention_num_buckets
+    relative_max_distance: int = 128  # T5's relative_attention_max_distance
+    relative_bidirectional: bool = True  # an encoder's (keys after the query count too)
     scale_value: float | None = None  # replaces 1/√d_k when scale is on
     # "rms": RMSNorm of Q and K over each head's d_k, times q_norm/k_norm; "rms-whole":
     # the mean square per token over every head's features together (heads·d_k), then
@@ -133,7 +148,7 @@ class Settings:
 
     def _check_choices(self) -> None:
         """The switches and the named choices."""
-        for name in ("projections", "scale"):
+        for name in ("projections", "scale", "relative_bidirectional"):
             if not isinstance(getattr(self, name), bool):
                 raise ScenarioError(f"settings.{name}: expected true or false")
         for name, allowed in (
@@ -168,6 +183,7 @@ class Settings:
         if self.rope_dims is not None:
             _whole("rope_dims", self.rope_dims, 2, LIMITS.d_k, "an even number", even=True)
         _whole("window", self.window, 1, LIMITS.tokens, "a whole number of keys")
+        _check_relative(self)
         p = self.dropout
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ScenarioError(f"settings.dropout: expected a probability in [0, 1), got {p!r}")
@@ -180,6 +196,21 @@ class Settings:
     def replace(self, **changes: object) -> Settings:
         """A copy with some settings changed (validated)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _check_relative(st: Settings) -> None:
+    """T5's buckets: at least one exact distance per direction, and a largest distance
+    beyond the exact ones (else T5's logarithm divides by log 1 = 0)."""
+    least = 4 if st.relative_bidirectional is True else 2
+    _whole("relative_buckets", st.relative_buckets, least, RELATIVE_BUCKETS_MOST, "a whole number")
+    exact = relative_exact(st.relative_buckets, st.relative_bidirectional)
+    _whole(
+        "relative_max_distance",
+        st.relative_max_distance,
+        exact + 1,
+        RELATIVE_DISTANCE_MOST,
+        f"a distance beyond the {exact} with buckets of their own,",
+    )
 
 
 def _check_cell(cell: object) -> None:
@@ -345,6 +376,7 @@ class Scenario:
     X_kv: np.ndarray | None = None
     mask_matrix: np.ndarray | None = None
     target: np.ndarray | None = None  # the loss's own target T (n × d_model), when custom
+    relative_bias: np.ndarray | None = None  # (buckets, heads): T5's learned table
     provenance: Provenance | None = None  # set when imported from a model; kept by edits
 
     def __post_init__(self) -> None:
@@ -369,7 +401,9 @@ class Scenario:
             set_field("mask_matrix", causal_start(self.n, self.m, self.settings.causal_alignment))
         if self.settings.loss_target == "custom" and self.target is None:
             set_field("target", previous_rows(np.asarray(self.X)))  # the default target's T
-        for name in ("b_O", "X_kv", "mask_matrix", "target"):
+        if self.settings.positional == "relative-bias" and self.relative_bias is None:
+            set_field("relative_bias", np.zeros((self.settings.relative_buckets, self.n_heads)))
+        for name in ("b_O", "X_kv", "mask_matrix", "target", "relative_bias"):
             if getattr(self, name) is not None:
                 set_field(name, _frozen(np.asarray(getattr(self, name))))
         self._check()
@@ -422,6 +456,7 @@ class Scenario:
             raise ScenarioError(f"b_O: expected length {self.d_model}, got {_dims(self.b_O.shape)}")
         self._check_mask()
         self._check_target()
+        self._check_relative_bias()
         row, col = self.settings.loss_cell
         if row >= self.n or col >= self.d_model:
             raise ScenarioError(
@@ -521,6 +556,19 @@ class Scenario:
                 f"settings.target: expected {self.n}×{self.d_model}, got {_dims(self.target.shape)}"
             )
         check_values("settings.target", self.target)
+
+    def _check_relative_bias(self) -> None:
+        """T5's table: one row per bucket, one column per query head (kept while another
+        positional is chosen, as the custom mask is)."""
+        table = self.relative_bias
+        if table is None:
+            return
+        want = (self.settings.relative_buckets, self.n_heads)
+        if table.shape != want:
+            raise ScenarioError(
+                f"relative_bias: expected {_dims(want)} (buckets × heads), got {_dims(table.shape)}"
+            )
+        check_values("relative_bias", table)
 
     def shape_of(self, name: str) -> tuple[int, ...] | None:
         """The shape of matrix ``name``; None if absent."""
@@ -641,8 +689,13 @@ class Scenario:
         return dataclasses.replace(self, tokens=tuple(tokens))
 
     def with_settings(self, **changes: object) -> Scenario:
-        """A copy with some settings changed (the matrices shared)."""
-        return dataclasses.replace(self, settings=self.settings.replace(**changes))
+        """A copy with some settings changed (the matrices shared; T5's table cut or padded
+        with zeros to a new number of buckets)."""
+        settings = self.settings.replace(**changes)
+        table = self.relative_bias
+        if table is not None and table.shape[0] != settings.relative_buckets:
+            table = _fit(table, (settings.relative_buckets, table.shape[1]))
+        return dataclasses.replace(self, settings=settings, relative_bias=table)
 
 
 def previous_rows(X: np.ndarray) -> np.ndarray:
@@ -859,6 +912,10 @@ def resized(
         b_O=_fit(s.b_O, (1, d_model)),
         mask_matrix=_fit_mask(s, n, m),
         target=None if s.target is None else _fit(s.target, (n, d_model)),
+        # a function of the distance j − i: any n keeps it; a new head's column is 0
+        relative_bias=None
+        if s.relative_bias is None
+        else _fit(s.relative_bias, (len(s.relative_bias), heads)),
         **stacks,
         **cross,
     )

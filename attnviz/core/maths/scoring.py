@@ -1,6 +1,7 @@
 """From scores to weights: the rule a computation applies to a head's raw scores (the
-scale, soft-cap, ALiBi, the mask) and to its softmax (drop-after-softmax, dropout), and
-the softmax itself, row by row, with the statistics a view of it shows."""
+scale, soft-cap, ALiBi or T5's relative bias, the mask) and to its softmax
+(drop-after-softmax, dropout), and the softmax itself, row by row, with the statistics a
+view of it shows."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.core.maths.positions import hidden_keys, positions, scale_of
+from attnviz.core.maths.positions import hidden_keys, positions, relative_buckets, scale_of
 from attnviz.core.maths.scenario import MINUS_INF_MASKS, Scenario, Settings
 from attnviz.core.maths.variants import alibi_slopes, tanh
 
@@ -29,6 +30,8 @@ class Rule:
     slopes: np.ndarray | None  # ALiBi: one slope per query head of the scenario
     distance: np.ndarray | None  # ALiBi: (n, m) |query position − key position|
     ends: np.ndarray | None  # under a −∞ mask: each row's column after its last seen key
+    buckets: np.ndarray | None = None  # relative-bias: (n, m) the bucket of each score
+    table: np.ndarray | None = None  # relative-bias: (buckets, heads) T5's learned table
 
     @staticmethod
     def of(s: Scenario, future: np.ndarray | None = None) -> Rule:
@@ -43,12 +46,15 @@ class Rule:
             seen = ~future
             last = seen.shape[1] - np.argmax(seen[:, ::-1], axis=1)
             ends = np.where(seen.any(axis=1), last, 0)
+        buckets = table = None
+        if st.positional == "relative-bias" and s.relative_bias is not None:
+            buckets, table = _frozen(relative_buckets(s)), s.relative_bias
         d_k = s.d_k if st.projections else s.d_model
-        return Rule(st, d_k, _frozen(future), slopes, distance, ends)
+        return Rule(st, d_k, _frozen(future), slopes, distance, ends, buckets, table)
 
     def scale(self, a: np.ndarray, heads: Sequence[int], rows: Any = slice(None)) -> None:
         """Raw scores a (H', r, m) of the given query heads and query rows, in place:
-        times the scale, soft-capped, plus ALiBi."""
+        times the scale, soft-capped, plus ALiBi or T5's relative bias."""
         st, scale = self.settings, scale_of(self.settings, self.d_k)
         if scale is None:
             a /= np.sqrt(self.d_k)
@@ -61,6 +67,9 @@ class Rule:
         if self.slopes is not None and self.distance is not None:
             for k, h in enumerate(heads):
                 a[k] -= self.slopes[h] * self.distance[rows]
+        if self.buckets is not None and self.table is not None:
+            for k, h in enumerate(heads):
+                a[k] += self.table[self.buckets[rows], h]
 
     def mask(self, a: np.ndarray, rows: Any = slice(None)) -> None:
         """Scaled scores (…, r, m) in place: −∞ (causal, sliding-window, custom) or 0
@@ -83,6 +92,22 @@ class Rule:
         if self.slopes is None or self.distance is None:
             raise ValueError("these settings add no ALiBi term")
         return _frozen(-(self.slopes[head] * self.distance))
+
+    def relative(self, head: int) -> np.ndarray:
+        """The term T5's relative bias adds to query head ``head``'s scaled scores:
+        relative_bias[bucket(j − i), head]."""
+        if self.buckets is None or self.table is None:
+            raise ValueError("these settings add no relative position bias")
+        return _frozen(self.table[self.buckets, head])
+
+    def bias(self, head: int) -> np.ndarray | float:
+        """What the positional variant adds to the scaled (and capped) scores of query
+        head ``head``: ALiBi's term, T5's relative bias, or 0."""
+        if self.slopes is not None:
+            return self.alibi(head)
+        if self.buckets is not None:
+            return self.relative(head)
+        return 0.0
 
     def row_ends(self, rows: Any, count: int) -> np.ndarray | None:
         """ends of the given query rows when a block of rows at a time may stop there:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.core.maths.forward import head_inputs
-from attnviz.core.maths.positions import hidden_keys, positions, scale_of
+from attnviz.core.maths.positions import hidden_keys, positions, relative_buckets, scale_of
 from attnviz.core.maths.scenario import Scenario, ScenarioError
 from attnviz.core.maths.variants import alibi_slopes, softcap
 
@@ -236,7 +236,7 @@ def _scores(
     acc: type,
 ) -> np.ndarray:
     """One tile as softmax sees it, the engine's steps in the engine's order: × scale,
-    soft-cap, − ALiBi slope·distance, −∞ where the mask hides a key."""
+    soft-cap, − ALiBi slope·distance (or + T5's relative bias), −∞ where the mask hides a key."""
     st = s.settings
     raw = (Q.astype(acc) @ K.astype(acc).T).astype(np.float64)
     d = s.d_k if st.projections else s.d_model
@@ -248,6 +248,9 @@ def _scores(
         slope = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[head]
         qpos, kpos = positions(s)
         S = S - slope * np.abs(qpos[rows[0] : rows[1], None] - kpos[None, cols[0] : cols[1]])
+    if st.positional == "relative-bias":  # T5's table by each score's bucket
+        buckets = relative_buckets(s, slice(rows[0], rows[1]))[:, cols[0] : cols[1]]
+        S = S + np.asarray(s.relative_bias)[buckets, head]
     return np.where(hidden, -np.inf, S).astype(acc)
 
 

@@ -20,6 +20,7 @@ from attnviz.core.maths.positions import (
     dropout_keep,
     hidden_keys,
     positions,
+    relative_terms,
     rope_width,
     scale_of,
     sinusoidal,
@@ -142,6 +143,8 @@ def compute_torch(s: Scenario, device: str = "cpu", dtype: str = "float64") -> R
     if st.positional == "alibi":
         slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[:H]
         scaled = scaled - t(slopes[:, None, None] * np.abs(qpos[:, None] - kpos[None, :]))
+    if st.positional == "relative-bias":  # T5's table, looked up by each score's bucket
+        scaled = scaled + t(relative_terms(s, list(range(H))))
     future = torch.as_tensor(hidden_keys(s), device=dev)
     if st.mask in MINUS_INF_MASKS:
         masked = scaled.masked_fill(future, -math.inf)
@@ -284,7 +287,7 @@ def tolerances(s: Scenario, ref: Result, dtype: str = "float64") -> dict[str, np
     factor = ref.scale_factor
     E_scaled = E_scores / factor + u * np.abs(np.asarray(ref.scores)) / factor
     # the soft-cap (slope ≤ 1) and ALiBi carry the error on and round once more each
-    roundings = 4 * (st.softcap is not None) + 2 * (st.positional == "alibi")
+    roundings = 4 * (st.softcap is not None) + 2 * (st.positional in ("alibi", "relative-bias"))
     E_scaled = E_scaled + roundings * u * np.abs(np.asarray(ref.scaled))
     seen = ~np.asarray(ref.future) if st.mask in MINUS_INF_MASKS else True
     D = np.where(seen, E_scaled, 0.0).max(axis=-1)  # how far rounding can move a row
@@ -367,8 +370,8 @@ def differences(ref: Result, got: Result, tol: dict[str, np.ndarray]) -> tuple[D
 
 def _score_bias(s: Scenario, ref: Result) -> np.ndarray:
     """(H, n, m + 1 with sinks): what the scenario adds to the scaled (and capped) scores
-    before softmax, as one float mask: ALiBi, −∞ on hidden keys, and a last column for
-    the sinks (a key of zeros whose score is the sink logit)."""
+    before softmax, as one float mask: ALiBi or T5's relative bias, −∞ on hidden keys,
+    and a last column for the sinks (a key of zeros whose score is the sink logit)."""
     st = s.settings
     H = ref.n_heads
     qpos, kpos = positions(s)
@@ -376,6 +379,8 @@ def _score_bias(s: Scenario, ref: Result) -> np.ndarray:
     if st.positional == "alibi":
         slopes = np.asarray(st.alibi_slopes or alibi_slopes(s.n_heads))[:H]
         bias -= slopes[:, None, None] * np.abs(qpos[:, None] - kpos[None, :])
+    if st.positional == "relative-bias":
+        bias += relative_terms(s, list(range(H)))
     if st.mask in MINUS_INF_MASKS:
         bias[:, np.asarray(ref.future)] = -math.inf
     if st.sinks is not None:

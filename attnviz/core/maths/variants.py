@@ -10,6 +10,7 @@ stack of heads alike. The engine composes them in the order the brief gives.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -148,6 +149,48 @@ def alibi_bias(slope: float, query_positions: np.ndarray, key_positions: np.ndar
     q = np.asarray(query_positions, dtype=np.float64)[:, None]
     k = np.asarray(key_positions, dtype=np.float64)[None, :]
     return -slope * np.abs(q - k)
+
+
+RELATIVE_BUCKETS_MOST = 1024  # T5 uses 32; a table of more buckets is refused
+RELATIVE_DISTANCE_MOST = 1 << 20  # beyond it every distance is the last bucket anyway
+
+
+def relative_exact(buckets: int, bidirectional: bool) -> int:
+    """How many distances of each direction get a bucket of their own (T5's max_exact:
+    half the buckets of a direction)."""
+    return (buckets // 2 if bidirectional else buckets) // 2
+
+
+def relative_bucket(
+    relative: np.ndarray, bidirectional: bool = True, buckets: int = 32, max_distance: int = 128
+) -> np.ndarray:
+    """T5's bucket of each relative position j − i (key position minus query position).
+
+    Bidirectional (an encoder): half the buckets for keys after the query (j > i), half
+    for the others, by |j − i|; otherwise (a decoder) only keys at or before the query
+    count, by max(i − j, 0). Of a direction's B buckets, distances below E = B/2 get one
+    each; a distance r ≥ E gets E + ⌊log(r/E) / log(max_distance/E) · (B − E)⌋, at most
+    B − 1. The logarithm is computed in float32, as T5 computes it (``.float()`` in
+    ``_relative_position_bucket``), so that the boundaries are T5's exactly.
+    """
+    rel = np.asarray(relative, dtype=np.int64)
+    out = np.zeros_like(rel)
+    if bidirectional:
+        buckets //= 2
+        out += (rel > 0) * buckets
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    exact = buckets // 2
+    if exact < 1 or max_distance <= exact:
+        raise ValueError(f"relative buckets: {buckets} buckets and distance {max_distance}")
+    small = rel < exact
+    with np.errstate(divide="ignore"):  # log 0 where the distance is small (not used)
+        ratio = np.log(rel.astype(np.float32) / np.float32(exact))
+    ratio = ratio / np.float32(math.log(max_distance / exact)) * np.float32(buckets - exact)
+    large = exact + np.where(small, np.float32(0), ratio).astype(np.int64)
+    bucket: np.ndarray = out + np.where(small, rel, np.minimum(large, buckets - 1))
+    return bucket
 
 
 def query_offset(n: int, m: int, alignment: str) -> int:

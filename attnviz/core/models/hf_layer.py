@@ -203,11 +203,13 @@ def _eager64(
     scaling: float,
     dropout: float = 0.0,
     softcap: float | None = None,
+    position_bias: Any = None,
     **_: Any,
 ) -> tuple[Any, Any]:
     """transformers' eager attention with the softmax in the tensors' own dtype; scores
     soft-capped after the scale (c·tanh(s/c)) when the family passes ``softcap``, as its
-    eager attention does (Gemma 2)."""
+    eager attention does (Gemma 2), and T5's ``position_bias`` added before the mask, as
+    T5's eager attention adds it."""
     import torch
 
     groups = query.shape[1] // key.shape[1]
@@ -216,6 +218,8 @@ def _eager64(
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if softcap is not None:
         weights = torch.tanh(weights / softcap) * softcap
+    if position_bias is not None:
+        weights = weights + position_bias
     if attention_mask is not None:
         weights = weights + attention_mask[:, :, :, : key.shape[-2]]
     weights = torch.softmax(weights, dim=-1)

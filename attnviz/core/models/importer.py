@@ -412,21 +412,25 @@ def _model(located: Located, dtype: str, layers: int) -> Any:
     if key in _loaded:
         return _loaded[key]
     _loaded.clear()  # one model in memory at a time
-    held = checkpoint.tensors(located.folder)
+    from attnviz.core.models.families import family_of
+
+    model_type = str(_read_config(located.folder).get("model_type"))
+    family = family_of(model_type)
+    unused = family.not_loaded if family is not None else ()
+    held = {k: t for k, t in checkpoint.tensors(located.folder).items() if not _any(unused, k)}
     checkpoint.check_layers(layers, held)
     checkpoint.check_memory(held, dtype)
     import torch
-    from transformers import AutoModel
+    import transformers
     from transformers.utils import logging
-
-    from attnviz.core.models.families import family_of
 
     logging.set_verbosity_error()  # its notes and progress bars would go to the terminal
     logging.disable_progress_bar()
     expected, prefix = _expected_shapes(located)
     checkpoint.check_shapes(expected, held, prefix)
     try:
-        model, info = AutoModel.from_pretrained(
+        loader = getattr(transformers, family.model_class(model_type) if family else "AutoModel")
+        model, info = loader.from_pretrained(
             str(located.folder),
             dtype=getattr(torch, dtype),
             attn_implementation="eager",
@@ -448,7 +452,7 @@ def _model(located: Located, dtype: str, layers: int) -> Any:
             "transformers would fill them with random numbers, so it is not imported"
         )
     family = family_of(model.config.model_type)
-    stale = family.stale_buffers if family is not None else ()
+    stale = (*family.stale_buffers, *family.not_loaded) if family is not None else ()
     unexpected = _inside_layers(info.get("unexpected_keys") or (), stale)
     if unexpected:
         raise ScenarioError(
@@ -467,10 +471,13 @@ def _inside_layers(keys: Any, stale: tuple[str, ...]) -> list[str]:
     """The names among ``keys`` inside the layers, but for the ``stale`` buffers: task heads
     (lm_head, pooler, classifier, cls.…) lie outside the layers."""
     return sorted(
-        str(k)
-        for k in keys
-        if checkpoint.LAYER_INDEX.search(str(k)) and not any(re.search(p, str(k)) for p in stale)
+        str(k) for k in keys if checkpoint.LAYER_INDEX.search(str(k)) and not _any(stale, str(k))
     )
+
+
+def _any(patterns: tuple[str, ...], name: str) -> bool:
+    """Whether any of the regular expressions is found in name."""
+    return any(re.search(p, name) for p in patterns)
 
 
 def _names(names: list[str]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
@@ -113,30 +114,33 @@ def shown_views(result: Computed) -> tuple[str, ...]:
         for name in ORDER
         if (name not in TURNED_MATRICES or turned)
         and (name != "sink" or st.sinks is not None)
-        and (name != "alibi" or st.positional == "alibi")
+        and (name != "alibi" or st.positional in ("alibi", "relative-bias"))
     )
 
 
 def alibi_spec(result: Computed, head: int) -> HeatmapSpec:
-    """The ALiBi term the head added to its scores, −slope·|i − j| (n × m): what the scaled
-    scores hold beyond the (soft-capped) scaled raw scores."""
+    """The ALiBi term the head added to its scores, −slope·|i − j| (n × m), or T5's
+    relative bias relative_bias[bucket(j − i), h]: what the scaled scores hold beyond the
+    (soft-capped) scaled raw scores."""
     st, h = result.settings, result.head(head)
+    relative = st.positional == "relative-bias"
     if h.rule is not None:
-        bias = h.rule.alibi(h.index)
+        bias = np.broadcast_to(h.rule.bias(h.index), h.scaled.shape)
     else:  # (the torch engine's heads): the scaled scores less the scaled raw scores
         scaled = h.scores / result.scale_factor
         if st.softcap is not None:
             scaled = softcap(scaled, st.softcap)
         bias = h.scaled - scaled
     return make_spec(
-        f"head {head + 1} · ALiBi −slope·|i − j|",
+        f"head {head + 1} · "
+        + ("T5 relative_bias[bucket(j − i), h]" if relative else "ALiBi −slope·|i − j|"),
         bias,
         tuple(result.tokens),
         tuple(result.keys),
         "query",
         "key",
         "diverging",
-        "ALiBi bias",
+        "T5 relative bias" if relative else "ALiBi bias",
     )
 
 

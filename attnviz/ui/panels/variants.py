@@ -1,6 +1,8 @@
 """Variants dock: what current models change, as settings a learner can switch and edit.
 
-The causal alignment, RoPE's base, pairing and width, ALiBi's slopes, the scale,
+The causal alignment, RoPE's base, pairing and width, ALiBi's slopes, T5's relative
+position bias (its buckets, largest distance and direction; its learned table, buckets ×
+heads, comes from an imported model or a file and is not edited here), the scale,
 QK-norm, the soft-cap, sinks, and a custom mask drawn by clicking cells (with ready-made
 shapes). The positional encoding and the mask themselves are on the toolbar.
 """
@@ -26,10 +28,13 @@ from PySide6.QtWidgets import (
 from attnviz.core.io.text import parse_number
 from attnviz.core.maths.mask_shapes import SHAPES, mask_shape
 from attnviz.core.maths.scenario import ALIGNMENTS, LIMITS, QK_NORMS, ROPE_STYLES
+from attnviz.core.maths.variants import RELATIVE_BUCKETS_MOST, RELATIVE_DISTANCE_MOST
 from attnviz.ui.grid import MatrixGrid
 from attnviz.ui.matrix_model import MatrixModel
 from attnviz.ui.panels.common import int_spin, set_quietly
 from attnviz.ui.workspace import Workspace
+
+DIRECTIONS = {"bidirectional (encoder)": True, "unidirectional (decoder)": False}
 
 QK_NORM_TIPS = (  # one per QK_NORMS choice
     "no QK-norm",
@@ -79,6 +84,7 @@ class VariantsPanel(QWidget):
         )
         self._scaled_rope(form)
         self.alibi = self._list(form, "ALiBi slopes", "alibi_slopes", "empty: the paper's slopes")
+        self._relative(form)
 
         scores = QGroupBox("Scores and softmax")
         form2 = QFormLayout(scores)
@@ -159,6 +165,54 @@ class VariantsPanel(QWidget):
             factor = "" if st.rope_factor == 1.0 else f"; cos and sin × {st.rope_factor:.6g}"
             self.rope_scaled.setText(pairs + factor)
             self.rope_unscale.setEnabled(own)
+
+        self._syncs.append(sync)
+
+    def _relative(self, form: QFormLayout) -> None:
+        """T5's relative position bias: how relative positions j − i fall into buckets
+        (the table's rows), and what the table holds."""
+        self.relative_buckets = int_spin(
+            2, RELATIVE_BUCKETS_MOST, "T5's relative_attention_num_buckets: the rows of the table"
+        )
+        self.relative_buckets.valueChanged.connect(lambda b: self.set_setting(relative_buckets=b))
+        form.addRow("Relative buckets (T5)", self.relative_buckets)
+        self.relative_distance = int_spin(
+            2,
+            RELATIVE_DISTANCE_MOST,
+            "T5's relative_attention_max_distance: from it on, every distance is the last bucket",
+        )
+        self.relative_distance.valueChanged.connect(
+            lambda d: self.set_setting(relative_max_distance=d)
+        )
+        form.addRow("Relative max distance", self.relative_distance)
+        self.relative_direction = QComboBox()
+        self.relative_direction.addItems(list(DIRECTIONS))
+        self.relative_direction.setToolTip(
+            "bidirectional (an encoder): keys after the query have buckets of their own; "
+            "unidirectional (a decoder): only keys at or before the query count"
+        )
+        self.relative_direction.textActivated.connect(
+            lambda v: self.set_setting(relative_bidirectional=DIRECTIONS[v])
+        )
+        form.addRow("Relative direction", self.relative_direction)
+        self.relative_table = QLabel()
+        self.relative_table.setWordWrap(True)
+        form.addRow("Relative table", self.relative_table)
+
+        def sync() -> None:
+            s = self.doc.scenario
+            st = s.settings
+            set_quietly(self.relative_buckets, st.relative_buckets)
+            set_quietly(self.relative_distance, st.relative_max_distance)
+            side = next(k for k, v in DIRECTIONS.items() if v == st.relative_bidirectional)
+            self.relative_direction.setCurrentText(side)
+            table = s.relative_bias
+            self.relative_table.setText(
+                "none (choose the relative-bias position encoding)"
+                if table is None
+                else f"{table.shape[0]} buckets × {table.shape[1]} heads, "
+                f"{np.abs(table).max():.3g} at most (an imported model's, or zeros)"
+            )
 
         self._syncs.append(sync)
 

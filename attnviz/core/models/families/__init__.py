@@ -23,6 +23,7 @@ from attnviz.core.models.families import (
     opt,
     phi3,
     stablelm,
+    t5,
 )
 from attnviz.core.models.families.base import Config, Family
 
@@ -39,16 +40,13 @@ FAMILIES: tuple[Family, ...] = (
     gptj.FAMILY,
     stablelm.FAMILY,
     phi3.FAMILY,
+    t5.FAMILY,
     olmo2.FAMILY,
     mpt.FAMILY,
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
-_T5 = (
-    "T5's learned, bucketed relative position bias (added to every head's scores) is not "
-    "a variant attnviz has"
-)
 # model types refused by name: what their attention has that attnviz's does not
-REFUSED: dict[str, str] = {"t5": _T5, "mt5": _T5, "umt5": _T5}
+REFUSED: dict[str, str] = {}
 
 
 def family_of(model_type: object) -> Family | None:

@@ -20,6 +20,11 @@ def _nothing(model: Any) -> None:
     """A loaded model needs nothing changed."""
 
 
+def _auto(model_type: str) -> str:
+    """The class transformers' AutoModel picks for the config."""
+    return "AutoModel"
+
+
 @dataclass(frozen=True)
 class Family:
     """One family of transformers architectures that attnviz imports exactly."""
@@ -32,6 +37,12 @@ class Family:
     # buffers that older checkpoints saved inside the layers, which are no weights
     # (a causal mask, a constant): not refused as unexpected
     stale_buffers: tuple[str, ...] = ()  # regular expressions, searched in the names
+    # the transformers class (a name) that loads a model of this type: a family whose
+    # attention is one part of a larger model loads that part alone (T5's encoder)
+    model_class: Callable[[str], str] = _auto
+    # checkpoint weights that class never loads (T5's decoder): neither counted among
+    # the layers nor refused as unexpected (regular expressions, searched in the names)
+    not_loaded: tuple[str, ...] = ()
     # a decoder: transformers' causal mask turns bidirectional under config is_causal false
     causal: bool = True
 
