@@ -313,6 +313,6 @@ def test_gemma3s_multimodal_model_is_refused_by_name(tmp_path):
     (folder / "config.json").write_text(
         json.dumps({"model_type": "gemma3", "text_config": config, "vision_config": {}})
     )
-    assert "model type 'gemma3'" in peek(str(folder), "the cat").problem
+    assert "model type 'gemma3': Gemma 3's multimodal model" in peek(str(folder), "x").problem
     with pytest.raises(ScenarioError, match="model type 'gemma3'"):
         import_model_layer(Request(str(folder), TEXT, 0))

@@ -6,7 +6,6 @@ score scale, layer 0's table in every layer of T5 and mT5, each layer's own in U
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -20,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
-from tiny_models import word_tokenizer  # noqa: E402
+from tiny_models import edited, word_tokenizer  # noqa: E402
 from variant_reference import t5_bucket  # noqa: E402
 
 from attnviz.cli import main  # noqa: E402
@@ -276,12 +275,6 @@ def test_a_checkpoint_missing_an_encoder_weight_or_with_an_extra_one_is_refused(
         import_model_layer(Request(str(folder), TEXT, 1))
 
 
-def edited(folder, **changes):
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    return folder
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -303,3 +296,16 @@ def test_what_the_import_does_not_model_is_refused_by_name_before_loading(
     assert message in peek(str(folder), TEXT).problem
     with pytest.raises(ScenarioError, match=message):
         import_model_layer(Request(str(folder), TEXT, 0))
+
+
+def test_a_t5_text_is_not_limited_to_its_training_length(tmp_path):
+    """n_positions in a T5 config is the length it was trained on: its relative bias has
+    no table of positions, so a longer text imports (up to a scenario's own limit)."""
+    from attnviz.core.maths.scenario import LIMITS
+
+    folder = edited(save_t5(tmp_path / "t5"), n_positions=4)
+    looked = peek(str(folder), TEXT)
+    assert looked.problem == "" and looked.max_tokens == LIMITS.tokens
+    assert len(looked.tokens.ids) > 4
+    got = import_model_layer(Request(str(folder), TEXT, 0))
+    assert got.agreement_weights <= 1e-12

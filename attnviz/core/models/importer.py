@@ -48,6 +48,7 @@ OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float
 MAX_CONFIG = 2**24  # bytes of config.json
 # the model types whose positions start after the padding index (RoBERTa's code)
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
+RELATIVE_POSITIONS = ("t5", "mt5", "umt5")  # a relative bias: no table of positions
 
 Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
 
@@ -393,6 +394,9 @@ def _config(folder: Path) -> dict[str, Any]:
 
 
 def _most_tokens(config: dict[str, Any]) -> int:
+    """The most tokens a text may have: the model's positions (capped at a scenario's)."""
+    if config.get("model_type") in RELATIVE_POSITIONS:
+        return LIMITS.tokens  # its n_positions is the length it was trained on, no limit
     positions = (
         config.get("max_position_embeddings")
         or config.get("n_positions")

@@ -46,7 +46,10 @@ FAMILIES: tuple[Family, ...] = (
 )
 SUPPORTED = tuple(t for family in FAMILIES for t in family.model_types)
 # model types refused by name: what their attention has that attnviz's does not
-REFUSED: dict[str, str] = {}
+REFUSED: dict[str, str] = {
+    "gemma3": "Gemma 3's multimodal model (a vision tower beside the text model) is not "
+    "supported; its text model (model type gemma3_text) is",
+}
 
 
 def family_of(model_type: object) -> Family | None:
