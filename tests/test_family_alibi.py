@@ -17,8 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, edited, unreadable_weights  # noqa: E402
-from tiny_models import save_model as save  # noqa: E402
+from tiny_models import WORDS, edited, layer_exactly, save_model, unreadable_weights  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -66,13 +65,7 @@ def check_every_layer(model, reference):
         own = [a[0].numpy() for a in model(input_ids=IDS, output_attentions=True).attentions]
     worst = {"model": 0.0, "by hand": 0.0, "own": 0.0}
     for layer in range(model.config.num_hidden_layers):
-        got = import_layer(model, IDS, layer, LABELS)
-        r = compute(got.scenario)
-        np.testing.assert_allclose(got.scenario.X, Xs[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, Ws[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
+        got, r = layer_exactly(model, IDS, LABELS, layer, Xs[layer], Ws[layer])
         assert np.abs(own[layer] - Ws[layer]).max() < 1e-5
         worst["model"] = max(worst["model"], float(np.abs(r.weights - got.model_weights).max()))
         worst["by hand"] = max(worst["by hand"], float(np.abs(r.weights - Ws[layer]).max()))
@@ -164,7 +157,9 @@ def test_bloom_block_options_are_exact(options):
 def test_bloom_slow_but_exact_is_refused_by_name_before_loading(tmp_path):
     # transformers' sliced output projections (attention's dense, the MLP's last) leave
     # out their biases: another layer than the checkpoint's
-    folder = edited(save(tiny_bloom(6), tmp_path / "bloom"), pretraining_tp=2, slow_but_exact=True)
+    folder = edited(
+        save_model(tiny_bloom(6), tmp_path / "bloom"), pretraining_tp=2, slow_but_exact=True
+    )
     message = "BLOOM slow_but_exact with pretraining_tp 2 is not supported"
     assert message in peek(str(folder), TEXT).problem
     unreadable_weights(folder)
@@ -182,7 +177,7 @@ def test_bloom_float32_imports_within_float32_rounding():
 
 
 def test_a_saved_bloom_folder_imports_exactly(tmp_path):
-    folder = save(tiny_bloom(12), tmp_path / "bloom")
+    folder = save_model(tiny_bloom(12), tmp_path / "bloom")
     # older checkpoints' switches, which no code in transformers reads
     edited(folder, attention_softmax_in_fp32=False, masked_softmax_fusion=True, offset_alibi=100)
     assert peek(str(folder), TEXT).problem == ""
@@ -380,7 +375,7 @@ def test_falcon_float32_imports_within_float32_rounding():
     "options", [{"new_decoder_architecture": True, "num_kv_heads": 2}, {"alibi": True}]
 )
 def test_a_saved_falcon_folder_imports_exactly(tmp_path, options):
-    folder = save(tiny_falcon(**options), tmp_path / "falcon")
+    folder = save_model(tiny_falcon(**options), tmp_path / "falcon")
     assert peek(str(folder), TEXT).problem == ""
     model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float64)
     slopes = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8] if options.get("alibi") else None
@@ -406,7 +401,7 @@ FALCON_REFUSED = [
 
 @pytest.mark.parametrize(("changes", "message"), FALCON_REFUSED)
 def test_falcon_options_not_modelled_are_refused_by_name_before_loading(tmp_path, changes, message):
-    folder = edited(save(tiny_falcon(), tmp_path / "falcon"), **changes)
+    folder = edited(save_model(tiny_falcon(), tmp_path / "falcon"), **changes)
     assert message in peek(str(folder), TEXT).problem
     unreadable_weights(folder)
     with pytest.raises(ScenarioError, match=message):
@@ -415,7 +410,7 @@ def test_falcon_options_not_modelled_are_refused_by_name_before_loading(tmp_path
 
 def test_falcon_alibi_ignores_rope_settings(tmp_path):
     folder = edited(
-        save(tiny_falcon(alibi=True), tmp_path / "falcon"),
+        save_model(tiny_falcon(alibi=True), tmp_path / "falcon"),
         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4},
     )
     assert peek(str(folder), TEXT).problem == ""

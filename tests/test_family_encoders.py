@@ -18,7 +18,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, edited, unreadable_weights, word_tokenizer  # noqa: E402  # noqa: E402
+from tiny_models import (  # noqa: E402
+    WORDS,
+    edited,
+    layer_exactly,
+    unreadable_weights,
+    word_tokenizer,
+)
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -75,13 +81,7 @@ def agrees(model, reference, layers, ids=IDS, labels=LABELS):
     Xs, Ws, Os = reference
     worst = {"model": 0.0, "by hand": 0.0}
     for layer in range(layers):
-        got = import_layer(model, ids, layer, labels)
-        r = compute(got.scenario)
-        np.testing.assert_allclose(got.scenario.X, Xs[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, Ws[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
+        got, r = layer_exactly(model, ids, labels, layer, Xs[layer], Ws[layer])
         np.testing.assert_allclose(r.final, Os[layer], rtol=0, atol=EXACT)
         worst["model"] = max(
             worst["model"],

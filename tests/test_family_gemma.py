@@ -18,11 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import (  # noqa: E402
-    WORDS,
-    edited,
-    word_tokenizer,
-)
+from tiny_models import WORDS, edited, layer_exactly, word_tokenizer  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -167,13 +163,7 @@ def test_every_layer_is_exact_against_a_by_hand_forward(kind):
     Xs, Ws, Outs = by_hand(model, IDS, kind)
     own = own_eager(model)
     for layer in range(model.config.num_hidden_layers):
-        got = import_layer(model, IDS, layer, LABELS)
-        r = compute(got.scenario)
-        np.testing.assert_allclose(got.scenario.X, Xs[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, Ws[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
+        _, r = layer_exactly(model, IDS, LABELS, layer, Xs[layer], Ws[layer])
         np.testing.assert_allclose(r.final, Outs[layer], rtol=0, atol=EXACT)
         assert np.abs(own[layer] - Ws[layer]).max() < 1e-5  # transformers' own run
 

@@ -18,8 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, unreadable_weights  # noqa: E402
-from tiny_models import save_model as save  # noqa: E402
+from tiny_models import WORDS, layer_exactly, save_model, unreadable_weights  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -112,13 +111,7 @@ def check_every_layer(model, reference):
     own = own_weights(model)
     worst = {"model": 0.0, "by hand": 0.0, "own": 0.0}
     for layer in range(LAYERS):
-        got = import_layer(model, IDS, layer, LABELS)
-        r = compute(got.scenario)
-        np.testing.assert_allclose(got.scenario.X, Xs[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=EXACT)
-        np.testing.assert_allclose(r.weights, Ws[layer], rtol=0, atol=EXACT)
-        np.testing.assert_allclose(got.model_weights, Ws[layer], rtol=0, atol=EXACT)
+        got, r = layer_exactly(model, IDS, LABELS, layer, Xs[layer], Ws[layer])
         assert np.abs(own[layer] - Ws[layer]).max() < 1e-5
         worst["model"] = max(worst["model"], float(np.abs(r.weights - got.model_weights).max()))
         worst["by hand"] = max(worst["by hand"], float(np.abs(r.weights - Ws[layer]).max()))
@@ -188,7 +181,7 @@ def edited(folder, attn=None, **changes):
 
 
 def test_a_saved_mpt_folder_imports_exactly(tmp_path):
-    folder = save(tiny_mpt(12, softmax_scale=0.25), tmp_path / "mpt")
+    folder = save_model(tiny_mpt(12, softmax_scale=0.25), tmp_path / "mpt")
     # switches that change nothing here: the same maths, one sequence, no positions, a
     # cache of keys and values filled on the way
     edited(
@@ -235,7 +228,7 @@ MPT_REFUSED = [
 def test_mpt_options_not_modelled_are_refused_by_name_before_loading(
     tmp_path, attn, changes, message
 ):
-    folder = edited(save(tiny_mpt(6), tmp_path / "mpt"), attn, **changes)
+    folder = edited(save_model(tiny_mpt(6), tmp_path / "mpt"), attn, **changes)
     assert message in peek(str(folder), TEXT).problem
     unreadable_weights(folder)
     with pytest.raises(ScenarioError, match=message):
@@ -247,5 +240,5 @@ def test_neutral_values_of_the_refused_switches_are_accepted(tmp_path):
         "clip_qkv": None, "qk_ln": False, "prefix_lm": False, "rope": False,
         "sliding_window_size": -1, "fused_qkv": True, "alibi_bias_max": 8,
     }  # fmt: skip
-    folder = edited(save(tiny_mpt(6), tmp_path / "mpt"), off, no_bias=True)
+    folder = edited(save_model(tiny_mpt(6), tmp_path / "mpt"), off, no_bias=True)
     assert peek(str(folder), TEXT).problem == ""

@@ -180,3 +180,22 @@ def own_eager(model, ids):
     with torch.no_grad():
         out = model(input_ids=ids, output_attentions=True)
     return [a[0].double().numpy() for a in out.attentions]
+
+
+def layer_exactly(model, ids, labels, layer: int, X, weights, exact: float = 1e-12):
+    """Import ``layer`` and check it to ``exact``: attnviz's weights and output against the
+    model's run, and its X and weights against a reference written out by hand; returns
+    the imported layer and attnviz's computation of it."""
+    import numpy as np
+
+    from attnviz.core.maths.forward import compute
+    from attnviz.core.models.hf_layer import import_layer
+
+    got = import_layer(model, ids, layer, labels)
+    r = compute(got.scenario)
+    np.testing.assert_allclose(got.scenario.X, X, rtol=0, atol=exact)
+    np.testing.assert_allclose(r.weights, got.model_weights, rtol=0, atol=exact)
+    np.testing.assert_allclose(r.final, got.model_output, rtol=0, atol=exact)
+    np.testing.assert_allclose(r.weights, weights, rtol=0, atol=exact)
+    np.testing.assert_allclose(got.model_weights, weights, rtol=0, atol=exact)
+    return got, r
