@@ -177,8 +177,8 @@ def test_peek_previews_tokens_and_problems_without_reading_weights(tmp_path):
     assert "makes 42 tokens" in peek(str(folder), " ".join(["cat"] * 40)).problem
     (folder / "model.safetensors").write_bytes(b"not read by a peek")
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
-    assert "model type 't5'" in peek(str(folder), "the cat").problem
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    assert "model type 'mamba'" in peek(str(folder), "the cat").problem
     with pytest.raises(SourceError, match="not in the Hugging Face cache; no installed package"):
         peek("nobody/nothing", "the cat")  # and nothing is fetched
 

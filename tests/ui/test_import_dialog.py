@@ -43,9 +43,9 @@ def cached(tmp_path, model_id, folder, config=None):
 def machine(tmp_path, monkeypatch, bert_folder):
     """A cache with a BERT and a T5 whose weights are not even readable, and a package."""
     cached(tmp_path, "someone/tiny-bert", bert_folder)
-    t5 = cached(tmp_path, "google-t5/t5-small", bert_folder, {"model_type": "t5"})
-    (t5 / "model.safetensors").unlink()  # a link to the blob: replace it, not the blob
-    (t5 / "model.safetensors").write_bytes(b"not safetensors: reading these would fail")
+    mamba = cached(tmp_path, "state-spaces/mamba-130m", bert_folder, {"model_type": "mamba"})
+    (mamba / "model.safetensors").unlink()  # a link to the blob: replace it, not the blob
+    (mamba / "model.safetensors").write_bytes(b"not safetensors: reading these would fail")
     files = {p.name: p.read_bytes() for p in bert_folder.iterdir()}
     fake_package(tmp_path / "site", "tiny-bert-model", files)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -78,12 +78,12 @@ def test_the_list_offers_recent_sources_then_packages_and_cached_models(qtbot, m
     rows = {row[0]: row for row in dialog.source.rows()}
     order = [row[0] for row in dialog.source.rows()]
     assert order[:2] == ["/somewhere/my-model", "someone/tiny-bert"]  # recent first
-    assert set(order) >= {"tiny-bert-model", "google-t5/t5-small"}
+    assert set(order) >= {"tiny-bert-model", "state-spaces/mamba-130m"}
     assert rows["someone/tiny-bert"][1:3] == ("bert", "recent · Hugging Face cache")
     assert rows["someone/tiny-bert"][4] == "✓ supported"
     assert rows["tiny-bert-model"][1:3] == ("bert", "installed package")
-    t5 = rows["google-t5/t5-small"]
-    assert t5[1] == "t5" and t5[4].startswith("✗") and "'t5'" in t5[4]
+    mamba = rows["state-spaces/mamba-130m"]
+    assert mamba[1] == "mamba" and mamba[4].startswith("✗") and "'mamba'" in mamba[4]
     assert rows["/somewhere/my-model"][2] == "recent"
     assert "2 models in the Hugging Face cache" in dialog.found.text()
     dialog.reject()
@@ -93,9 +93,9 @@ def test_the_preview_names_a_refusal_from_the_config_before_any_weights_load(
     qtbot, machine, bert_folder
 ):
     dialog = dialog_on(qtbot, machine)
-    verdict = choose(qtbot, dialog, "google-t5/t5-small")
+    verdict = choose(qtbot, dialog, "state-spaces/mamba-130m")
     # the weights file is not safetensors: the verdict came from config.json alone
-    assert verdict.startswith("t5 · ") and "✗ would be refused: model type 't5'" in verdict
+    assert verdict.startswith("mamba · ") and "✗ would be refused: model type 'mamba'" in verdict
 
     positions = json.loads((bert_folder / "config.json").read_text())["max_position_embeddings"]
     verdict = choose(qtbot, dialog, "someone/tiny-bert")
