@@ -414,3 +414,24 @@ def test_falcon_alibi_ignores_rope_settings(tmp_path):
         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4},
     )
     assert peek(str(folder), TEXT).problem == ""
+
+
+def test_imports_on_several_threads_leave_transformers_as_it_was():
+    """The BLOOM import swaps two of transformers' module functions while it runs: imports
+    on several threads at once (the Python API has no lock of its own) each stay exact, and
+    afterwards transformers has its own functions back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers.models.bloom import modeling_bloom
+
+    own = (modeling_bloom.F, modeling_bloom._get_alibi_slopes)
+    models = [tiny_bloom(heads) for heads in (6, 8, 12, 6)]
+
+    def imported(model):
+        got = import_layer(model, IDS, 1, LABELS)
+        return float(np.abs(compute(got.scenario).weights - got.model_weights).max())
+
+    with ThreadPoolExecutor(4) as pool:
+        gaps = list(pool.map(imported, models))
+    assert max(gaps) <= 1e-12
+    assert (modeling_bloom.F, modeling_bloom._get_alibi_slopes) == own

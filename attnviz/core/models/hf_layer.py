@@ -20,6 +20,7 @@ torch and transformers are imported only when a layer is.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ from attnviz.core.maths.scenario import Scenario, ScenarioError, Settings, head_
 Part = tuple[np.ndarray, np.ndarray]  # heads' weights (h, d_model, d) and biases (h, 1, d)
 
 EAGER64 = "attnviz_eager64"
+# held while a family runs a model: its swapped forwards and module names, and the
+# model's attention implementation, are seen by every thread
+_importing = threading.RLock()
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,7 +168,22 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     layers = layer_count(config)
     if not 0 <= layer < layers:
         raise ScenarioError(f"layer {layer}: the model has layers 0 to {layers - 1}")
-    return family.import_layer(model, input_ids, layer, tokens)
+    with _importing:  # the swaps below are process-wide: one import at a time
+        return family.import_layer(model, input_ids, layer, tokens)
+
+
+@contextmanager
+def swapped_names(module: Any, names: dict[str, Any]) -> Iterator[None]:
+    """A Python module's global names replaced while inside (transformers' float32 steps
+    that are module functions, not modules)."""
+    own = {name: getattr(module, name) for name in names}
+    try:
+        for name, value in names.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in own.items():
+            setattr(module, name, value)
 
 
 @contextmanager

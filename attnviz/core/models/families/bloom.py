@@ -32,15 +32,19 @@ the dtype's lowest number rather than −∞: exp of it underflows to exactly 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from attnviz.core.maths.scenario import Settings, from_heads
 from attnviz.core.models.families.base import Config, Family, flag
-from attnviz.core.models.hf_layer import ImportedLayer, _imported, _numpy, _run
+from attnviz.core.models.hf_layer import (
+    ImportedLayer,
+    _imported,
+    _numpy,
+    _run,
+    swapped_names,
+)
 
 
 def check_config(config: Config) -> str:
@@ -86,29 +90,12 @@ class _WideSoftmax:
         return torch.softmax(x, dim=dim, dtype=wide, **kwargs)
 
 
-@contextmanager
-def swapped_names(module: Any, names: dict[str, Any]) -> Iterator[None]:
-    """A Python module's global names replaced while inside."""
-    own = {name: getattr(module, name) for name in names}
-    try:
-        for name, value in names.items():
-            setattr(module, name, value)
-        yield
-    finally:
-        for name, value in own.items():
-            setattr(module, name, value)
-
-
-def _base(model: Any) -> Any:
-    return model.transformer if hasattr(model, "transformer") else model
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     from transformers.models.bloom import modeling_bloom
 
     config = model.config
     heads = config.n_head
-    blocks = _base(model).h
+    blocks = model.base_model.h
     module = blocks[layer].self_attention
     lifted = {"F": _WideSoftmax(), "_get_alibi_slopes": slopes64}
     with swapped_names(modeling_bloom, lifted):

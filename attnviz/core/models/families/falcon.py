@@ -81,10 +81,6 @@ def check_config(config: Config) -> str:
     return rope_problem(config, FIXED_ROPE_TYPES)
 
 
-def _base(model: Any) -> Any:
-    return model.transformer if hasattr(model, "transformer") else model
-
-
 def _split(module: Any, heads: int) -> dict[str, np.ndarray]:
     """W_Q (heads, d_model, d), W_K and W_V (kv, d_model, d) and their biases, from the
     fused rows: for each key/value head, its queries, then its key, then its value."""
@@ -125,7 +121,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
             f"Falcon alibi over {input_ids.shape[1]} tokens is not supported (transformers "
             f"rounds slope·position to bfloat16, not exact beyond position {ALIBI_MOST_POSITION})"
         )
-    base = _base(model)
+    base = model.base_model
     module = base.h[layer].self_attention
     theta, frequencies, _ = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
     with swapped_forwards({base.rotary_emb: _rope64(base.rotary_emb, frequencies)}):

@@ -95,14 +95,10 @@ def rotary(config: Any, rotary_emb: Any, dims: int) -> tuple[dict[str, Any], Any
     return settings, _rope64(rotary_emb, frequencies)
 
 
-def _base(model: Any) -> Any:
-    return model.gpt_neox if hasattr(model, "gpt_neox") else model
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads = config.num_attention_heads
-    base = _base(model)
+    base = model.base_model
     module = base.layers[layer].attention
     settings, forward = rotary(config, base.rotary_emb, module.rotary_ndims)
     with swapped_forwards({base.rotary_emb: forward}):

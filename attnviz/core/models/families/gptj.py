@@ -71,14 +71,10 @@ def _rotary64(dims: int) -> Any:
     return forward
 
 
-def _base(model: Any) -> Any:
-    return model.transformer if hasattr(model, "transformer") else model
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads = config.num_attention_heads
-    base = _base(model)
+    base = model.base_model
     module = base.h[layer].attn
     dims = config.rotary_dim or config.hidden_size
     with swapped_forwards({base.rotary_emb: _rotary64(dims)}):

@@ -22,8 +22,7 @@ registered eager attention that keeps the model's dtype, as for every family.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from attnviz.core.models.hf_layer import (
     _run,
     layer_scenario,
     swapped_forwards,
+    swapped_names,
 )
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -101,23 +101,16 @@ def _rotary64(rotary: Any, config: Any, dims: int) -> Any:
     return forward
 
 
-@contextmanager
-def _rotation_in_own_dtype() -> Iterator[None]:
+def _rotation_in_own_dtype() -> AbstractContextManager[None]:
     """transformers' ModernBERT rotates float32 copies of Q and K: while inside, it
     rotates them in their own dtype (the same maths, without the float32 step)."""
     from transformers.models.modernbert import modeling_modernbert as code
-
-    own = code.apply_rotary_pos_emb
 
     def rotate(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1) -> tuple[Any, Any]:
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
         return q * cos + code.rotate_half(q) * sin, k * cos + code.rotate_half(k) * sin
 
-    code.apply_rotary_pos_emb = rotate
-    try:
-        yield
-    finally:
-        code.apply_rotary_pos_emb = own
+    return swapped_names(code, {"apply_rotary_pos_emb": rotate})
 
 
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:

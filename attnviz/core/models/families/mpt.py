@@ -59,8 +59,14 @@ import numpy as np
 
 from attnviz.core.maths.scenario import ScenarioError, Settings, from_heads
 from attnviz.core.models.families.base import Config, Family, flag
-from attnviz.core.models.families.bloom import swapped_names
-from attnviz.core.models.hf_layer import ImportedLayer, _imported, _numpy, _run, swapped_forwards
+from attnviz.core.models.hf_layer import (
+    ImportedLayer,
+    _imported,
+    _numpy,
+    _run,
+    swapped_forwards,
+    swapped_names,
+)
 
 ATTN_TYPE = "multihead_attention"  # the only attn_type transformers' MPT implements
 ALIBI_BIAS_MAX = 8  # the slopes' exponent range transformers uses, whatever the config says
@@ -186,10 +192,6 @@ def _attention64(attn: Any) -> Any:
     return forward
 
 
-def _base(model: Any) -> Any:
-    return model.transformer if hasattr(model, "transformer") else model
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     from transformers.models.mpt import modeling_mpt
 
@@ -201,7 +203,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
             "covers that many positions)"
         )
     heads = config.n_heads
-    blocks = _base(model).blocks
+    blocks = model.base_model.blocks
     module = blocks[layer].attn
     lifted = {"build_mpt_alibi_tensor": _alibi_tensor(module.Wqkv.weight.dtype)}
     forwards = {block.attn: _attention64(block.attn) for block in blocks}

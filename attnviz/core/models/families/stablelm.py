@@ -50,14 +50,10 @@ def check_config(config: Config) -> str:
     return partial_problem("StableLM", config, factor, (2560, 32))
 
 
-def _base(model: Any) -> Any:
-    return model.model if hasattr(model, "model") else model
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
-    base = _base(model)
+    base = model.base_model
     module = base.layers[layer].self_attn
     settings, forward = rotary(config, base.rotary_emb, module.rotary_ndims)
     with swapped_forwards({base.rotary_emb: forward}):

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from attnviz.core.maths.scenario import Scenario, Settings, head_stack
+from attnviz.core.maths.scenario import Settings
 from attnviz.core.maths.variants import (
     RELATIVE_BUCKETS_MOST,
     RELATIVE_DISTANCE_MOST,
@@ -41,11 +39,12 @@ from attnviz.core.maths.variants import (
 from attnviz.core.models.families.base import Config, Family, flag
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
-    _heads,
     _imported,
     _norm64,
     _numpy,
     _run,
+    layer_scenario,
+    linear_heads,
     swapped_forwards,
 )
 
@@ -112,9 +111,6 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     )
     table = _numpy(owner.relative_attention_bias.weight)  # (buckets, heads)
 
-    def part(linear: Any) -> np.ndarray:
-        return _heads(_numpy(linear.weight).T, None, heads)[0]
-
     settings = Settings(
         scale=False,
         mask="none",
@@ -123,16 +119,8 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         relative_max_distance=int(config.relative_attention_max_distance),
         relative_bidirectional=True,
     )
-    scenario = Scenario(
-        tokens=tokens,
-        X=X,
-        W_Q=head_stack("W_Q", part(attention.q)),
-        W_K=head_stack("W_K", part(attention.k)),
-        W_V=head_stack("W_V", part(attention.v)),
-        W_O=_numpy(attention.o.weight).T,
-        settings=settings,
-        relative_bias=table,
-    )
+    q, k, v = (linear_heads(p, heads) for p in (attention.q, attention.k, attention.v))
+    scenario = layer_scenario(tokens, X, (q, k, v), attention.o, settings, relative_bias=table)
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 
