@@ -82,6 +82,15 @@ def linear_heads(linear: Any, count: int) -> Part:
     return _heads(_numpy(linear.weight).T, bias, count)
 
 
+def separate_qkv(attention: Any, heads: int, kv: int) -> tuple[Part, Part, Part]:
+    """An attention module's separate ``q_proj``, ``k_proj`` and ``v_proj`` as heads."""
+    return (
+        linear_heads(attention.q_proj, heads),
+        linear_heads(attention.k_proj, kv),
+        linear_heads(attention.v_proj, kv),
+    )
+
+
 def shared_norm(weight: Any, heads: int, shift: float = 0.0) -> np.ndarray:
     """A QK-norm weight of d_k features that every head shares, as (heads, 1, d_k); plus
     ``shift`` (Gemma's norms multiply by 1 + weight)."""

@@ -125,17 +125,9 @@ def import_model_layer(
     if request.dtype not in DTYPES:
         raise ScenarioError(f"dtype {request.dtype!r}: expected one of {', '.join(DTYPES)}")
 
-    def step(what: str, fraction: float) -> None:
-        if cancelled is not None and cancelled():
-            raise Cancelled
-        if report is not None:
-            report(what, fraction)
-
-    def copying(what: str, done: int, total: int) -> None:  # unpacking or fetching
-        step(f"{what} the model ({bytes_done(done, total)})", 0.4 * done / max(total, 1))
-
+    step = _stepper(report, cancelled)
     step("Finding the model", 0.0)
-    located = locate(request.source, progress=copying, cancelled=cancelled)
+    located = locate(request.source, progress=_copying(step), cancelled=cancelled)
     config = _config(located.folder)
     step("Reading the tokenizer", 0.4)
     tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))

@@ -55,7 +55,7 @@ from attnviz.core.models.hf_layer import (
     _rope64,
     _run,
     layer_scenario,
-    linear_heads,
+    separate_qkv,
     shared_norm,
     swapped_forwards,
 )
@@ -116,7 +116,7 @@ def _lifted(model: Any, rope: dict[str | None, tuple[float, np.ndarray, str]]) -
     by 1 + weight."""
     import torch
 
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     by_type = {kind: _rope64(base.rotary_emb, f) for kind, (_, f, _) in rope.items()}
 
     def angles(x: Any, position_ids: Any, layer_type: str | None = None) -> Any:
@@ -159,18 +159,14 @@ def _settings(config: Any, layer: int, rope: tuple[float, np.ndarray, str]) -> d
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     module = base.layers[layer].self_attn
     rope = _rope(config)
     with swapped_forwards(_lifted(model, rope)):
         X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    qkv = (
-        linear_heads(module.q_proj, heads),
-        linear_heads(module.k_proj, kv),
-        linear_heads(module.v_proj, kv),
-    )
+    qkv = separate_qkv(module, heads, kv)
     kind = config.layer_types[layer] if config.model_type == "gemma3_text" else None
     options = _settings(config, layer, rope[kind])
     qk: dict[str, Any] = {}

@@ -44,7 +44,7 @@ from attnviz.core.models.hf_layer import (
     _rope64,
     _run,
     layer_scenario,
-    linear_heads,
+    separate_qkv,
     shared_norm,
     swapped_forwards,
 )
@@ -227,7 +227,7 @@ def _lifted(model: Any, frequencies: np.ndarray, factor: float) -> dict[Any, Any
     """Forwards that keep every float32 step of the model in its own dtype: the rotary
     angles (with these frequencies and factor on cos and sin) and every RMS norm (each
     layer's input, post-attention and QK norms, the final norm)."""
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     forwards = {base.rotary_emb: _rope64(base.rotary_emb, frequencies, factor)}
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
@@ -242,7 +242,7 @@ def run_rotary(
     and return the run with the scenario's RoPE settings: the base, and for a scaled RoPE
     each pair's frequency for this text and the factor on cos and sin."""
     config = model.config
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     dims = 2 * base.rotary_emb.inv_freq.shape[0]
     theta, frequencies, factor = rope_frequencies(config, dims, int(input_ids.shape[1]))
     with swapped_forwards(_lifted(model, frequencies, factor)):
@@ -261,16 +261,12 @@ def run_rotary(
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     module = base.layers[layer].self_attn
     (X_t, attention_out, out), rope = run_rotary(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    qkv = (
-        linear_heads(module.q_proj, heads),
-        linear_heads(module.k_proj, kv),
-        linear_heads(module.v_proj, kv),
-    )
+    qkv = separate_qkv(module, heads, kv)
     options = mask_settings(_window(config, layer), X.shape[0])
     qk: dict[str, Any] = {}
     if hasattr(module, "q_norm"):  # Qwen3: one weight per feature of d_k, shared by every head

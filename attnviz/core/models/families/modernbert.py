@@ -116,7 +116,7 @@ def _rotation_in_own_dtype() -> AbstractContextManager[None]:
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads = config.num_attention_heads
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     module = base.layers[layer].attn
     d = module.head_dim
     kind = config.layer_types[layer]

@@ -29,21 +29,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from attnviz.core.maths.scenario import Settings
 from attnviz.core.models.families.base import Config, Family, rope_problem
-from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, rope_frequencies
+from attnviz.core.models.families.llama import FIXED_ROPE_TYPES, run_rotary
 from attnviz.core.models.hf_layer import (
     ImportedLayer,
     _imported,
-    _norm64,
     _numpy,
-    _rope64,
-    _run,
     layer_scenario,
-    linear_heads,
-    swapped_forwards,
+    separate_qkv,
 )
 
 MODEL_TYPES = ("olmo2",)
@@ -53,49 +47,19 @@ def check_config(config: Config) -> str:
     return rope_problem(config, FIXED_ROPE_TYPES)
 
 
-def _rope_type(config: Any) -> str:
-    rope = dict(getattr(config, "rope_parameters", None) or {})
-    return str(rope.get("rope_type", rope.get("type", "default")))
-
-
-def _lifted(model: Any, frequencies: np.ndarray) -> dict[Any, Any]:
-    """Forwards that keep every float32 step of the model in its own dtype: the rotary
-    angles and every RMS norm (each layer's QK norms, post-attention and post-feedforward
-    norms, the final norm)."""
-    base = model.model if hasattr(model, "model") else model
-    forwards = {base.rotary_emb: _rope64(base.rotary_emb, frequencies)}
-    for module in model.modules():
-        if type(module).__name__.endswith("RMSNorm"):
-            forwards[module] = _norm64(module)
-    return forwards
-
-
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
-    base = model.model if hasattr(model, "model") else model
-    module = base.layers[layer].self_attn
-    theta, frequencies, _ = rope_frequencies(config, 2 * base.rotary_emb.inv_freq.shape[0])
-    with swapped_forwards(_lifted(model, frequencies)):
-        X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
+    module = model.base_model.layers[layer].self_attn
+    (X_t, attention_out, out), rope = run_rotary(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
-
-    qkv = (
-        linear_heads(module.q_proj, heads),
-        linear_heads(module.k_proj, kv),
-        linear_heads(module.v_proj, kv),
-    )
+    qkv = separate_qkv(module, heads, kv)
     d = module.head_dim
-    scaled: dict[str, Any] = {}
-    if getattr(config, "rope_parameters", None) and _rope_type(config) != "default":
-        scaled = {"rope_frequencies": tuple(float(f) for f in frequencies)}
     settings = Settings(
         mask="causal",
-        positional="rope",
-        rope_base=theta,
         qk_norm="rms-whole",
         qk_norm_eps=float(module.q_norm.variance_epsilon),
-        **scaled,
+        **rope,
     )
     scenario = layer_scenario(
         tokens, X, qkv, module.o_proj, settings,

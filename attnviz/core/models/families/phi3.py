@@ -44,7 +44,7 @@ def check_config(config: Config) -> str:
 def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]) -> ImportedLayer:
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
-    base = model.model if hasattr(model, "model") else model
+    base = model.base_model
     module = base.layers[layer].self_attn
     (X_t, attention_out, out), rope = run_rotary(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)

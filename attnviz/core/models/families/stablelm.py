@@ -31,7 +31,7 @@ from attnviz.core.models.hf_layer import (
     _numpy,
     _run,
     layer_scenario,
-    linear_heads,
+    separate_qkv,
     swapped_forwards,
 )
 
@@ -60,11 +60,7 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
         X_t, attention_out, out = _run(model, input_ids, module, module.o_proj)
     X = _numpy(X_t)
 
-    qkv = (
-        linear_heads(module.q_proj, heads),
-        linear_heads(module.k_proj, kv),
-        linear_heads(module.v_proj, kv),
-    )
+    qkv = separate_qkv(module, heads, kv)
     scenario = layer_scenario(tokens, X, qkv, module.o_proj, Settings(**settings))
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
