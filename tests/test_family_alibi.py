@@ -17,7 +17,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
-from tiny_models import WORDS, edited, layer_exactly, save_model, unreadable_weights  # noqa: E402
+from tiny_models import (  # noqa: E402
+    WORDS,
+    edited,
+    layer_exactly,
+    save_model,
+    unreadable_weights,
+)
+from variant_reference import llama3_frequencies  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -292,31 +299,13 @@ def test_falcon_every_layout_is_exact_in_every_layer(layout):
     assert got.scenario.settings.positional == "rope"
 
 
-def llama3_frequencies(d, theta, factor, low, high, context):
-    """Llama 3.1's RoPE frequencies, written out: a pair whose wavelength is shorter than
-    context/high keeps its frequency, one longer than context/low is divided by the
-    factor, and one between moves from the one to the other with context/wavelength."""
-    out = []
-    for i in range(0, d, 2):
-        f = theta ** (-i / d)
-        wavelength = 2 * math.pi / f
-        if wavelength < context / high:
-            out.append(f)
-        elif wavelength > context / low:
-            out.append(f / factor)
-        else:
-            t = (context / wavelength - low) / (high - low)
-            out.append((1 - t) * f / factor + t * f)
-    return np.array(out)
-
-
 PLAIN = 10000.0 ** (-np.arange(0, 16, 2) / 16)  # d = 16: eight pairs, wavelengths 6 to 3,500
 FALCON_ROPES = {
     "linear": ({"rope_type": "linear", "factor": 4.0}, PLAIN / 4.0),
     "llama3": (
         {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
          "original_max_position_embeddings": 64},
-        llama3_frequencies(16, 10000.0, 8.0, 1.0, 4.0, 64),
+        llama3_frequencies(10000.0 ** (-np.arange(0, 16, 2) / 16), 8.0, 1.0, 4.0, 64),
     ),
 }  # fmt: skip
 

@@ -22,6 +22,7 @@ from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tiny_models import WORDS, edited  # noqa: E402
 from tiny_models import save_model as save  # noqa: E402
+from variant_reference import llama3_frequencies  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -307,24 +308,6 @@ def test_a_float32_model_imports_to_float32_rounding(case):
         assert np.abs(r.final - got.model_output).max() <= 1e-5
 
 
-def llama3(freq, factor, low, high, context):
-    """Llama 3.1's rule, written out: a pair whose wavelength is under context/high keeps
-    its frequency, one over context/low has it divided by the factor, one between moves
-    from the one to the other in proportion to context/wavelength."""
-    out = []
-    for f in freq:
-        wavelength = 2 * math.pi / f
-        t = (context / wavelength - low) / (high - low)
-        out.append(
-            f
-            if wavelength < context / high
-            else f / factor
-            if wavelength > context / low
-            else (1 - t) * f / factor + t * f
-        )
-    return np.array(out)
-
-
 LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}  # fmt: skip
 SCALED = {
@@ -343,7 +326,7 @@ def test_scaled_partial_rope_uses_the_scaled_frequencies(case):
     if rope["rope_type"] == "linear":
         freq = plain / 4.0
     else:
-        freq = llama3(plain, 8.0, 1.0, 4.0, 64)
+        freq = llama3_frequencies(plain, 8.0, 1.0, 4.0, 64)
         assert freq[0] == plain[0] and freq[-1] == plain[-1] / 8  # kept; divided
     _, Ws, _ = by_hand(model, IDS, freq)
     for layer in range(3):

@@ -18,7 +18,16 @@ transformers = pytest.importorskip("transformers")
 
 from offline_hub import offline  # noqa: E402, F401  (autouse)
 from safetensors.torch import load_file, save_file  # noqa: E402
-from tiny_models import WORDS, edited, save_tiny, tiny, tiny_llama, tiny_model, unreadable_weights  # noqa: E402  # noqa: E402
+from tiny_models import (  # noqa: E402
+    WORDS,
+    edited,
+    save_tiny,
+    tiny,
+    tiny_llama,
+    tiny_model,
+    unreadable_weights,
+)
+from variant_reference import llama3_frequencies  # noqa: E402
 
 from attnviz.core.models.hf_layer import import_layer  # noqa: E402
 from attnviz.core.models.importer import Request, import_model_layer, peek  # noqa: E402
@@ -320,25 +329,6 @@ def test_distilbert_is_decoder_is_refused(tmp_path):
     assert "DistilBERT is_decoder" in peek(str(folder), "the cat").problem
 
 
-def llama3_frequencies(d: int, theta: float, factor, low, high, context) -> np.ndarray:
-    """Llama 3.1's RoPE frequencies, written out: a pair whose wavelength is shorter than
-    context/high keeps its frequency, one longer than context/low has it divided by the
-    factor, and one between moves from the one to the other in proportion to
-    context/wavelength."""
-    out = []
-    for i in range(0, d, 2):
-        f = theta ** (-i / d)
-        wavelength = 2 * math.pi / f
-        if wavelength < context / high:
-            out.append(f)
-        elif wavelength > context / low:
-            out.append(f / factor)
-        else:
-            t = (context / wavelength - low) / (high - low)
-            out.append((1 - t) * f / factor + t * f)
-    return np.array(out)
-
-
 SCALED = {
     "linear": ({"rope_type": "linear", "factor": 4.0}, lambda f: f / 4.0),
     "llama3": (
@@ -363,7 +353,7 @@ def test_scaled_rope_imports_with_the_models_own_frequencies(kind):
     if by_factor is not None:
         freq = by_factor(plain)
     else:
-        freq = llama3_frequencies(16, 10000.0, 8.0, 1.0, 4.0, 64)
+        freq = llama3_frequencies(plain, 8.0, 1.0, 4.0, 64)
         assert freq[0] == plain[0] and freq[-1] == plain[-1] / 8  # kept; divided
         assert plain[1] / 8 < freq[1] < plain[1]  # (and one between)
     _, Ws = by_hand(model, IDS, freq)

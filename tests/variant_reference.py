@@ -281,3 +281,21 @@ def random_scenario(rng, n, m, d_model, heads, kv, d_k, **settings) -> Scenario:
         settings=Settings(**settings),
         **cross,
     )
+
+
+def llama3_frequencies(freq, factor, low, high, context):
+    """Llama 3.1's RoPE rule applied to the base's frequencies ``freq``, written out: a
+    pair whose wavelength is under context/high keeps its frequency, one over context/low
+    has it divided by the factor, and one between moves from the one to the other in
+    proportion to context/wavelength."""
+    out = []
+    for f in freq:
+        wavelength = 2 * math.pi / f
+        if wavelength < context / high:
+            out.append(f)
+        elif wavelength > context / low:
+            out.append(f / factor)
+        else:
+            t = (context / wavelength - low) / (high - low)
+            out.append((1 - t) * f / factor + t * f)
+    return np.array(out)
