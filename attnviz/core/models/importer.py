@@ -126,12 +126,7 @@ def import_model_layer(
         raise ScenarioError(f"dtype {request.dtype!r}: expected one of {', '.join(DTYPES)}")
 
     step = _stepper(report, cancelled)
-    step("Finding the model", 0.0)
-    located = locate(request.source, progress=_copying(step), cancelled=cancelled)
-    config = _config(located.folder)
-    step("Reading the tokenizer", 0.4)
-    tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
-    _check_vocabulary(tokens, config)
+    located, config, tokens = _found(request, step, cancelled)
     _check_layers(config, request.layer)
     step("Loading the weights", 0.45)
     with _lock:
@@ -142,22 +137,13 @@ def import_model_layer(
         step("Checking against the model", 0.85)
         same_as_own(_attentions(model, tokens)[layer.layer], layer.model_weights)
     scenario, agreement = _checked(layer, request.dtype)
-    files = _file_hashes(located.folder)
-    provenance = Provenance(
-        source=located.source,
-        kind=located.kind,
-        model_type=layer.model_type,
-        layer=request.layer,
-        layers=layer.layers,
-        text=request.text,
-        token_ids=tokens.ids,
-        model_weights=layer.model_weights,
-        model_output=layer.model_output,
-        files=files,
-    )
+    run = Run(
+        located.source, located.kind, layer.model_type, layer.layers, request.text,
+        tokens.ids, tokens.labels, _file_hashes(located.folder),
+    )  # fmt: skip
     step("Done", 1.0)
     return Imported(
-        scenario=replace(scenario, provenance=provenance),
+        scenario=replace(scenario, provenance=_provenance(run, layer)),
         tokens=tokens,
         overview=_overview(layer.every_layer),
         agreement_weights=agreement[0],
@@ -202,12 +188,7 @@ def import_model_layers(
             f"dtype {request.dtype!r}: expected one of {', '.join((*DTYPES, 'model'))}"
         )
     step = _stepper(report, cancelled)
-    step("Finding the model", 0.0)
-    located = locate(request.source, progress=_copying(step), cancelled=cancelled)
-    config = _config(located.folder)
-    step("Reading the tokenizer", 0.4)
-    tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
-    _check_vocabulary(tokens, config)
+    located, config, tokens = _found(request, step, cancelled)
     _check_layers(config, 0)
     count = _layers_of(config) or 0
     try:
@@ -259,6 +240,20 @@ def import_model_layers(
     )  # fmt: skip
     step("Done", 1.0)
     return ImportedLayers(stack, tuple(a for _, a in checks), time.perf_counter() - started)
+
+
+def _found(
+    request: Request, step: Report, cancelled: Callable[[], bool] | None
+) -> tuple[Located, dict[str, Any], Tokens]:
+    """The model (found, fetched or unpacked as needed), its config.json (checked) and
+    the text's tokens (checked against its vocabulary)."""
+    step("Finding the model", 0.0)
+    located = locate(request.source, progress=_copying(step), cancelled=cancelled)
+    config = _config(located.folder)
+    step("Reading the tokenizer", 0.4)
+    tokens = tokenize(load_tokenizer(located.folder), request.text, _most_tokens(config))
+    _check_vocabulary(tokens, config)
+    return located, config, tokens
 
 
 def _stepper(report: Report | None, cancelled: Callable[[], bool] | None) -> Report:
