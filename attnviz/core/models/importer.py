@@ -47,8 +47,6 @@ LAYER_KEYS = (
 OVERVIEW_CELLS = 2**25  # layers × heads × n × n kept for the overview (float32)
 MAX_CONFIG = 2**24  # bytes of config.json
 # the model types whose positions start after the padding index (RoBERTa's code)
-ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
-RELATIVE_POSITIONS = ("t5", "mt5", "umt5")  # a relative bias: no table of positions
 
 Report = Callable[[str, float], None]  # what is happening, fraction done (0 to 1)
 
@@ -382,16 +380,12 @@ def _config(folder: Path) -> dict[str, Any]:
 
 def _most_tokens(config: dict[str, Any]) -> int:
     """The most tokens a text may have: the model's positions (capped at a scenario's)."""
-    if config.get("model_type") in RELATIVE_POSITIONS:
-        return LIMITS.tokens  # its n_positions is the length it was trained on, no limit
-    positions = (
-        config.get("max_position_embeddings")
-        or config.get("n_positions")
-        or config.get("max_seq_len")  # MPT's
-    )
-    if config.get("model_type") in ROBERTA_POSITIONS and isinstance(positions, int):
-        positions -= 2  # RoBERTa's positions start after its padding index
-    return min(LIMITS.tokens, positions) if isinstance(positions, int) else LIMITS.tokens
+    from attnviz.core.models.families import family_of
+    from attnviz.core.models.families.base import positions
+
+    family = family_of(config.get("model_type"))
+    most = family.max_positions(config) if family is not None else positions(config)
+    return LIMITS.tokens if most is None else min(LIMITS.tokens, most)
 
 
 def _model(located: Located, dtype: str, layers: int) -> Any:

@@ -25,6 +25,16 @@ def _auto(model_type: str) -> str:
     return "AutoModel"
 
 
+def positions(config: Config) -> int | None:
+    """The most positions config.json gives the model (None when it names none)."""
+    value = (
+        config.get("max_position_embeddings")
+        or config.get("n_positions")
+        or config.get("max_seq_len")  # MPT's
+    )
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class Family:
     """One family of transformers architectures that attnviz imports exactly."""
@@ -45,6 +55,8 @@ class Family:
     not_loaded: tuple[str, ...] = ()
     # a decoder: transformers' causal mask turns bidirectional under config is_causal false
     causal: bool = True
+    # the most tokens a text may have (None: no limit of the model's own)
+    max_positions: Callable[[Config], int | None] = positions
 
 
 def flag(config: Config, key: str, default: bool = False) -> bool:

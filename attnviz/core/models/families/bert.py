@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnviz.core.maths.scenario import Settings, from_heads
-from attnviz.core.models.families.base import Config, Family, flag
+from attnviz.core.models.families.base import Config, Family, flag, positions
 from attnviz.core.models.hf_layer import ImportedLayer, _heads, _imported, _numpy, _run
 
 NAMES = {
@@ -78,4 +78,21 @@ def import_layer(model: Any, input_ids: Any, layer: int, tokens: tuple[str, ...]
     return _imported(scenario, out, attention_out, config.model_type, layer)
 
 
-FAMILY = Family("the BERT family", tuple(NAMES), check_config, import_layer, causal=False)
+# RoBERTa's code: its positions start after the padding index
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
+
+
+def max_positions(config: Config) -> int | None:
+    """The positions a text may take: RoBERTa's first two are the padding index's."""
+    n = positions(config)
+    return n - 2 if n is not None and config.get("model_type") in ROBERTA_POSITIONS else n
+
+
+FAMILY = Family(
+    "the BERT family",
+    tuple(NAMES),
+    check_config,
+    import_layer,
+    causal=False,
+    max_positions=max_positions,
+)

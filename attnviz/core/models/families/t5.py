@@ -132,4 +132,6 @@ FAMILY = Family(
     model_class=model_class,
     not_loaded=DECODER,
     causal=False,  # an encoder: config.json's is_causal has nothing to turn off
+    # its n_positions is the length it was trained on: a relative bias has no table
+    max_positions=lambda config: None,
 )
